@@ -1,0 +1,416 @@
+#!/usr/bin/env python3
+"""fa against its peers on one GPU: torch SDPA's FLASH_ATTENTION (FlashAttention-2), CUDNN_ATTENTION and
+EFFICIENT_ATTENTION backends, and FlexAttention (torch.compile'd flex_attention); forward and backward; bf16/fp16.
+
+Sweep (FlashAttention's standard one): head dim 64, 128, 256; causal and not; seqlen 512..16k with
+batch * seqlen = 16k tokens and hidden 2048 (heads = 2048 / d); plus decode-like shapes (seqlen_q = 1,
+seqlen_k 4k..64k) and odd head dims (80, 96, 112, 160). Every contender gets the same tensors (BSHD storage; SDPA
+and Flex get the [B, H, S, D] transposed views). Times are CUDA-event medians after warm-up;
+TFLOP/s = 4 * b * h * sq * sk * d / t, halved for causal, x2.5 for the backward. A contender that fails or is not
+supported prints "n/a". fa's output is checked against the flash backend once per shape (max abs diff printed), so a
+fast but wrong kernel shows.
+
+  python3 bench/bench_peers.py [--quick] [--fwd-only] [--dtypes bf16,fp16] [--hdims 64,128,256]
+                               [--json out.json] [--out bench_out] [--iters 30] [--warmup 5]
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import fa  # noqa: E402
+
+CONTENDERS = ["fa", "FA2", "cuDNN", "efficient", "flex"]
+SDPA_BACKENDS = {"FA2": "FLASH_ATTENTION", "cuDNN": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
+TOKENS, HIDDEN = 16384, 2048
+SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
+DECODE_SK = [4096, 8192, 16384, 32768, 65536]
+ODD_HDIMS = [80, 96, 112, 160]
+
+
+# ---- shapes --------------------------------------------------------------------------------------------------------
+def make_shapes(args):
+    """(group, b, h, sq, sk, d, causal) tuples."""
+    shapes = []
+    seqlens = [512, 2048, 8192] if args.quick else SEQLENS
+    for d in args.hdims:
+        for causal in (False, True):
+            for s in seqlens:
+                shapes.append(("standard", TOKENS // s, HIDDEN // d, s, s, d, causal))
+    if not args.no_decode:
+        for d in ([128] if args.quick else sorted({128} | set(x for x in args.hdims if x in (64, 128)))):
+            for sk in ([4096, 65536] if args.quick else DECODE_SK):
+                shapes.append(("decode", 8, HIDDEN // d, 1, sk, d, False))
+    if not args.no_odd:
+        for d in ([96] if args.quick else ODD_HDIMS):
+            for causal in (False, True):
+                for s in ([2048] if args.quick else [1024, 4096]):
+                    shapes.append(("odd", TOKENS // s, max(1, HIDDEN // d), s, s, d, causal))
+    return shapes
+
+
+def flops(b, h, sq, sk, d, causal, backward):
+    f = 4.0 * b * h * sq * sk * d
+    if causal:
+        f /= 2.0
+    return f * 2.5 if backward else f
+
+
+# ---- timing --------------------------------------------------------------------------------------------------------
+def time_ms(fn, warmup, iters):
+    """Median of per-call CUDA-event times. Calls are enqueued back to back and synchronized once at the end, so
+    the host runs ahead and host-side overhead (ctypes, dispatch) is hidden as it is in a real model."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+def host_us(fn, iters=50):
+    """Host time per call in microseconds (the launch path: argument checks, ctypes, dispatch)."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / iters * 1e6
+
+
+# ---- contenders ----------------------------------------------------------------------------------------------------
+class Flex:
+    def __init__(self):
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        import torch._dynamo
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, 1024)
+        self.fn = torch.compile(flex_attention, dynamic=False)
+        self.create_block_mask = create_block_mask
+        self.masks = {}
+
+    def __call__(self, q, k, v, causal):
+        b, h, sq, d = q.shape
+        sk = k.shape[2]
+        block_mask = None
+        if causal:
+            key = (sq, sk)
+            if key not in self.masks:
+                def causal_fn(b_, h_, qi, kj):
+                    return qi + (sk - sq) >= kj
+                self.masks[key] = self.create_block_mask(causal_fn, None, None, sq, sk, device=q.device)
+            block_mask = self.masks[key]
+        return self.fn(q, k, v, block_mask=block_mask)
+
+
+def make_call(name, q, k, v, causal, flex):
+    """A function running the contender's forward on the shared BSHD tensors, returning o in BSHD."""
+    if name == "fa":
+        return lambda: fa.attention(q, k, v, causal=causal)
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if name in SDPA_BACKENDS:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backend = getattr(SDPBackend, SDPA_BACKENDS[name])
+
+        def call():
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal).transpose(1, 2)
+        return call
+    if name == "flex":
+        if flex is None:
+            raise RuntimeError("flex_attention unavailable")
+        return lambda: flex(qh, kh, vh, causal).transpose(1, 2)
+    raise ValueError(name)
+
+
+def short(exc):
+    text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    return text[:160]
+
+
+def bench_one(name, q, k, v, causal, flex, args, do):
+    """{'fwd_ms', 'bwd_ms', 'out', 'grads', 'fwd_err', 'bwd_err'} with None where not available."""
+    res = {"fwd_ms": None, "bwd_ms": None, "out": None, "grads": None, "fwd_err": None, "bwd_err": None}
+    try:
+        call = make_call(name, q, k, v, causal, flex)
+        with torch.no_grad():
+            res["out"] = call()
+            torch.cuda.synchronize()
+            res["fwd_ms"] = time_ms(call, args.warmup, args.iters)
+    except Exception as exc:  # noqa: BLE001 - a contender that fails shows n/a
+        res["fwd_err"] = short(exc)
+        if args.verbose:
+            traceback.print_exc()
+        return res
+    if args.fwd_only:
+        return res
+    try:
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        call = make_call(name, qg, kg, vg, causal, flex)
+        out = call()
+        grads = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+        torch.cuda.synchronize()
+        res["grads"] = grads
+
+        def bwd():
+            torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+        res["bwd_ms"] = time_ms(bwd, args.warmup, args.iters)
+    except Exception as exc:  # noqa: BLE001
+        res["bwd_err"] = short(exc)
+        if args.verbose:
+            traceback.print_exc()
+    return res
+
+
+def max_diff(a, b):
+    if a is None or b is None:
+        return None
+    return (a.float() - b.float()).abs().max().item()
+
+
+# ---- report --------------------------------------------------------------------------------------------------------
+def header_lines():
+    lines = []
+    props = torch.cuda.get_device_properties(0)
+    lines.append(f"device: {props.name} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs, "
+                 f"{props.total_memory / 2**30:.0f} GiB)")
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+    except Exception:  # noqa: BLE001
+        driver = "unknown"
+    lines.append(f"driver: {driver}; CUDA (torch): {torch.version.cuda}; cuDNN: {torch.backends.cudnn.version()}")
+    try:
+        import triton
+        triton_version = triton.__version__
+    except Exception:  # noqa: BLE001
+        triton_version = "absent"
+    try:
+        fa_version = f"{fa.library_version()} ({fa.library_path()})"
+    except fa.LibraryNotFoundError:
+        fa_version = "library not found"
+    lines.append(f"torch: {torch.__version__}; triton: {triton_version}; python: {platform.python_version()}; "
+                 f"fa: {fa_version}")
+    lines.append(f"FA_TUNE_POLICY={os.environ.get('FA_TUNE_POLICY', '(unset)')} "
+                 f"FA_CACHE_PATH={os.environ.get('FA_CACHE_PATH', '(unset)')}")
+    return lines
+
+
+def fmt(x, digits=1):
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def tflops(ms, f):
+    return None if ms is None or ms <= 0 else f / (ms * 1e-3) / 1e12
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def print_table(rows, directions):
+    cols = ["group", "dtype", "d", "causal", "b", "h", "sq", "sk", "dir"] + [f"{c} TF/s" for c in CONTENDERS] + \
+        ["fa/FA2", "fa/cuDNN", "fa vs FA2 max|diff|"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "|".join("---" for _ in cols) + "|")
+    for r in rows:
+        for direction in directions:
+            tf = {c: r["tflops"][direction].get(c) for c in CONTENDERS}
+            diff = r["max_diff"].get(direction)
+            cells = [r["group"], r["dtype"], str(r["d"]), "Y" if r["causal"] else "N", str(r["b"]), str(r["h"]),
+                     str(r["sq"]), str(r["sk"]), direction] + [fmt(tf[c]) for c in CONTENDERS] + \
+                [fmt(ratio(tf["fa"], tf["FA2"]), 2), fmt(ratio(tf["fa"], tf["cuDNN"]), 2),
+                 "n/a" if diff is None else f"{diff:.2e}"]
+            print("| " + " | ".join(cells) + " |")
+
+
+def plots(rows, out_dir, directions):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:  # noqa: BLE001
+        print(f"(matplotlib not available: no PNG written to {out_dir})")
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    std = [r for r in rows if r["group"] == "standard"]
+    for d in sorted({r["d"] for r in std}):
+        dtypes = sorted({r["dtype"] for r in std if r["d"] == d})
+        panels = [(dt, c, dr) for dt in dtypes for c in (False, True) for dr in directions]
+        ncol = 2 * len(directions)
+        nrow = math.ceil(len(panels) / ncol)
+        fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 3.8 * nrow), squeeze=False)
+        for ax, (dt, causal, direction) in zip(axes.flat, panels):
+            sel = sorted((r for r in std if r["d"] == d and r["dtype"] == dt and r["causal"] == causal),
+                         key=lambda r: r["sq"])
+            for c in CONTENDERS:
+                xs = [r["sq"] for r in sel if r["tflops"][direction].get(c) is not None]
+                ys = [r["tflops"][direction][c] for r in sel if r["tflops"][direction].get(c) is not None]
+                if xs:
+                    ax.plot(xs, ys, marker="o", label=c)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"d={d} {dt} {'causal' if causal else 'full'} {direction}")
+            ax.set_xlabel("seqlen (batch*seqlen=16k)")
+            ax.set_ylabel("TFLOP/s")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+        for ax in list(axes.flat)[len(panels):]:
+            ax.axis("off")
+        fig.tight_layout()
+        path = out_dir / f"bench_peers_d{d}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(str(path))
+    return written
+
+
+# ---- main ----------------------------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a small subset of the sweep")
+    ap.add_argument("--fwd-only", action="store_true")
+    ap.add_argument("--dtypes", default="bf16,fp16", help="comma list of bf16, fp16")
+    ap.add_argument("--hdims", default="64,128,256", help="head dims of the standard sweep")
+    ap.add_argument("--contenders", default=",".join(CONTENDERS), help="comma list of " + ",".join(CONTENDERS))
+    ap.add_argument("--no-decode", action="store_true", help="skip the decode-like shapes")
+    ap.add_argument("--no-odd", action="store_true", help="skip the odd head dims")
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--json", default=None, help="write every measurement to this file")
+    ap.add_argument("--out", default="bench_out", help="folder for the PNGs")
+    ap.add_argument("--fa-tune", default=None, choices=["first_use", "defaults", "require"],
+                    help="fa's tune policy (default: the library's, i.e. $FA_TUNE_POLICY or first_use)")
+    ap.add_argument("--verbose", action="store_true", help="print tracebacks of failing contenders")
+    args = ap.parse_args(argv)
+    args.dtypes = [x.strip() for x in args.dtypes.split(",") if x.strip()]
+    args.hdims = [int(x) for x in args.hdims.split(",") if x.strip()]
+    args.contenders = [x.strip() for x in args.contenders.split(",") if x.strip()]
+    for c in args.contenders:
+        if c not in CONTENDERS:
+            ap.error(f"unknown contender {c}")
+    for dt in args.dtypes:
+        if dt not in ("bf16", "fp16"):
+            ap.error(f"unknown dtype {dt}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_peers: no CUDA device", file=sys.stderr)
+        return 2
+    for line in header_lines():
+        print(line)
+    if args.fa_tune is not None and fa.available():
+        fa.set_default_context(fa.Context(torch.cuda.current_device(), tune_policy=args.fa_tune))
+    flex = None
+    if "flex" in args.contenders:
+        try:
+            flex = Flex()
+        except Exception as exc:  # noqa: BLE001
+            print(f"(flex_attention unavailable: {short(exc)})")
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    directions = ["fwd"] if args.fwd_only else ["fwd", "bwd"]
+    shapes = make_shapes(args)
+    print(f"{len(shapes)} shapes x {len(args.dtypes)} dtypes; contenders: {', '.join(args.contenders)}; "
+          f"median of {args.iters} after {args.warmup} warm-up\n")
+    rows, failures = [], {}
+    t_start = time.time()
+    for dt_name in args.dtypes:
+        dtype = dtypes[dt_name]
+        for group, b, h, sq, sk, d, causal in shapes:
+            torch.manual_seed(0)
+            q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
+            k = torch.randn(b, sk, h, d, device="cuda", dtype=dtype)
+            v = torch.randn(b, sk, h, d, device="cuda", dtype=dtype)
+            do = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
+            row = {"group": group, "dtype": dt_name, "d": d, "causal": causal, "b": b, "h": h, "sq": sq, "sk": sk,
+                   "ms": {"fwd": {}, "bwd": {}}, "tflops": {"fwd": {}, "bwd": {}}, "errors": {}, "max_diff": {}}
+            results = {}
+            for c in args.contenders:
+                res = bench_one(c, q, k, v, causal, flex, args, do)
+                results[c] = res
+                for direction in directions:
+                    ms = res[f"{direction}_ms"]
+                    row["ms"][direction][c] = ms
+                    row["tflops"][direction][c] = tflops(ms, flops(b, h, sq, sk, d, causal, direction == "bwd"))
+                    err = res[f"{direction}_err"]
+                    if err:
+                        row["errors"][f"{c}.{direction}"] = err
+                        failures.setdefault(f"{c}.{direction}: {err}", 0)
+                        failures[f"{c}.{direction}: {err}"] += 1
+            ref_name = next((c for c in ("FA2", "cuDNN", "efficient") if c in results and results[c]["out"] is not None),
+                            None)
+            if "fa" in results and ref_name is not None:
+                row["max_diff"]["fwd"] = max_diff(results["fa"]["out"], results[ref_name]["out"])
+                if results["fa"]["grads"] is not None and results[ref_name]["grads"] is not None:
+                    row["max_diff"]["bwd"] = max(max_diff(a, b_) for a, b_ in zip(results["fa"]["grads"],
+                                                                                   results[ref_name]["grads"]))
+                row["diff_ref"] = ref_name
+            for res in results.values():
+                res["out"] = res["grads"] = None
+            rows.append(row)
+            fa_fwd = row["tflops"]["fwd"].get("fa")
+            fa2_fwd = row["tflops"]["fwd"].get("FA2")
+            print(f"[{time.time() - t_start:6.0f}s] {dt_name} {group} d={d} causal={int(causal)} b={b} h={h} "
+                  f"sq={sq} sk={sk}: fa {fmt(fa_fwd)} FA2 {fmt(fa2_fwd)} TF/s fwd, "
+                  f"max|fa-{ref_name}| {fmt(row['max_diff'].get('fwd'), 4)}", flush=True)
+            del q, k, v, do, results
+            torch.cuda.empty_cache()
+    print()
+    for line in header_lines():
+        print(line)
+    print()
+    print_table(rows, directions)
+    if failures:
+        print("\nn/a reasons (count):")
+        for reason, count in sorted(failures.items()):
+            print(f"  {count:3d} x {reason}")
+    overhead = {}
+    q = torch.randn(1, 128, 4, 64, device="cuda", dtype=torch.bfloat16)
+    for c in ("fa", "FA2"):
+        if c in args.contenders:
+            try:
+                overhead[c] = host_us(make_call(c, q, q, q, False, flex))
+            except Exception as exc:  # noqa: BLE001
+                overhead[c] = None
+                if args.verbose:
+                    print(f"host overhead of {c}: {short(exc)}")
+    print("\nhost time per forward call, [1, 128, 4, 64] bf16 (launch path only): " +
+          ", ".join(f"{c} {fmt(us)} us" for c, us in overhead.items()))
+    written = plots(rows, Path(args.out), directions)
+    for path in written:
+        print(f"wrote {path}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.json, "w") as fh:
+            json.dump({"header": header_lines(), "args": vars(args), "host_us": overhead, "rows": rows}, fh,
+                      indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

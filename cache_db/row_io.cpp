@@ -1,0 +1,132 @@
+// row_io.cpp -- whole-row readers and writers of the cache tables (see row_io.h).
+#include "cache_db/row_io.h"
+
+#include <sqlite3.h>
+
+#include <ctime>
+
+#include "cache_db/checksum.h"
+
+namespace fa::cache::detail {
+
+const char* const kInsertCubinSql =
+    "INSERT OR REPLACE INTO cubins (compile_hash, compile_key, arch, nvrtc_version, generator_version, "
+    "templates_hash, cubin, cubin_size, checksum, registers, spill_bytes, smem_bytes, created_unix) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+
+const char* const kInsertTuneSql =
+    "INSERT OR REPLACE INTO tune_results (gpu_name, sm_count, driver_version, library_version, nvrtc_version, "
+    "templates_hash, generator_version, semantic_key, bucket, tunables, median_ms, status, created_unix) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+
+bool cubin_stale(const std::string& nvrtc_version, int generator_version, uint64_t templates_hash, const Env& env) {
+  return nvrtc_version != env.nvrtc_version || generator_version != env.generator_version ||
+         templates_hash != env.templates_hash;
+}
+
+bool tune_stale(const TuneRecord& r, const Env& env) {
+  return r.driver_version != env.driver_version || r.library_version != env.library_version ||
+         r.nvrtc_version != env.nvrtc_version || r.templates_hash != env.templates_hash ||
+         r.generator_version != env.generator_version;
+}
+
+int insert_cubin(Stmt& ins, const CubinRow& row, const std::string& nvrtc_version, int generator_version,
+                 uint64_t templates_hash, int64_t created_unix) {
+  ins.reset();
+  ins.bind_u64(1, row.compile_hash);
+  ins.bind_text(2, row.compile_key);
+  ins.bind_int(3, row.arch);
+  ins.bind_text(4, nvrtc_version);
+  ins.bind_int(5, generator_version);
+  ins.bind_u64(6, templates_hash);
+  ins.bind_blob(7, row.cubin);
+  ins.bind_int(8, static_cast<int64_t>(row.cubin.size()));
+  ins.bind_u64(9, blob_checksum(row.cubin.data(), row.cubin.size()));
+  ins.bind_int(10, row.registers);
+  ins.bind_int(11, row.spill_bytes);
+  ins.bind_int(12, row.smem_bytes);
+  ins.bind_int(13, created_unix);
+  const int rc = ins.step();
+  return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+int insert_tune(Stmt& ins, const TuneRecord& rec) {
+  ins.reset();
+  ins.bind_text(1, rec.gpu_name);
+  ins.bind_int(2, rec.sm_count);
+  ins.bind_int(3, rec.driver_version);
+  ins.bind_text(4, rec.library_version);
+  ins.bind_text(5, rec.nvrtc_version);
+  ins.bind_u64(6, rec.templates_hash);
+  ins.bind_int(7, rec.generator_version);
+  ins.bind_text(8, rec.row.semantic_key);
+  ins.bind_text(9, rec.row.bucket);
+  ins.bind_text(10, rec.row.tunables);
+  ins.bind_real(11, rec.row.median_ms);
+  ins.bind_text(12, rec.row.status);
+  ins.bind_int(13, rec.created_unix);
+  const int rc = ins.step();
+  return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+int for_each_cubin(sqlite3* db, bool with_blob, const std::function<bool(const StoredCubin&)>& visit) {
+  Stmt st(db, std::string("SELECT rowid, compile_hash, compile_key, arch, nvrtc_version, generator_version, "
+                          "templates_hash, cubin_size, checksum, registers, spill_bytes, smem_bytes, created_unix") +
+                  (with_blob ? ", cubin" : "") + " FROM cubins ORDER BY compile_key, arch, created_unix");
+  if (!st.ok()) return st.prepare_rc();
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    StoredCubin c;
+    c.rowid = st.col_int(0);
+    c.row.compile_hash = c.info.compile_hash = st.col_u64(1);
+    c.row.compile_key = c.info.compile_key = st.col_text(2);
+    c.row.arch = c.info.arch = static_cast<int>(st.col_int(3));
+    c.info.nvrtc_version = st.col_text(4);
+    c.info.generator_version = static_cast<int>(st.col_int(5));
+    c.info.templates_hash = st.col_u64(6);
+    c.info.size_bytes = st.col_int(7);
+    c.checksum = st.col_u64(8);
+    c.row.registers = c.info.registers = static_cast<int>(st.col_int(9));
+    c.row.spill_bytes = c.info.spill_bytes = static_cast<int>(st.col_int(10));
+    c.row.smem_bytes = c.info.smem_bytes = static_cast<int>(st.col_int(11));
+    c.info.created_unix = st.col_int(12);
+    if (with_blob) {
+      c.row.cubin = st.col_blob(13);
+      c.checksum_ok = static_cast<int64_t>(c.row.cubin.size()) == c.info.size_bytes &&
+                      blob_checksum(c.row.cubin.data(), c.row.cubin.size()) == c.checksum;
+    }
+    if (!visit(c)) return SQLITE_OK;
+  }
+  return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+int for_each_tune(sqlite3* db, const std::function<bool(const TuneRecord&)>& visit) {
+  Stmt st(db,
+          "SELECT gpu_name, sm_count, driver_version, library_version, nvrtc_version, templates_hash, "
+          "generator_version, semantic_key, bucket, tunables, median_ms, status, created_unix FROM tune_results "
+          "ORDER BY gpu_name, semantic_key, bucket, median_ms IS NULL, median_ms, tunables");
+  if (!st.ok()) return st.prepare_rc();
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    TuneRecord r;
+    r.gpu_name = st.col_text(0);
+    r.sm_count = static_cast<int>(st.col_int(1));
+    r.driver_version = static_cast<int>(st.col_int(2));
+    r.library_version = st.col_text(3);
+    r.nvrtc_version = st.col_text(4);
+    r.templates_hash = st.col_u64(5);
+    r.generator_version = static_cast<int>(st.col_int(6));
+    r.row.semantic_key = st.col_text(7);
+    r.row.bucket = st.col_text(8);
+    r.row.tunables = st.col_text(9);
+    r.row.median_ms = st.col_real(10);
+    r.row.status = st.col_text(11);
+    r.created_unix = st.col_int(12);
+    if (!visit(r)) return SQLITE_OK;
+  }
+  return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+int64_t now_unix() { return static_cast<int64_t>(std::time(nullptr)); }
+
+}  // namespace fa::cache::detail

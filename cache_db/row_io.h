@@ -1,0 +1,42 @@
+// row_io.h -- reading and writing whole rows of the two cache tables (internal to cache_db).
+//
+// Shared by the Db methods, prune, export and import so that the column lists live in one place. Writers take a
+// statement prepared from kInsertCubinSql / kInsertTuneSql (prepare once, bind per row); readers visit every row.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "cache_db/cache_db.h"
+#include "cache_db/sqlite_util.h"
+
+namespace fa::cache::detail {
+
+extern const char* const kInsertCubinSql;
+extern const char* const kInsertTuneSql;
+
+// Staleness rules (see cache_db.h).
+bool cubin_stale(const std::string& nvrtc_version, int generator_version, uint64_t templates_hash, const Env& env);
+bool tune_stale(const TuneRecord& r, const Env& env);
+
+// Insert-or-replace one row through `ins` (prepared from the matching SQL). Returns the SQLite result code.
+int insert_cubin(Stmt& ins, const CubinRow& row, const std::string& nvrtc_version, int generator_version,
+                 uint64_t templates_hash, int64_t created_unix);
+int insert_tune(Stmt& ins, const TuneRecord& rec);
+
+// A full cubin row as stored.
+struct StoredCubin {
+  int64_t rowid = 0;
+  CubinRow row;        // cubin left empty when read without blobs
+  CubinSummary info;
+  uint64_t checksum = 0;
+  bool checksum_ok = false;  // only computed when read with blobs
+};
+
+// Visit every row; the visitor returns false to stop early. Return the SQLite result code (SQLITE_OK at the end).
+int for_each_cubin(sqlite3* db, bool with_blob, const std::function<bool(const StoredCubin&)>& visit);
+int for_each_tune(sqlite3* db, const std::function<bool(const TuneRecord&)>& visit);
+
+int64_t now_unix();
+
+}  // namespace fa::cache::detail

@@ -1,0 +1,165 @@
+// fwd_mma.cpp -- host side of the tensor-core forward family (templates/fwd_mma.cuh): tunable space, per-arch
+// defaults, the family's validity rules (tile shape, register pressure), shared-memory need and launch geometry.
+//
+// Tunables: block_m in {64, 128} query rows per CTA; block_n in {32, 64, 128} keys per iteration; warps in {4, 8}
+// (each warp owns block_m / warps = 16 or 32 query rows); stages in {1, 2, 3} K/V pipeline depth (1: no prefetch);
+// q_in_regs 1 keeps the Q fragments in registers for the whole CTA; extra 0: K and V of a block are waited for
+// separately (two barriers per block, Q K^T overlaps the V copy), extra 1: together (one barrier per block).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "../family.h"
+#include "../problem.h"
+
+namespace fa::gen {
+
+namespace {
+
+int round16(int d) { return (d + 15) / 16 * 16; }
+
+bool fail(std::string* why, const std::string& msg) {
+  if (why != nullptr) *why = "fwd_mma: " + msg;
+  return false;
+}
+
+// Per-thread accumulator registers of a point: S tile + O tile (+ Q fragments when held in registers).
+int live_regs(const KernelConfig& c) {
+  const int mt = c.t.block_m / (16 * c.t.warps);
+  const int s_regs = mt * (c.t.block_n / 8) * 4;
+  const int o_regs = mt * (round16(c.s.head_dim_v) / 8) * 4;
+  const int q_regs = c.t.q_in_regs != 0 ? mt * (round16(c.s.head_dim) / 16) * 4 : 0;
+  return s_regs + o_regs + q_regs;
+}
+
+bool valid(const KernelConfig& c, std::string* why);
+
+std::vector<Tunables> space(const Semantic& /*s*/) {
+  std::vector<Tunables> out;
+  for (int bm : {64, 128})
+    for (int bn : {32, 64, 128})
+      for (int w : {4, 8})
+        for (int st : {1, 2, 3})
+          for (int qr : {0, 1})
+            for (int x : {0, 1}) {
+              Tunables t;
+              t.block_m = bm; t.block_n = bn; t.warps = w; t.stages = st; t.q_in_regs = qr; t.extra = x;
+              out.push_back(t);
+            }
+  return out;
+}
+
+// Default tiles per (arch range, head-dim bucket). Sources: FA2's published tiles (shared/anchors.md: D32/64
+// 128x128 4 warps; D96/128 128x64 4 warps; D192 128x64 8 warps; D256 64x64 4 warps on H100, 128x64 8 warps on
+// A100) moved to points this kernel compiles without spills (valid()), then chosen by measurement on an H200
+// (fp16, 16k tokens, hidden 2048; scratch/h2/NOTES.md): d64 128x64x4w s2 joint: 294-307 TFLOP/s (SDPA flash 288-300);
+// d128 128x32x4w s3 joint: 328-338 (SDPA 333-349); d256 128x64x8w s2 joint: 277-293 (SDPA 304-309).
+// Shared memory: sm_90 227 KB, sm_80 163 KB, sm_86/89 99 KB per block, so larger dims shrink below sm_90.
+struct DefaultEntry {
+  int arch_lo, arch_hi;  // applies to arch_lo <= arch <= arch_hi
+  int dim_max;           // max(head_dim, head_dim_v) <= dim_max
+  Tunables t;            // block_m, block_n, warps, stages, q_in_regs, extra
+};
+constexpr DefaultEntry kDefaults[] = {
+    {90, 999, 64, {128, 64, 4, 2, 0, 1}},   // measured H200: best of 128x64x4w / 128x{64,128}x8w
+    {90, 999, 128, {128, 32, 4, 3, 0, 1}},  // measured H200: best of 128x32x4w s2/s3, 128x{64,128}x8w
+    {90, 999, 192, {128, 64, 8, 2, 0, 1}},  // FA2 D192 tile (not measured here)
+    {90, 999, 256, {128, 64, 8, 2, 0, 1}},  // measured H200: beats 64x64x4w (FA2 H100 tile) by 30%
+    {80, 80, 64, {128, 64, 4, 2, 0, 1}},
+    {80, 80, 128, {128, 32, 4, 3, 0, 1}},
+    {80, 80, 192, {128, 64, 8, 2, 0, 1}},   // 154 KB
+    {80, 80, 256, {128, 32, 8, 2, 0, 1}},   // 135 KB (128x64x8w needs 203 KB)
+    {81, 89, 64, {128, 64, 4, 2, 0, 1}},
+    {81, 89, 128, {128, 32, 4, 3, 0, 1}},   // 87 KB
+    {81, 89, 192, {64, 32, 4, 2, 0, 1}},    // 77 KB
+    {81, 89, 256, {64, 32, 4, 1, 0, 1}},    // 68 KB
+};
+
+Tunables defaults(const Semantic& s) {
+  const int dim = std::max(s.head_dim, s.head_dim_v);
+  Tunables t{64, 32, 4, 1, 0, 1};  // fits everywhere
+  for (const DefaultEntry& e : kDefaults) {
+    if (s.arch >= e.arch_lo && s.arch <= e.arch_hi && dim <= e.dim_max) { t = e.t; break; }
+  }
+  // Feature / varlen kernels have a smaller register budget (valid()): 16 rows per warp, then 32-key blocks.
+  KernelConfig c{s, t};
+  if (!valid(c, nullptr)) { c.t.warps = c.t.block_m / 16; }
+  if (!valid(c, nullptr)) { c.t.block_n = 32; }
+  if (!valid(c, nullptr)) { c.t = Tunables{64, 32, 4, 2, 0, 1}; }
+  if (!valid(c, nullptr)) { c.t = Tunables{64, 32, 4, 1, 0, 1}; }
+  return c.t;
+}
+
+bool valid(const KernelConfig& c, std::string* why) {
+  const Semantic& s = c.s;
+  const Tunables& t = c.t;
+  if (s.kind != Kind::FwdMma) return fail(why, "kind is not fwd_mma");
+  if (s.dtype != kFp16 && s.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
+  if (s.arch < 80) return fail(why, "arch must be >= 80, got " + std::to_string(s.arch));
+  for (int d : {s.head_dim, s.head_dim_v})
+    if (d < 8 || d > 256 || d % 8 != 0) return fail(why, "head dims must be multiples of 8 in [8, 256]");
+  if (t.block_m != 64 && t.block_m != 128) return fail(why, "block_m must be 64 or 128");
+  if (t.block_n != 32 && t.block_n != 64 && t.block_n != 128) return fail(why, "block_n must be 32, 64 or 128");
+  if (t.warps != 4 && t.warps != 8) return fail(why, "warps must be 4 or 8");
+  const int rows_per_warp = t.block_m / t.warps;
+  if (rows_per_warp != 16 && rows_per_warp != 32)
+    return fail(why, "block_m / warps must be 16 or 32, got " + std::to_string(rows_per_warp));
+  if (t.stages < 1 || t.stages > 3) return fail(why, "stages must be 1..3");
+  if (t.q_in_regs != 0 && t.q_in_regs != 1) return fail(why, "q_in_regs must be 0 or 1");
+  if (t.extra != 0 && t.extra != 1) return fail(why, "extra must be 0 or 1");
+  // One stage with split K/V waits gains nothing and ptxas spills a few bytes in it (compile sweep).
+  if (t.stages == 1 && t.extra == 0) return fail(why, "stages 1 needs extra 1 (joint K/V wait)");
+  // Register pressure, measured with ptxas -v over the space (scratch/h2/compile_sweep.sh): the S tile costs more
+  // than its size (masking, exp2 and K fragments live beside it), so it is capped on its own; the feature path
+  // (bias / alibi / softcap) and varlen indexing need a little more room.
+  const int mt = t.block_m / (16 * t.warps);
+  const int s_regs = mt * (t.block_n / 8) * 4;
+  const bool feat = s.has_bias || s.has_alibi || s.has_softcap || s.varlen;
+  const int s_budget = feat ? 32 : 64;
+  if (s_regs > s_budget) {
+    return fail(why, "register pressure: S tile of " + std::to_string(s_regs) + " registers > " +
+                         std::to_string(s_budget));
+  }
+  const int budget = feat ? 144 : 160;
+  const int live = live_regs(c);
+  if (live > budget) {
+    return fail(why, "register pressure: " + std::to_string(live) + " accumulator registers per thread > " +
+                         std::to_string(budget));
+  }
+  return true;
+}
+
+unsigned smem_bytes(const KernelConfig& c) {
+  const int dp = round16(c.s.head_dim), dvp = round16(c.s.head_dim_v);
+  const int bm = c.t.block_m, bn = c.t.block_n;
+  const int region0 = std::max(bm * (dp + 8), bm * (dvp + 8)) * 2;
+  const int kv = c.t.stages * bn * ((dp + 8) + (dvp + 8)) * 2;
+  return static_cast<unsigned>(region0 + kv);
+}
+
+Launch launch(const KernelConfig& c, const LaunchShape& shape) {
+  Launch l;
+  const int bm = c.t.block_m;
+  l.grid[0] = static_cast<unsigned>(std::max(1, (shape.max_seqlen_q + bm - 1) / bm));
+  l.grid[1] = static_cast<unsigned>(shape.heads_q);
+  l.grid[2] = static_cast<unsigned>(shape.batch);
+  l.block = static_cast<unsigned>(c.t.warps * 32);
+  l.smem = smem_bytes(c);
+  return l;
+}
+
+}  // namespace
+
+bool fwd_mma_covers(const ProblemDesc& p, int arch, std::string* why) {
+  if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
+  if (arch < 80) return fail(why, "needs sm_80 or newer, device is sm_" + std::to_string(arch));
+  if (!p.aligned16) return fail(why, "pointers or strides not 16-byte aligned");
+  for (int d : {p.head_dim, p.head_dim_v})
+    if (d < 8 || d > 256 || d % 8 != 0) return fail(why, "head dims must be multiples of 8 in [8, 256]");
+  return true;
+}
+
+extern const Family kFwdMmaFamily;
+const Family kFwdMmaFamily = {Kind::FwdMma, "fwd_mma.cuh", &space, &defaults, &valid, &smem_bytes, &launch};
+
+}  // namespace fa::gen

@@ -1,0 +1,213 @@
+/*
+ * fa.h -- the C API of fa, a library that writes FlashAttention kernels at run time.
+ *
+ * Every call returns an fa_status. On failure, fa_last_error() returns a per-thread message that names the
+ * argument, the expected value and the actual value. The library never exits, aborts, prints to stdout, or
+ * synchronizes a stream behind the caller's back; nothing is launched when a call fails validation, and a failed
+ * call changes no output buffer.
+ *
+ * Versioning. Every struct passed in starts with `struct_size` (sizeof the struct the caller compiled against)
+ * and `version`. Fill them with the matching *_init() function, then set fields. New fields are only appended;
+ * a caller compiled against an older, smaller struct keeps working (missing fields take their *_init defaults).
+ *
+ * Semantics of the forward pass (all arithmetic accumulates in float32; the CPU oracle in tests/oracle uses float64):
+ *   for batch b, query head h (kv head g = h / (heads_q / heads_kv)), query row i < Sq(b), key j < Sk(b):
+ *     s_ij  = softmax_scale * dot(q[b,i,h,:], k[b,j,g,:])          (softmax_scale 0 means 1/sqrt(head_dim))
+ *     s_ij  = softcap * tanh(s_ij / softcap)                        (only when softcap > 0)
+ *     s_ij += bias[b,h,i,j]                                         (only when bias != NULL)
+ *     s_ij += -alibi_slopes[h] * |i + Sk - Sq - j|                  (only when alibi_slopes != NULL)
+ *     s_ij  = -inf where the mask hides key j from query i
+ *     lse_i = log(sum_j exp(s_ij))          (natural log; -inf when every key is hidden)
+ *     o_i   = sum_j exp(s_ij - lse_i) v[b,j,g,:]                    (0 when every key is hidden; never NaN)
+ *   Masks are aligned to the bottom-right corner when Sq != Sk (FlashAttention >= 2.1):
+ *     FA_MASK_NONE            every key visible
+ *     FA_MASK_CAUSAL          j <= i + Sk - Sq
+ *     FA_MASK_SLIDING_WINDOW  i + Sk - Sq - window_left <= j <= i + Sk - Sq + window_right (-1: unbounded side)
+ *   Sk = 0 gives o = 0 and lse = -inf. Sq = 0 or Sk = 0 is allowed for a sequence of a varlen batch.
+ *
+ * Layout. q, k, v, o (and dq, dk, dv, do in the backward) are [batch, seqlen, heads, head_dim] with arbitrary
+ * element strides for batch, seqlen and head, and a contiguous last dim (BSHD and BHSD both expressible).
+ * In varlen mode the tensors are packed [total_tokens, heads, head_dim]: the batch stride is ignored and sequence
+ * b occupies tokens cu_seqlens[b] .. cu_seqlens[b+1]-1.
+ * Bias has the dtype of q and is indexed bias[b*sb + h*sh + i*sq + j*sk] with i, j local to the sequence; a stride
+ * of 0 broadcasts over batch or heads. LSE (float32) is [batch, heads_q, seqlen_q] contiguous, or in varlen mode
+ * [heads_q, total_q] (index h*total_q + cu_seqlens_q[b] + i), as FlashAttention stores it.
+ */
+#ifndef FA_FA_H
+#define FA_FA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define FA_API __declspec(dllexport)
+#else
+#define FA_API __attribute__((visibility("default")))
+#endif
+
+#define FA_VERSION_MAJOR 0
+#define FA_VERSION_MINOR 1
+#define FA_VERSION_PATCH 0
+
+/* ---- status codes: stable numeric ranges ---------------------------------------------------------------------- */
+typedef enum fa_status {
+  FA_OK = 0,
+  /* 100..199: the caller passed something invalid; nothing was launched or changed */
+  FA_ERROR_INVALID_ARGUMENT = 100, /* a field is null, out of range, misaligned, or contradicts another */
+  FA_ERROR_INVALID_VERSION = 101,  /* struct_size / version not recognised: call the *_init function */
+  /* 200..299: valid, but this build or device cannot do it */
+  FA_ERROR_NOT_SUPPORTED = 200,    /* e.g. fp32 on a fast-only path, an arch below sm_80 */
+  FA_ERROR_NOT_TUNED = 201,        /* FA_TUNE_REQUIRE_TUNED and no tuned entry exists for this problem */
+  /* 300..399: the environment */
+  FA_ERROR_NO_DEVICE = 300,        /* no CUDA driver (libcuda.so.1) or no such device */
+  FA_ERROR_DRIVER = 301,           /* a CUDA driver call failed (message names it and its CUresult) */
+  FA_ERROR_OUT_OF_MEMORY = 302,
+  /* 400..499: run-time compilation */
+  FA_ERROR_COMPILE = 400,          /* NVRTC rejected generated source: message holds the kernel key and the NVRTC log */
+  FA_ERROR_NVRTC_UNAVAILABLE = 401,
+  /* 500..599: launching */
+  FA_ERROR_LAUNCH = 500,           /* cuLaunchKernel failed */
+  FA_ERROR_STREAM_CAPTURING = 501, /* the work needs a compile, tune or allocation while the stream is captured */
+  /* 600..699: the persistent cache (never fatal for fa_run: a broken cache is a miss) */
+  FA_ERROR_CACHE = 600,
+  /* 900..999 */
+  FA_ERROR_INTERNAL = 900
+} fa_status;
+
+/* A static, never-NULL English name of a status ("FA_ERROR_INVALID_ARGUMENT: ..."). */
+FA_API const char* fa_status_string(fa_status status);
+/* The calling thread's last error message ("" if the last call on this thread succeeded). Valid until the next
+ * fa_* call on the same thread. */
+FA_API const char* fa_last_error(void);
+/* "0.1.0" */
+FA_API const char* fa_version_string(void);
+
+/* ---- enums ----------------------------------------------------------------------------------------------------- */
+typedef enum fa_dtype { FA_DTYPE_FP16 = 1, FA_DTYPE_BF16 = 2, FA_DTYPE_FP32 = 3 } fa_dtype;
+
+typedef enum fa_mask { FA_MASK_NONE = 0, FA_MASK_CAUSAL = 1, FA_MASK_SLIDING_WINDOW = 2 } fa_mask;
+
+typedef enum fa_tune_policy {
+  FA_TUNE_ON_FIRST_USE = 0,  /* default: the first call of a new problem class tunes it (unless capturing) */
+  FA_TUNE_DEFAULTS_ONLY = 1, /* never time anything: tuned entries if cached, else heuristic defaults */
+  FA_TUNE_REQUIRE_TUNED = 2  /* fail with FA_ERROR_NOT_TUNED when no tuned entry exists */
+} fa_tune_policy;
+
+/* ---- context --------------------------------------------------------------------------------------------------- */
+typedef struct fa_context_s* fa_context;
+
+#define FA_CONTEXT_OPTIONS_VERSION 1
+typedef struct fa_context_options {
+  uint32_t struct_size;       /* sizeof(fa_context_options) */
+  uint32_t version;           /* FA_CONTEXT_OPTIONS_VERSION */
+  int32_t device_ordinal;     /* CUDA device ordinal (default 0) */
+  int32_t tune_policy;        /* fa_tune_policy; default from $FA_TUNE_POLICY (first_use|defaults|require), else 0 */
+  const char* cache_path;     /* SQLite file; NULL: $FA_CACHE_PATH, else $XDG_CACHE_HOME/fa/cache.sqlite, else
+                                 ~/.cache/fa/cache.sqlite; ":memory:" keeps nothing across processes */
+  int32_t verbose;            /* 1: warnings (e.g. a corrupt cache moved aside) go to stderr; default 0 */
+  int32_t reserved0;
+} fa_context_options;
+
+FA_API fa_status fa_context_options_init(fa_context_options* options);
+/* Creates a context. Without a CUDA driver the context is still created (so keys, validation and compilation work)
+ * and device-bound calls return FA_ERROR_NO_DEVICE. A context is safe to share between threads. */
+FA_API fa_status fa_context_create(const fa_context_options* options, fa_context* out_context);
+/* NULL is a no-op. The caller must not destroy a context while another thread uses it. */
+FA_API void fa_context_destroy(fa_context context);
+/* 1 when a CUDA device is usable by this context, else 0 (the reason is in fa_last_error()). */
+FA_API int fa_context_has_device(fa_context context);
+
+/* ---- forward --------------------------------------------------------------------------------------------------- */
+#define FA_PARAMS_VERSION 1
+typedef struct fa_params {
+  uint32_t struct_size; /* sizeof(fa_params) */
+  uint32_t version;     /* FA_PARAMS_VERSION */
+
+  int32_t dtype;        /* fa_dtype of q, k, v, o and bias */
+  int32_t batch;        /* >= 1 */
+  int32_t seqlen_q;     /* >= 1 (ignored in varlen mode: max_seqlen_q is used) */
+  int32_t seqlen_k;     /* >= 0 (ignored in varlen mode) */
+  int32_t heads_q;      /* >= 1 */
+  int32_t heads_kv;     /* >= 1, divides heads_q (GQA / MQA) */
+  int32_t head_dim;     /* of q and k: a multiple of 8 in [8, 256] */
+  int32_t head_dim_v;   /* of v and o: a multiple of 8 in [8, 256]; 0 means head_dim */
+
+  /* Device pointers, aligned to the element size; strides in elements, >= 0. */
+  const void* q; int64_t q_stride_batch, q_stride_seq, q_stride_head;
+  const void* k; int64_t k_stride_batch, k_stride_seq, k_stride_head;
+  const void* v; int64_t v_stride_batch, v_stride_seq, v_stride_head;
+  void* o;       int64_t o_stride_batch, o_stride_seq, o_stride_head;
+
+  /* Varlen: both non-NULL (device int32 arrays of batch+1 non-decreasing offsets starting at 0), with host-side
+   * maxima of the per-sequence lengths and totals (cu_seqlens[batch]). Both NULL: fixed-length mode. */
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  int32_t max_seqlen_q, max_seqlen_k;
+  int32_t total_q, total_k;
+
+  int32_t mask;          /* fa_mask */
+  int32_t window_left;   /* FA_MASK_SLIDING_WINDOW only: >= 0 or -1 (unbounded); must be -1 for other masks */
+  int32_t window_right;  /* likewise */
+
+  const void* bias;      /* optional additive bias, dtype of q */
+  int64_t bias_stride_batch, bias_stride_head, bias_stride_q, bias_stride_k;
+  const float* alibi_slopes; /* optional, float32 [heads_q] */
+  float softcap;         /* > 0 enables softcap; 0 off */
+  float softmax_scale;   /* 0 means 1/sqrt(head_dim) */
+
+  float* lse;            /* optional float32 output, see the layout above */
+} fa_params;
+
+FA_API fa_status fa_params_init(fa_params* params);
+
+/* Computes attention on `stream` (a CUstream / cudaStream_t; NULL is the legacy default stream). Returns once the
+ * work is enqueued. The first call of a new problem class may compile (and, by policy, tune) a kernel; later calls
+ * of the same class, any sequence lengths, only launch. While `stream` is being captured into a CUDA graph nothing
+ * is compiled, tuned, allocated or synchronized: a cached or default kernel is used, and if none is compiled yet the
+ * call fails with FA_ERROR_STREAM_CAPTURING (call fa_prepare before capture). */
+FA_API fa_status fa_run(fa_context context, const fa_params* params, void* stream);
+
+/* Makes fa_run(params) ready without running it: validates, selects, tunes (by policy) and compiles; synchronous
+ * on the context's device, not on any caller stream. Call before capturing a CUDA graph. */
+FA_API fa_status fa_prepare(fa_context context, const fa_params* params);
+
+/* 1 when fa_run would accept params (validation + selection only; no device needed), else 0 with the reason in
+ * fa_last_error(). Uses the same selector as fa_run. */
+FA_API int fa_is_supported(fa_context context, const fa_params* params);
+
+/* Writes the problem's canonical kernel key (the compile key of the kernel fa_run would use, without tuning) into
+ * buf (NUL-terminated, truncated to size). Never contains sequence lengths or batch. */
+FA_API fa_status fa_problem_key(fa_context context, const fa_params* params, char* buf, size_t size);
+
+/* ---- backward -------------------------------------------------------------------------------------------------- */
+/* The forward params (q, k, v, o, lse, masks, bias, alibi, softcap, scale, varlen) describe the problem; lse must be
+ * the forward's LSE. Bias is an input only: no gradient with respect to bias is computed. */
+#define FA_BWD_PARAMS_VERSION 1
+typedef struct fa_bwd_params {
+  uint32_t struct_size; /* sizeof(fa_bwd_params) */
+  uint32_t version;     /* FA_BWD_PARAMS_VERSION */
+  const fa_params* fwd; /* the forward problem; fwd->o and fwd->lse are read, not written */
+  const void* dout; int64_t dout_stride_batch, dout_stride_seq, dout_stride_head;
+  void* dq;         int64_t dq_stride_batch, dq_stride_seq, dq_stride_head;
+  void* dk;         int64_t dk_stride_batch, dk_stride_seq, dk_stride_head;
+  void* dv;         int64_t dv_stride_batch, dv_stride_seq, dv_stride_head;
+  int32_t deterministic; /* 1: bitwise identical results run to run (no order-dependent atomics) */
+  int32_t reserved0;
+  void* workspace;       /* device memory of at least fa_backward_workspace_size bytes, 256-byte aligned; NULL: the
+                            library allocates stream-ordered memory (cuMemAllocAsync), which is legal in graph capture */
+  size_t workspace_size;
+} fa_bwd_params;
+
+FA_API fa_status fa_bwd_params_init(fa_bwd_params* params);
+FA_API fa_status fa_backward_workspace_size(fa_context context, const fa_bwd_params* params, size_t* out_bytes);
+FA_API fa_status fa_run_backward(fa_context context, const fa_bwd_params* params, void* stream);
+FA_API fa_status fa_prepare_backward(fa_context context, const fa_bwd_params* params);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FA_FA_H */

@@ -1,0 +1,139 @@
+"""ctypes mirrors of the structs and enums of include/fa/fa.h.
+
+Field order and C types follow fa.h exactly (pointers of any pointee type are c_void_p: same size and alignment).
+Never fill struct_size/version by hand: create the struct with new_context_options(), new_params() or
+new_bwd_params(), which call the library's *_init function, then set fields.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import c_float, c_int32, c_int64, c_size_t, c_uint32, c_void_p
+
+# ---- fa_status ---------------------------------------------------------------------------------------------------------
+FA_OK = 0
+FA_ERROR_INVALID_ARGUMENT = 100
+FA_ERROR_INVALID_VERSION = 101
+FA_ERROR_NOT_SUPPORTED = 200
+FA_ERROR_NOT_TUNED = 201
+FA_ERROR_NO_DEVICE = 300
+FA_ERROR_DRIVER = 301
+FA_ERROR_OUT_OF_MEMORY = 302
+FA_ERROR_COMPILE = 400
+FA_ERROR_NVRTC_UNAVAILABLE = 401
+FA_ERROR_LAUNCH = 500
+FA_ERROR_STREAM_CAPTURING = 501
+FA_ERROR_CACHE = 600
+FA_ERROR_INTERNAL = 900
+
+STATUS_NAMES = {
+    FA_OK: "FA_OK",
+    FA_ERROR_INVALID_ARGUMENT: "FA_ERROR_INVALID_ARGUMENT",
+    FA_ERROR_INVALID_VERSION: "FA_ERROR_INVALID_VERSION",
+    FA_ERROR_NOT_SUPPORTED: "FA_ERROR_NOT_SUPPORTED",
+    FA_ERROR_NOT_TUNED: "FA_ERROR_NOT_TUNED",
+    FA_ERROR_NO_DEVICE: "FA_ERROR_NO_DEVICE",
+    FA_ERROR_DRIVER: "FA_ERROR_DRIVER",
+    FA_ERROR_OUT_OF_MEMORY: "FA_ERROR_OUT_OF_MEMORY",
+    FA_ERROR_COMPILE: "FA_ERROR_COMPILE",
+    FA_ERROR_NVRTC_UNAVAILABLE: "FA_ERROR_NVRTC_UNAVAILABLE",
+    FA_ERROR_LAUNCH: "FA_ERROR_LAUNCH",
+    FA_ERROR_STREAM_CAPTURING: "FA_ERROR_STREAM_CAPTURING",
+    FA_ERROR_CACHE: "FA_ERROR_CACHE",
+    FA_ERROR_INTERNAL: "FA_ERROR_INTERNAL",
+}
+
+# ---- enums -------------------------------------------------------------------------------------------------------------
+FA_DTYPE_FP16 = 1
+FA_DTYPE_BF16 = 2
+FA_DTYPE_FP32 = 3
+
+FA_MASK_NONE = 0
+FA_MASK_CAUSAL = 1
+FA_MASK_SLIDING_WINDOW = 2
+
+FA_TUNE_ON_FIRST_USE = 0
+FA_TUNE_DEFAULTS_ONLY = 1
+FA_TUNE_REQUIRE_TUNED = 2
+
+FA_CONTEXT_OPTIONS_VERSION = 1
+FA_PARAMS_VERSION = 1
+FA_BWD_PARAMS_VERSION = 1
+
+
+def _strided(name: str, const: bool = True):
+    """A pointer followed by its batch, seq and head strides (fa.h declares them on one line)."""
+    return [(name, c_void_p), (f"{name}_stride_batch", c_int64), (f"{name}_stride_seq", c_int64),
+            (f"{name}_stride_head", c_int64)]
+
+
+class ContextOptions(ctypes.Structure):
+    """fa_context_options."""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("version", c_uint32),
+        ("device_ordinal", c_int32),
+        ("tune_policy", c_int32),
+        ("cache_path", ctypes.c_char_p),
+        ("verbose", c_int32),
+        ("reserved0", c_int32),
+    ]
+
+
+class Params(ctypes.Structure):
+    """fa_params (the forward problem)."""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("version", c_uint32),
+        ("dtype", c_int32),
+        ("batch", c_int32),
+        ("seqlen_q", c_int32),
+        ("seqlen_k", c_int32),
+        ("heads_q", c_int32),
+        ("heads_kv", c_int32),
+        ("head_dim", c_int32),
+        ("head_dim_v", c_int32),
+        *_strided("q"),
+        *_strided("k"),
+        *_strided("v"),
+        *_strided("o"),
+        ("cu_seqlens_q", c_void_p),
+        ("cu_seqlens_k", c_void_p),
+        ("max_seqlen_q", c_int32),
+        ("max_seqlen_k", c_int32),
+        ("total_q", c_int32),
+        ("total_k", c_int32),
+        ("mask", c_int32),
+        ("window_left", c_int32),
+        ("window_right", c_int32),
+        ("bias", c_void_p),
+        ("bias_stride_batch", c_int64),
+        ("bias_stride_head", c_int64),
+        ("bias_stride_q", c_int64),
+        ("bias_stride_k", c_int64),
+        ("alibi_slopes", c_void_p),
+        ("softcap", c_float),
+        ("softmax_scale", c_float),
+        ("lse", c_void_p),
+    ]
+
+
+class BwdParams(ctypes.Structure):
+    """fa_bwd_params (the backward problem; `fwd` points at a Params)."""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("version", c_uint32),
+        ("fwd", ctypes.POINTER(Params)),
+        *_strided("dout"),
+        *_strided("dq"),
+        *_strided("dk"),
+        *_strided("dv"),
+        ("deterministic", c_int32),
+        ("reserved0", c_int32),
+        ("workspace", c_void_p),
+        ("workspace_size", c_size_t),
+    ]
+
+
+def field_names(struct_type) -> list[str]:
+    return [name for name, _ in struct_type._fields_]

@@ -1,0 +1,216 @@
+"""The PyTorch operators fa::attention_fwd / fa::attention_bwd and the user-facing fa.attention / fa.prepare.
+
+The ops take the op-level views (see _tensor_params) and plain int/float arguments only, derive every size from the
+tensor shapes, and have fake (meta) implementations with the exact output shapes, so torch.compile(dynamic=True,
+fullgraph=True) traces them without graph breaks or specialisation on sequence length. Autograd wires the backward
+op to fa_run_backward; bias, alibi slopes and cu_seqlens get no gradient, lse is not differentiable.
+Work is enqueued on torch.cuda.current_stream() of the tensors' device with that device's default fa.Context.
+"""
+
+# No `from __future__ import annotations` here: torch.library.custom_op reads the annotations as types.
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _structs as S
+from ._tensor_params import (build_bwd_params, build_params, check_inputs, last_dim_contiguous, output_shapes)
+from .context import default_context
+
+
+def _stream(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+@torch.library.custom_op("fa::attention_fwd", mutates_args=())
+def attention_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], alibi_slopes: Optional[Tensor],
+                  cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
+                  max_seqlen_k: int, mask: int, window_left: int, window_right: int, softcap: float,
+                  scale: float) -> Tuple[Tensor, Tensor]:
+    q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
+    o_shape, lse_shape = output_shapes(q, k, v, cu_seqlens_q)
+    o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    if o.numel() == 0:
+        lse.fill_(float("-inf"))
+        return o, lse
+    p, keep = build_params(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                           max_seqlen_k, mask, window_left, window_right, softcap, scale)
+    with torch.cuda.device(q.device):
+        default_context(_device_index(q.device)).run(p, _stream(q.device))
+    del keep
+    return o, lse
+
+
+@attention_fwd.register_fake
+def _attention_fwd_fake(q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
+                        window_left, window_right, softcap, scale):
+    o_shape, lse_shape = output_shapes(q, k, v, cu_seqlens_q)
+    return q.new_empty(o_shape), q.new_empty(lse_shape, dtype=torch.float32)
+
+
+@torch.library.custom_op("fa::attention_bwd", mutates_args=())
+def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, bias: Optional[Tensor],
+                  alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+                  max_seqlen_q: int, max_seqlen_k: int, mask: int, window_left: int, window_right: int,
+                  softcap: float, scale: float, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
+    o, dout = last_dim_contiguous(o), last_dim_contiguous(dout)
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    if q.numel() == 0 or k.numel() == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    p, keep = build_params(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                           max_seqlen_k, mask, window_left, window_right, softcap, scale)
+    bp = build_bwd_params(p, dout, dq, dk, dv, cu_seqlens_q is not None, deterministic)
+    with torch.cuda.device(q.device):
+        default_context(_device_index(q.device)).run_backward(bp, _stream(q.device))
+    del keep
+    return dq, dk, dv
+
+
+@attention_bwd.register_fake
+def _attention_bwd_fake(dout, q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k, mask, window_left, window_right, softcap, scale, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left,
+     window_right, softcap, scale) = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
+    ctx.fa_args = (max_seqlen_q, max_seqlen_k, mask, window_left, window_right, softcap, scale)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, dout, _dlse):
+    q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    dq, dk, dv = torch.ops.fa.attention_bwd(dout, q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+                                            *ctx.fa_args, torch.are_deterministic_algorithms_enabled())
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
+
+
+attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- user-facing -----------------------------------------------------------------------------------------------------
+def _mask_args(causal: bool, window) -> tuple[int, int, int]:
+    left, right = (int(window[0]), int(window[1])) if window is not None else (-1, -1)
+    if left < -1 or right < -1:
+        raise ValueError(f"fa: window entries must be >= 0 or -1 (unbounded), got {window}")
+    if causal:
+        if left == -1 and right in (-1, 0):
+            return S.FA_MASK_CAUSAL, -1, -1
+        return S.FA_MASK_SLIDING_WINDOW, left, 0
+    if left == -1 and right == -1:
+        return S.FA_MASK_NONE, -1, -1
+    return S.FA_MASK_SLIDING_WINDOW, left, right
+
+
+def _op_args(q, k, v, causal, window, bias, alibi_slopes, softcap, scale, layout, cu_seqlens_q, cu_seqlens_k,
+             max_seqlen_q, max_seqlen_k):
+    """(op-level q, k, v, the remaining op arguments, bhsd)."""
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError(f'fa: layout must be "bshd" or "bhsd", got {layout!r}')
+    bhsd = layout == "bhsd"
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if bhsd:
+        if varlen:
+            raise ValueError('fa: layout="bhsd" is for fixed-length 4-D tensors; varlen tensors are [total, heads, dim]')
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    if varlen:
+        if max_seqlen_q is None:
+            max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max().item())
+        if max_seqlen_k is None:
+            max_seqlen_k = int((cu_seqlens_k[1:] - cu_seqlens_k[:-1]).max().item())
+    else:
+        max_seqlen_q, max_seqlen_k = 0, 0
+    mask, wl, wr = _mask_args(causal, window)
+    if softcap is None:
+        softcap = 0.0
+    if scale is None:
+        scale = 0.0
+    rest = (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, wl, wr, float(softcap),
+            float(scale))
+    return q, k, v, rest, bhsd
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(-1, -1),
+              bias: Optional[Tensor] = None, alibi_slopes: Optional[Tensor] = None, softcap: float = 0.0,
+              scale: Optional[float] = None, layout: str = "bshd", cu_seqlens_q: Optional[Tensor] = None,
+              cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q: Optional[int] = None,
+              max_seqlen_k: Optional[int] = None, return_lse: bool = False):
+    """FlashAttention forward (differentiable). See python/README.md and include/fa/fa.h for the semantics.
+
+    q [B, Sq, Hq, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv] (layout="bshd"), or [B, H, S, D] views
+    (layout="bhsd", no copy), or varlen [total, H, D] with cu_seqlens_q/k (int32 [B+1]). Masks are aligned to the
+    bottom-right corner. window=(left, right), -1 unbounded; causal with a window means right=0. bias broadcasts to
+    [B, Hq, Sq, Sk]; alibi_slopes is float32 [Hq]; softcap 0 is off; scale None is 1/sqrt(D).
+    Returns o (same layout as q, head dim Dv), and lse (float32 [B, Hq, Sq] or [Hq, total]) when return_lse.
+    """
+    q2, k2, v2, rest, bhsd = _op_args(q, k, v, causal, window, bias, alibi_slopes, softcap, scale, layout,
+                                      cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    o, lse = torch.ops.fa.attention_fwd(q2, k2, v2, *rest)
+    if bhsd:
+        o = o.transpose(1, 2)
+    return (o, lse) if return_lse else o
+
+
+def _problem(q, k, v, kwargs):
+    q2, k2, v2, rest, _ = _op_args(q, k, v, kwargs.pop("causal", False), kwargs.pop("window", (-1, -1)),
+                                   kwargs.pop("bias", None), kwargs.pop("alibi_slopes", None),
+                                   kwargs.pop("softcap", 0.0), kwargs.pop("scale", None),
+                                   kwargs.pop("layout", "bshd"), kwargs.pop("cu_seqlens_q", None),
+                                   kwargs.pop("cu_seqlens_k", None), kwargs.pop("max_seqlen_q", None),
+                                   kwargs.pop("max_seqlen_k", None))
+    kwargs.pop("return_lse", None)
+    if kwargs:
+        raise TypeError(f"fa: unexpected keyword arguments {sorted(kwargs)}")
+    q2, k2, v2 = last_dim_contiguous(q2), last_dim_contiguous(k2), last_dim_contiguous(v2)
+    o_shape, lse_shape = output_shapes(q2, k2, v2, rest[2])
+    o = torch.empty(o_shape, dtype=q2.dtype, device=q2.device)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q2.device)
+    p, keep = build_params(q2, k2, v2, o, lse, *rest)
+    return p, keep, (q2, k2, v2, o, rest)
+
+
+def prepare(q: Tensor, k: Tensor, v: Tensor, *, backward: Optional[bool] = None, **kwargs) -> None:
+    """Compile (and, by policy, tune) the kernels fa.attention(q, k, v, **kwargs) will use, so that it can be
+    captured in a CUDA graph. Also prepares the backward when `backward` is True, or when it is None and grad mode
+    is on and q, k or v requires grad. Same keyword arguments as fa.attention."""
+    p, keep, (q2, k2, v2, o, rest) = _problem(q, k, v, dict(kwargs))
+    ctx = default_context(_device_index(q2.device))
+    with torch.cuda.device(q2.device):
+        ctx.prepare(p)
+        if backward is None:
+            backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        if backward:
+            dq, dk, dv = torch.empty_like(q2.contiguous()), torch.empty_like(k2.contiguous()), torch.empty_like(
+                v2.contiguous())
+            bp = build_bwd_params(p, torch.empty_like(o), dq, dk, dv, rest[2] is not None,
+                                  torch.are_deterministic_algorithms_enabled())
+            ctx.prepare_backward(bp)
+    del keep
+
+
+def is_supported(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> tuple[bool, str]:
+    """(True, "") when fa.attention(q, k, v, **kwargs) would run, else (False, the library's reason)."""
+    p, keep, (q2, *_rest) = _problem(q, k, v, dict(kwargs))
+    ok = default_context(_device_index(q2.device)).is_supported(p)
+    del keep
+    return ok
+
+
+def problem_key(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> str:
+    """The canonical kernel key of the problem (no sequence lengths or batch)."""
+    p, keep, (q2, *_rest) = _problem(q, k, v, dict(kwargs))
+    key = default_context(_device_index(q2.device)).problem_key(p)
+    del keep
+    return key

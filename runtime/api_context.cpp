@@ -1,0 +1,129 @@
+// api_context.cpp -- fa_context_* and the *_init functions of the C API.
+#include <cstdlib>
+#include <cstring>
+
+#include "fa/fa.h"
+#include "runtime/context.h"
+#include "runtime/stores.h"
+
+namespace fa::rt {
+Status bind_device(fa_context c);
+}
+
+using namespace fa::rt;
+
+extern "C" FA_API fa_status fa_context_options_init(fa_context_options* o) {
+  if (o == nullptr) return finish(invalid("options", "a non-NULL fa_context_options*", "NULL"));
+  std::memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->version = FA_CONTEXT_OPTIONS_VERSION;
+  o->device_ordinal = 0;
+  o->tune_policy = -1;  // -1: take $FA_TUNE_POLICY, else FA_TUNE_ON_FIRST_USE
+  return finish(Status::Ok());
+}
+
+extern "C" FA_API fa_status fa_params_init(fa_params* p) {
+  if (p == nullptr) return finish(invalid("params", "a non-NULL fa_params*", "NULL"));
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  p->version = FA_PARAMS_VERSION;
+  p->dtype = FA_DTYPE_FP16;
+  p->batch = 1;
+  p->heads_q = 1;
+  p->heads_kv = 1;
+  p->mask = FA_MASK_NONE;
+  p->window_left = -1;
+  p->window_right = -1;
+  return finish(Status::Ok());
+}
+
+extern "C" FA_API fa_status fa_bwd_params_init(fa_bwd_params* p) {
+  if (p == nullptr) return finish(invalid("params", "a non-NULL fa_bwd_params*", "NULL"));
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  p->version = FA_BWD_PARAMS_VERSION;
+  return finish(Status::Ok());
+}
+
+static Status parse_policy(const char* text, int* out) {
+  if (!std::strcmp(text, "first_use") || !std::strcmp(text, "0")) *out = FA_TUNE_ON_FIRST_USE;
+  else if (!std::strcmp(text, "defaults") || !std::strcmp(text, "1")) *out = FA_TUNE_DEFAULTS_ONLY;
+  else if (!std::strcmp(text, "require") || !std::strcmp(text, "2")) *out = FA_TUNE_REQUIRE_TUNED;
+  else return invalid("FA_TUNE_POLICY", "first_use, defaults or require", text);
+  return Status::Ok();
+}
+
+static Status create(const fa_context_options* in, fa_context* out) {
+  if (out == nullptr) return invalid("out_context", "a non-NULL fa_context*", "NULL");
+  fa_context_options o;
+  fa_context_options_init(&o);
+  if (in != nullptr) {
+    if (in->version != FA_CONTEXT_OPTIONS_VERSION)
+      return error(FA_ERROR_INVALID_VERSION, fmt::format("options.version: expected {} (call fa_context_options_init), got {}",
+                                                         FA_CONTEXT_OPTIONS_VERSION, in->version));
+    if (in->struct_size != sizeof(fa_context_options))
+      return error(FA_ERROR_INVALID_VERSION, fmt::format("options.struct_size: expected {}, got {}",
+                                                         sizeof(fa_context_options), in->struct_size));
+    o = *in;
+  }
+  if (o.device_ordinal < 0) return invalid("device_ordinal", ">= 0", o.device_ordinal);
+  int policy = o.tune_policy;
+  if (policy == -1) {
+    policy = FA_TUNE_ON_FIRST_USE;
+    if (const char* env = std::getenv("FA_TUNE_POLICY"); env && *env) {
+      Status st = parse_policy(env, &policy);
+      if (!st.ok()) return st;
+    }
+  } else if (policy < FA_TUNE_ON_FIRST_USE || policy > FA_TUNE_REQUIRE_TUNED) {
+    return invalid("tune_policy", "-1 (environment), 0, 1 or 2", policy);
+  }
+  if (o.verbose != 0 && o.verbose != 1) return invalid("verbose", "0 or 1", o.verbose);
+
+  auto c = std::make_unique<fa_context_s>();
+  c->device_ordinal = o.device_ordinal;
+  c->tune_policy = policy;
+  c->verbose = o.verbose;
+  if (const char* a = std::getenv("FA_ARCH"); a && *a) c->arch = std::atoi(a);
+  if (c->arch < 80) c->arch = 80;
+  c->limits = fa::gen::limits_for_arch(c->arch);
+  Status st = bind_device(c.get());
+  if (!st.ok()) return st;
+  c->store = make_cubin_store(c.get(), o.cache_path);
+  c->kernels = std::make_unique<KernelCache>(c->store.get());
+  c->chooser = make_chooser(c.get());
+  *out = c.release();
+  return Status::Ok();
+}
+
+extern "C" FA_API fa_status fa_context_create(const fa_context_options* options, fa_context* out_context) {
+  try {
+    return finish(create(options, out_context));
+  } catch (const std::exception& e) {
+    return finish(error(FA_ERROR_INTERNAL, std::string("fa_context_create: ") + e.what()));
+  }
+}
+
+extern "C" FA_API void fa_context_destroy(fa_context c) {
+  if (c == nullptr) return;
+  if (c->has_device) {
+    {
+      CtxGuard g(c);
+      if (g.status().ok()) c->kernels->unload_all(*c->drv);
+    }
+    c->drv->cuDevicePrimaryCtxRelease(c->dev);
+  }
+  delete c;
+}
+
+extern "C" FA_API int fa_context_has_device(fa_context c) {
+  if (c == nullptr) {
+    finish(invalid("context", "a context from fa_context_create", "NULL"));
+    return 0;
+  }
+  if (!c->has_device) {
+    finish(error(FA_ERROR_NO_DEVICE, c->no_device_reason));
+    return 0;
+  }
+  finish(Status::Ok());
+  return 1;
+}

@@ -1,0 +1,81 @@
+// context.cpp -- creating and destroying contexts, binding the device, the primary-context guard.
+#include "runtime/context.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace fa::rt {
+
+CtxGuard::CtxGuard(fa_context c) : c_(c) {
+  if (!c_->has_device) {
+    st_ = error(FA_ERROR_NO_DEVICE, c_->no_device_reason);
+    return;
+  }
+  CUresult r = c_->drv->cuCtxPushCurrent(c_->cuctx);
+  if (r != CUDA_SUCCESS) st_ = error(FA_ERROR_DRIVER, driver_error(*c_->drv, "cuCtxPushCurrent", r));
+  else pushed_ = true;
+}
+
+CtxGuard::~CtxGuard() {
+  if (pushed_) {
+    CUcontext popped = nullptr;
+    c_->drv->cuCtxPopCurrent(&popped);
+  }
+}
+
+int context_arch(fa_context c) { return c->arch; }
+
+Status bind_device(fa_context c) {
+  std::string why;
+  c->drv = driver(&why);
+  if (!c->drv) {
+    c->no_device_reason = why;
+    return Status::Ok();
+  }
+  const Driver& d = *c->drv;
+  int count = 0;
+  CUresult r = d.cuDeviceGetCount(&count);
+  if (r != CUDA_SUCCESS) {
+    c->no_device_reason = driver_error(d, "cuDeviceGetCount", r);
+    return Status::Ok();
+  }
+  if (c->device_ordinal >= count) {
+    c->no_device_reason = fmt::format("device_ordinal: expected < {} (devices present), got {}", count, c->device_ordinal);
+    return count == 0 ? Status::Ok() : invalid("device_ordinal", fmt::format("0..{}", count - 1), c->device_ordinal);
+  }
+  r = d.cuDeviceGet(&c->dev, c->device_ordinal);
+  if (r != CUDA_SUCCESS) return error(FA_ERROR_DRIVER, driver_error(d, "cuDeviceGet", r));
+  int major = 0, minor = 0, smem_optin = 0, sms = 0;
+  d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->dev);
+  d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->dev);
+  d.cuDeviceGetAttribute(&smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, c->dev);
+  d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c->dev);
+  char name[256] = {0};
+  d.cuDeviceGetName(name, sizeof name - 1, c->dev);
+  c->gpu_name = name;
+  c->sm_count = sms;
+  c->arch = major * 10 + minor;
+  if (c->arch < 80) {
+    c->no_device_reason = fmt::format("device {} is sm_{}: fa needs sm_80 or newer", c->gpu_name, c->arch);
+    c->arch = 80;
+    c->limits = gen::limits_for_arch(80);
+    return Status::Ok();
+  }
+  c->limits = gen::limits_for_arch(c->arch);
+  c->limits.max_smem_optin = smem_optin;
+  c->limits.sm_count = sms;
+  r = d.cuDevicePrimaryCtxRetain(&c->cuctx, c->dev);
+  if (r != CUDA_SUCCESS) {
+    c->no_device_reason = driver_error(d, "cuDevicePrimaryCtxRetain", r);
+    return Status::Ok();
+  }
+  c->has_device = true;
+  return Status::Ok();
+}
+
+}  // namespace fa::rt
+
+void fa_context_s::warn(const std::string& msg) const {
+  if (verbose) std::fprintf(stderr, "fa: warning: %s\n", msg.c_str());
+}

@@ -1,0 +1,84 @@
+// context.h -- struct fa_context_s: the device binding, the kernel cache, the persistent store and tuning state.
+#pragma once
+
+#include <cuda.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "fa/fa.h"
+#include "generator/family.h"
+#include "generator/problem.h"
+#include "runtime/driver.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/status.h"
+
+namespace fa::rt {
+
+// What the tuner may use to time candidates of one problem: the caller's stream and a launcher that runs the whole
+// operation (forward, or every backward step) with a given config for the tuned kernel family. The launcher only
+// enqueues work; the tuner records events around it on `stream`. `verify` (optional) runs the candidate and the
+// reference path into scratch outputs and returns the relative error between them.
+struct TuneRequest {
+  CUstream stream = nullptr;
+  std::function<Status(const gen::KernelConfig& cfg)> launch;
+  std::function<Status(const gen::KernelConfig& cfg, double* rel_error)> verify;
+};
+
+// How a context picks tunables for a semantic: a cached tuning result, tuning now (when `tune` is non-null and
+// the policy allows it), or the heuristic default. Never compiles or times anything when `tune` is null.
+struct TunableChooser {
+  virtual ~TunableChooser() = default;
+  virtual Status choose(fa_context ctx, const gen::Semantic& s, const gen::ProblemDesc& p, const TuneRequest* tune,
+                        gen::Tunables* out) = 0;
+};
+
+}  // namespace fa::rt
+
+struct fa_context_s {
+  // options
+  int device_ordinal = 0;
+  int tune_policy = FA_TUNE_ON_FIRST_USE;
+  std::string cache_path;
+  int verbose = 0;
+  // device (drv == nullptr or has_device == false: no launches; keys, validation and compiles still work)
+  const fa::rt::Driver* drv = nullptr;
+  bool has_device = false;
+  std::string no_device_reason;
+  CUdevice dev = 0;
+  CUcontext cuctx = nullptr;
+  int arch = 80;
+  fa::gen::DeviceLimits limits;
+  std::string gpu_name;
+  int sm_count = 0;
+  // caches
+  std::unique_ptr<fa::rt::CubinStore> store;
+  std::unique_ptr<fa::rt::KernelCache> kernels;
+  std::unique_ptr<fa::rt::TunableChooser> chooser;
+  std::mutex mu;                     // guards the maps below
+  std::set<std::string> untuned;     // keys that ran on defaults while capturing (or by policy)
+  void warn(const std::string& msg) const;
+};
+
+namespace fa::rt {
+
+// Pushes the context's primary CUDA context for the scope.
+class CtxGuard {
+ public:
+  explicit CtxGuard(fa_context c);
+  ~CtxGuard();
+  Status status() const { return st_; }
+ private:
+  fa_context c_;
+  bool pushed_ = false;
+  Status st_;
+};
+
+// Arch the context compiles for: the device's, or $FA_ARCH / 80 without a device.
+int context_arch(fa_context c);
+
+}  // namespace fa::rt

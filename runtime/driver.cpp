@@ -1,0 +1,74 @@
+// driver.cpp -- loads libcuda.so.1 once and resolves the entry points of driver_functions.inc.
+#include "runtime/driver.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <mutex>
+
+namespace fa::rt {
+
+namespace {
+
+using GetProcAddressFn = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+struct Loaded {
+  Driver d;
+  bool ok = false;
+  std::string why;
+};
+
+Loaded load() {
+  Loaded L;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* e = dlerror();
+    L.why = fmt::format("no CUDA driver: dlopen(\"libcuda.so.1\") failed: {}", e ? e : "unknown error");
+    return L;
+  }
+  auto gpa = reinterpret_cast<GetProcAddressFn>(dlsym(lib, "cuGetProcAddress_v2"));
+  if (!gpa) {
+    L.why = "CUDA driver too old: libcuda.so.1 has no cuGetProcAddress_v2 (CUDA 12 or newer driver needed)";
+    return L;
+  }
+  bool missing = false;
+  auto resolve = [&](const char* name, void** slot) {
+    CUdriverProcAddressQueryResult q{};
+    CUresult r = gpa(name, slot, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q);
+    if (r != CUDA_SUCCESS || *slot == nullptr) {
+      if (!missing) L.why = fmt::format("CUDA driver lacks {} (cuGetProcAddress status {})", name, static_cast<int>(q));
+      missing = true;
+    }
+  };
+#define FA_DRIVER_FN(name) resolve(#name, reinterpret_cast<void**>(&L.d.name));
+#include "runtime/driver_functions.inc"
+#undef FA_DRIVER_FN
+  if (missing) return L;
+  CUresult r = L.d.cuInit(0);
+  if (r != CUDA_SUCCESS) {
+    L.why = driver_error(L.d, "cuInit", r) + " (no usable GPU)";
+    return L;
+  }
+  L.d.cuDriverGetVersion(&L.d.version);
+  L.ok = true;
+  return L;  // the library handle stays open for the life of the process
+}
+
+}  // namespace
+
+const Driver* driver(std::string* why) {
+  static const Loaded L = load();
+  if (!L.ok) {
+    if (why) *why = L.why;
+    return nullptr;
+  }
+  return &L.d;
+}
+
+std::string driver_error(const Driver& d, const char* call, CUresult r) {
+  const char* name = nullptr;
+  if (d.cuGetErrorName) d.cuGetErrorName(r, &name);
+  return fmt::format("{} failed: {} ({})", call, name ? name : "unknown", static_cast<int>(r));
+}
+
+}  // namespace fa::rt

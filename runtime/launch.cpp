@@ -1,0 +1,124 @@
+// launch.cpp -- from validated params to a launched kernel.
+#include "runtime/launch.h"
+
+#include <cmath>
+
+namespace fa::rt {
+
+FaFwdArgs make_fwd_args(const fa_params& p, const gen::ProblemDesc& d) {
+  FaFwdArgs a{};
+  a.q = p.q; a.k = p.k; a.v = p.v; a.o = p.o;
+  a.q_sb = p.q_stride_batch; a.q_ss = p.q_stride_seq; a.q_sh = p.q_stride_head;
+  a.k_sb = p.k_stride_batch; a.k_ss = p.k_stride_seq; a.k_sh = p.k_stride_head;
+  a.v_sb = p.v_stride_batch; a.v_ss = p.v_stride_seq; a.v_sh = p.v_stride_head;
+  a.o_sb = p.o_stride_batch; a.o_ss = p.o_stride_seq; a.o_sh = p.o_stride_head;
+  a.bias = p.bias;
+  a.bias_sb = p.bias_stride_batch; a.bias_sh = p.bias_stride_head; a.bias_sq = p.bias_stride_q; a.bias_sk = p.bias_stride_k;
+  a.alibi = p.alibi_slopes;
+  a.lse = p.lse;
+  if (d.varlen) {
+    a.lse_sb = 0;
+    a.lse_sh = d.total_q;
+  } else {
+    a.lse_sh = d.seqlen_q;
+    a.lse_sb = static_cast<long long>(d.heads_q) * d.seqlen_q;
+  }
+  a.cu_seqlens_q = d.varlen ? p.cu_seqlens_q : nullptr;
+  a.cu_seqlens_k = d.varlen ? p.cu_seqlens_k : nullptr;
+  a.batch = d.batch;
+  a.seqlen_q = d.seqlen_q;
+  a.seqlen_k = d.seqlen_k;
+  a.heads_q = d.heads_q;
+  a.heads_kv = d.heads_kv;
+  a.group = d.heads_q / d.heads_kv;
+  if (d.mask == FA_MASK_CAUSAL) {
+    a.win_left = -1;
+    a.win_right = 0;
+  } else if (d.mask == FA_MASK_SLIDING_WINDOW) {
+    a.win_left = d.win_left;
+    a.win_right = d.win_right;
+  } else {
+    a.win_left = -1;
+    a.win_right = -1;
+  }
+  a.scale = p.softmax_scale > 0.0f ? p.softmax_scale : 1.0f / std::sqrt(static_cast<float>(d.head_dim));
+  a.scale_log2 = a.scale * 1.4426950408889634f;
+  a.softcap = p.softcap;
+  a.inv_softcap = p.softcap > 0.0f ? 1.0f / p.softcap : 0.0f;
+  return a;
+}
+
+Status stream_capturing(fa_context c, CUstream stream, bool* capturing) {
+  *capturing = false;
+  if (!c->has_device) return Status::Ok();
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = c->drv->cuStreamIsCapturing(stream, &cs);
+  if (r != CUDA_SUCCESS) return error(FA_ERROR_DRIVER, driver_error(*c->drv, "cuStreamIsCapturing", r));
+  *capturing = cs != CU_STREAM_CAPTURE_STATUS_NONE;
+  return Status::Ok();
+}
+
+Status kernel_for(fa_context c, const gen::KernelConfig& cfg, bool allow_compile, std::shared_ptr<Kernel>* out) {
+  std::string why;
+  if (!gen::is_valid(cfg, c->limits, &why))
+    return error(FA_ERROR_INTERNAL, "selected an invalid kernel config " + gen::canonical_key(cfg) + ": " + why);
+  std::shared_ptr<Kernel> k;
+  if (!allow_compile) {
+    k = c->kernels->peek(cfg);
+    if (!k || !k->function)
+      return error(FA_ERROR_STREAM_CAPTURING, "kernel " + gen::canonical_key(cfg) +
+                                                  " is not ready and the stream is being captured: call fa_prepare "
+                                                  "(or fa_prepare_backward) with the same params before capture");
+    *out = k;
+    return Status::Ok();
+  }
+  Status st = c->kernels->get(cfg, true, &k);
+  if (!st.ok()) return st;
+  if (c->has_device) {
+    CtxGuard g(c);
+    if (!g.status().ok()) return g.status();
+    st = c->kernels->ensure_loaded(*c->drv, *k, gen::family(cfg.s.kind).smem_bytes(cfg));
+    if (!st.ok()) return st;
+  }
+  *out = k;
+  return Status::Ok();
+}
+
+Status forward_kernel(fa_context c, const gen::ProblemDesc& d, bool allow_compile, const TuneRequest* tune,
+                      std::shared_ptr<Kernel>* out, gen::KernelConfig* cfg) {
+  const int arch = context_arch(c);
+  gen::Semantic s = gen::select_forward(d, arch);
+  gen::Tunables t;
+  Status st = c->chooser->choose(c, s, d, allow_compile ? tune : nullptr, &t);
+  if (!st.ok()) return st;
+  *cfg = gen::finalize(s, t, d);
+  return kernel_for(c, *cfg, allow_compile, out);
+}
+
+TuneRequest forward_tune_request(fa_context c, const fa_params& p, const gen::ProblemDesc& d, CUstream stream) {
+  TuneRequest r;
+  r.stream = stream;
+  r.launch = [c, p, d, stream](const gen::KernelConfig& cfg) -> Status {
+    std::shared_ptr<Kernel> k;
+    Status st = kernel_for(c, cfg, true, &k);
+    if (!st.ok()) return st;
+    FaFwdArgs args = make_fwd_args(p, d);
+    const gen::Launch l = gen::family(cfg.s.kind).launch(cfg, gen::launch_shape(d));
+    return launch_kernel(c, *k, l, &args, sizeof args, stream);
+  };
+  return r;
+}
+
+Status launch_kernel(fa_context c, Kernel& k, const gen::Launch& l, void* args, size_t size, CUstream stream) {
+  if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) return Status::Ok();  // nothing to do
+  (void)size;  // the one kernel parameter is the argument struct
+  void* params[] = {args};
+  CtxGuard g(c);
+  if (!g.status().ok()) return g.status();
+  CUresult r = c->drv->cuLaunchKernel(k.function, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.smem, stream,
+                                      params, nullptr);
+  if (r != CUDA_SUCCESS) return error(FA_ERROR_LAUNCH, driver_error(*c->drv, "cuLaunchKernel", r) + " for kernel " + k.key);
+  return Status::Ok();
+}
+
+}  // namespace fa::rt

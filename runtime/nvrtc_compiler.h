@@ -1,0 +1,46 @@
+// nvrtc_compiler.h -- renders a KernelConfig, compiles it with NVRTC into a cubin, and reads ptxas's report.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "generator/config.h"
+
+namespace fa::rt {
+
+struct PtxasInfo {
+  int registers = -1;
+  int spill_stores = 0;   // bytes
+  int spill_loads = 0;    // bytes
+  int stack_bytes = 0;
+  int smem_static = 0;
+};
+
+struct CompileResult {
+  bool ok = false;
+  std::vector<char> cubin;
+  std::string log;        // NVRTC + ptxas log
+  std::string source;     // the rendered translation unit
+  std::string key;        // canonical key
+  uint64_t hash = 0;      // compile hash (source, templates, generator version, NVRTC version, options)
+  PtxasInfo ptxas;
+  double seconds = 0.0;
+};
+
+// "sm_90a" for 90, "sm_80" for 80, ...
+std::string arch_option(int arch);
+// NVRTC version "13.0", or "" when NVRTC cannot be used.
+std::string nvrtc_version();
+// The options passed to NVRTC (part of the compile hash).
+std::vector<std::string> nvrtc_options(int arch);
+// The compile hash of a config under this NVRTC (what the persistent cache is keyed by).
+uint64_t compile_hash_for(const gen::KernelConfig& c);
+
+// Thread-safe (NVRTC is). Never throws.
+CompileResult compile(const gen::KernelConfig& c);
+
+// Parses ptxas -v output for the fa_kernel entry.
+PtxasInfo parse_ptxas(const std::string& log);
+
+}  // namespace fa::rt

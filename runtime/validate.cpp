@@ -1,0 +1,259 @@
+// validate.cpp -- argument checking for the C API. Each rejection names the field, the expected and the actual.
+#include "runtime/validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace fa::rt {
+
+size_t dtype_size(int dtype) { return dtype == FA_DTYPE_FP32 ? 4 : 2; }
+
+namespace {
+
+constexpr int64_t kMaxOffset = int64_t(1) << 60;
+
+struct Dim {
+  int64_t extent, stride;
+};
+
+std::string ptr_str(const void* p) { return fmt::format("{}", p); }
+
+// A tensor [d0, d1, d2, inner] (element strides, inner contiguous). Checks strides >= 0, offsets without overflow,
+// and that no two elements alias (dims of extent 1 ignored). Returns the element span [0, span).
+Status check_tensor(const char* name, const void* ptr, size_t esize, std::initializer_list<std::pair<const char*, Dim>> dims,
+                    int64_t inner, int64_t* span_out) {
+  if (ptr == nullptr) return invalid(name, "a device pointer", "NULL");
+  if (reinterpret_cast<uintptr_t>(ptr) % esize != 0)
+    return invalid(name, fmt::format("a pointer aligned to {} bytes", esize), ptr_str(ptr));
+  std::vector<Dim> ds;
+  int64_t span = inner;
+  for (const auto& [field, d] : dims) {
+    if (d.stride < 0) return invalid(field, ">= 0", d.stride);
+    if (d.extent > 1) {
+      if (d.stride != 0 && (d.extent - 1) > (kMaxOffset - span) / d.stride)
+        return invalid(field, fmt::format("a stride whose largest offset fits in 2^60 elements ({} x {})", d.extent, d.stride), d.stride);
+      span += (d.extent - 1) * d.stride;
+      ds.push_back(d);
+      if (d.stride == 0)
+        return invalid(field, fmt::format("a non-zero stride (extent {} would alias)", d.extent), d.stride);
+    }
+  }
+  // no aliasing: sorted by stride, each stride >= the span of the dims inside it
+  std::sort(ds.begin(), ds.end(), [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
+  int64_t inside = inner;
+  for (const Dim& d : ds) {
+    if (d.stride < inside) {
+      const char* field = "?";
+      for (const auto& [f, dd] : dims)
+        if (dd.stride == d.stride && dd.extent == d.extent) field = f;
+      return invalid(field, fmt::format(">= {} so that {} rows do not overlap", inside, name), d.stride);
+    }
+    inside = d.stride * (d.extent - 1) + inside;
+  }
+  *span_out = span;
+  return Status::Ok();
+}
+
+bool overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + static_cast<uintptr_t>(b_bytes) && y < x + static_cast<uintptr_t>(a_bytes);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* desc) {
+  if (in == nullptr) return invalid("params", "a non-NULL fa_params*", "NULL");
+  if (in->version < 1 || in->version > FA_PARAMS_VERSION)
+    return error(FA_ERROR_INVALID_VERSION, fmt::format("params.version: expected 1..{} (call fa_params_init), got {}",
+                                                       FA_PARAMS_VERSION, in->version));
+  if (in->struct_size != sizeof(fa_params))
+    return error(FA_ERROR_INVALID_VERSION, fmt::format("params.struct_size: expected {} for version {} (call fa_params_init), got {}",
+                                                       sizeof(fa_params), in->version, in->struct_size));
+  fa_params p = *in;
+
+  if (p.dtype != FA_DTYPE_FP16 && p.dtype != FA_DTYPE_BF16 && p.dtype != FA_DTYPE_FP32)
+    return invalid("dtype", "FA_DTYPE_FP16 (1), FA_DTYPE_BF16 (2) or FA_DTYPE_FP32 (3)", p.dtype);
+  if (p.batch < 1 || p.batch > 65535) return invalid("batch", "1..65535", p.batch);
+  if (p.heads_q < 1 || p.heads_q > 65535) return invalid("heads_q", "1..65535", p.heads_q);
+  if (p.heads_kv < 1) return invalid("heads_kv", ">= 1", p.heads_kv);
+  if (p.heads_q % p.heads_kv != 0)
+    return invalid("heads_kv", fmt::format("a divisor of heads_q ({})", p.heads_q), p.heads_kv);
+  if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0)
+    return invalid("head_dim", "a multiple of 8 in [8, 256]", p.head_dim);
+  if (p.head_dim_v == 0) p.head_dim_v = p.head_dim;
+  if (p.head_dim_v < 8 || p.head_dim_v > 256 || p.head_dim_v % 8 != 0)
+    return invalid("head_dim_v", "0 or a multiple of 8 in [8, 256]", p.head_dim_v);
+
+  const bool varlen = p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr;
+  if (varlen) {
+    if (p.cu_seqlens_q == nullptr) return invalid("cu_seqlens_q", "non-NULL when cu_seqlens_k is set (varlen mode)", "NULL");
+    if (p.cu_seqlens_k == nullptr) return invalid("cu_seqlens_k", "non-NULL when cu_seqlens_q is set (varlen mode)", "NULL");
+    if (reinterpret_cast<uintptr_t>(p.cu_seqlens_q) % 4) return invalid("cu_seqlens_q", "4-byte aligned", ptr_str(p.cu_seqlens_q));
+    if (reinterpret_cast<uintptr_t>(p.cu_seqlens_k) % 4) return invalid("cu_seqlens_k", "4-byte aligned", ptr_str(p.cu_seqlens_k));
+    if (p.max_seqlen_q < 0) return invalid("max_seqlen_q", ">= 0", p.max_seqlen_q);
+    if (p.max_seqlen_k < 0) return invalid("max_seqlen_k", ">= 0", p.max_seqlen_k);
+    if (p.total_q < p.max_seqlen_q) return invalid("total_q", fmt::format(">= max_seqlen_q ({})", p.max_seqlen_q), p.total_q);
+    if (p.total_k < p.max_seqlen_k) return invalid("total_k", fmt::format(">= max_seqlen_k ({})", p.max_seqlen_k), p.total_k);
+  } else {
+    if (p.seqlen_q < 1) return invalid("seqlen_q", ">= 1", p.seqlen_q);
+    if (p.seqlen_k < 0) return invalid("seqlen_k", ">= 0", p.seqlen_k);
+  }
+  const int64_t sq = varlen ? p.max_seqlen_q : p.seqlen_q;
+  const int64_t sk = varlen ? p.max_seqlen_k : p.seqlen_k;
+  const int64_t nb = varlen ? 1 : p.batch;
+  const int64_t tq = varlen ? p.total_q : sq;
+  const int64_t tk = varlen ? p.total_k : sk;
+
+  if (p.mask != FA_MASK_NONE && p.mask != FA_MASK_CAUSAL && p.mask != FA_MASK_SLIDING_WINDOW)
+    return invalid("mask", "FA_MASK_NONE (0), FA_MASK_CAUSAL (1) or FA_MASK_SLIDING_WINDOW (2)", p.mask);
+  if (p.mask == FA_MASK_SLIDING_WINDOW) {
+    if (p.window_left < -1) return invalid("window_left", ">= 0 or -1 (unbounded)", p.window_left);
+    if (p.window_right < -1) return invalid("window_right", ">= 0 or -1 (unbounded)", p.window_right);
+  } else {
+    if (p.window_left != -1) return invalid("window_left", "-1 unless mask is FA_MASK_SLIDING_WINDOW", p.window_left);
+    if (p.window_right != -1) return invalid("window_right", "-1 unless mask is FA_MASK_SLIDING_WINDOW", p.window_right);
+  }
+  if (!(p.softcap >= 0.0f) || std::isinf(p.softcap)) return invalid("softcap", "a finite value >= 0 (0 = off)", p.softcap);
+  if (!(p.softmax_scale >= 0.0f) || std::isinf(p.softmax_scale))
+    return invalid("softmax_scale", "a finite value >= 0 (0 = 1/sqrt(head_dim))", p.softmax_scale);
+
+  const size_t es = dtype_size(p.dtype);
+  int64_t span_q = 0, span_k = 0, span_v = 0, span_o = 0;
+  Status st;
+  st = check_tensor("q", p.q, es, {{"q_stride_batch", {nb, p.q_stride_batch}}, {"q_stride_seq", {tq, p.q_stride_seq}},
+                                   {"q_stride_head", {p.heads_q, p.q_stride_head}}}, p.head_dim, &span_q);
+  if (!st.ok()) return st;
+  st = check_tensor("k", p.k, es, {{"k_stride_batch", {nb, p.k_stride_batch}}, {"k_stride_seq", {tk, p.k_stride_seq}},
+                                   {"k_stride_head", {p.heads_kv, p.k_stride_head}}}, p.head_dim, &span_k);
+  if (!st.ok()) return st;
+  st = check_tensor("v", p.v, es, {{"v_stride_batch", {nb, p.v_stride_batch}}, {"v_stride_seq", {tk, p.v_stride_seq}},
+                                   {"v_stride_head", {p.heads_kv, p.v_stride_head}}}, p.head_dim_v, &span_v);
+  if (!st.ok()) return st;
+  st = check_tensor("o", p.o, es, {{"o_stride_batch", {nb, p.o_stride_batch}}, {"o_stride_seq", {tq, p.o_stride_seq}},
+                                   {"o_stride_head", {p.heads_q, p.o_stride_head}}}, p.head_dim_v, &span_o);
+  if (!st.ok()) return st;
+  const int64_t bo = span_o * static_cast<int64_t>(es);
+  if (overlaps(p.o, bo, p.q, span_q * static_cast<int64_t>(es))) return invalid("o", "memory not overlapping q", ptr_str(p.o));
+  if (overlaps(p.o, bo, p.k, span_k * static_cast<int64_t>(es))) return invalid("o", "memory not overlapping k", ptr_str(p.o));
+  if (overlaps(p.o, bo, p.v, span_v * static_cast<int64_t>(es))) return invalid("o", "memory not overlapping v", ptr_str(p.o));
+
+  if (p.bias != nullptr) {
+    if (reinterpret_cast<uintptr_t>(p.bias) % es) return invalid("bias", fmt::format("a pointer aligned to {} bytes", es), ptr_str(p.bias));
+    for (auto [f, s] : {std::pair{"bias_stride_batch", p.bias_stride_batch}, std::pair{"bias_stride_head", p.bias_stride_head},
+                        std::pair{"bias_stride_q", p.bias_stride_q}, std::pair{"bias_stride_k", p.bias_stride_k}})
+      if (s < 0 || s > kMaxOffset / 65536) return invalid(f, "in [0, 2^44] (0 broadcasts)", s);
+  } else if (p.bias_stride_batch || p.bias_stride_head || p.bias_stride_q || p.bias_stride_k) {
+    return invalid("bias", "non-NULL when bias strides are set", "NULL");
+  }
+  if (p.alibi_slopes != nullptr && reinterpret_cast<uintptr_t>(p.alibi_slopes) % 4)
+    return invalid("alibi_slopes", "4-byte aligned", ptr_str(p.alibi_slopes));
+  if (p.lse != nullptr) {
+    if (reinterpret_cast<uintptr_t>(p.lse) % 4) return invalid("lse", "4-byte aligned", ptr_str(p.lse));
+    const int64_t lse_bytes = (varlen ? int64_t(p.heads_q) * p.total_q : int64_t(p.batch) * p.heads_q * sq) * 4;
+    if (overlaps(p.lse, lse_bytes, p.o, bo)) return invalid("lse", "memory not overlapping o", ptr_str(p.lse));
+  }
+
+  gen::ProblemDesc d;
+  d.dtype = p.dtype;
+  d.batch = p.batch;
+  d.seqlen_q = static_cast<int>(sq);
+  d.seqlen_k = static_cast<int>(sk);
+  d.heads_q = p.heads_q;
+  d.heads_kv = p.heads_kv;
+  d.head_dim = p.head_dim;
+  d.head_dim_v = p.head_dim_v;
+  d.varlen = varlen;
+  d.total_q = varlen ? p.total_q : p.batch * p.seqlen_q;
+  d.total_k = varlen ? p.total_k : p.batch * p.seqlen_k;
+  d.mask = p.mask;
+  d.win_left = p.window_left;
+  d.win_right = p.window_right;
+  d.has_bias = p.bias != nullptr;
+  d.has_alibi = p.alibi_slopes != nullptr;
+  d.has_softcap = p.softcap > 0.0f;
+  d.has_lse = p.lse != nullptr;
+  const int64_t v16 = static_cast<int64_t>(16 / es);
+  auto s16 = [&](int64_t s) { return s % v16 == 0; };
+  d.aligned16 = aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o) &&
+                s16(p.q_stride_batch) && s16(p.q_stride_seq) && s16(p.q_stride_head) &&
+                s16(p.k_stride_batch) && s16(p.k_stride_seq) && s16(p.k_stride_head) &&
+                s16(p.v_stride_batch) && s16(p.v_stride_seq) && s16(p.v_stride_head) &&
+                s16(p.o_stride_batch) && s16(p.o_stride_seq) && s16(p.o_stride_head);
+  if (p.bias != nullptr)
+    d.aligned16 = d.aligned16 && aligned16(p.bias) && p.bias_stride_k == 1 && s16(p.bias_stride_batch) &&
+                  s16(p.bias_stride_head) && s16(p.bias_stride_q);
+  *out = p;
+  *desc = d;
+  return Status::Ok();
+}
+
+Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc* desc) {
+  if (in == nullptr) return invalid("params", "a non-NULL fa_bwd_params*", "NULL");
+  if (in->version < 1 || in->version > FA_BWD_PARAMS_VERSION)
+    return error(FA_ERROR_INVALID_VERSION, fmt::format("bwd.version: expected 1..{} (call fa_bwd_params_init), got {}",
+                                                       FA_BWD_PARAMS_VERSION, in->version));
+  if (in->struct_size != sizeof(fa_bwd_params))
+    return error(FA_ERROR_INVALID_VERSION, fmt::format("bwd.struct_size: expected {} (call fa_bwd_params_init), got {}",
+                                                       sizeof(fa_bwd_params), in->struct_size));
+  if (in->fwd == nullptr) return invalid("bwd.fwd", "the forward fa_params*", "NULL");
+  BwdView v;
+  gen::ProblemDesc d;
+  Status st = validate_forward(in->fwd, &v.fwd, &d);
+  if (!st.ok()) return st;
+  v.bwd = *in;
+  const fa_params& p = v.fwd;
+  if (p.lse == nullptr) return invalid("fwd.lse", "the forward's LSE (non-NULL) for the backward", "NULL");
+  const bool varlen = d.varlen;
+  const int64_t nb = varlen ? 1 : p.batch;
+  const int64_t tq = varlen ? p.total_q : d.seqlen_q;
+  const int64_t tk = varlen ? p.total_k : d.seqlen_k;
+  const size_t es = dtype_size(p.dtype);
+  const fa_bwd_params& b = v.bwd;
+  int64_t span_do = 0, span_dq = 0, span_dk = 0, span_dv = 0;
+  st = check_tensor("dout", b.dout, es, {{"dout_stride_batch", {nb, b.dout_stride_batch}}, {"dout_stride_seq", {tq, b.dout_stride_seq}},
+                                         {"dout_stride_head", {p.heads_q, b.dout_stride_head}}}, p.head_dim_v, &span_do);
+  if (!st.ok()) return st;
+  st = check_tensor("dq", b.dq, es, {{"dq_stride_batch", {nb, b.dq_stride_batch}}, {"dq_stride_seq", {tq, b.dq_stride_seq}},
+                                     {"dq_stride_head", {p.heads_q, b.dq_stride_head}}}, p.head_dim, &span_dq);
+  if (!st.ok()) return st;
+  st = check_tensor("dk", b.dk, es, {{"dk_stride_batch", {nb, b.dk_stride_batch}}, {"dk_stride_seq", {tk, b.dk_stride_seq}},
+                                     {"dk_stride_head", {p.heads_kv, b.dk_stride_head}}}, p.head_dim, &span_dk);
+  if (!st.ok()) return st;
+  st = check_tensor("dv", b.dv, es, {{"dv_stride_batch", {nb, b.dv_stride_batch}}, {"dv_stride_seq", {tk, b.dv_stride_seq}},
+                                     {"dv_stride_head", {p.heads_kv, b.dv_stride_head}}}, p.head_dim_v, &span_dv);
+  if (!st.ok()) return st;
+  const int64_t e = static_cast<int64_t>(es);
+  struct R { const char* n; const void* p; int64_t bytes; };
+  const R outs[] = {{"dq", b.dq, span_dq * e}, {"dk", b.dk, span_dk * e}, {"dv", b.dv, span_dv * e}};
+  const R ins[] = {{"q", p.q, 1}, {"k", p.k, 1}, {"v", p.v, 1}, {"o", p.o, 1}, {"dout", b.dout, span_do * e}};
+  for (int i = 0; i < 3; ++i) {
+    for (int j = i + 1; j < 3; ++j)
+      if (overlaps(outs[i].p, outs[i].bytes, outs[j].p, outs[j].bytes))
+        return invalid(outs[j].n, fmt::format("memory not overlapping {}", outs[i].n), ptr_str(outs[j].p));
+    for (const R& r : ins)
+      if (overlaps(outs[i].p, outs[i].bytes, r.p, r.bytes))
+        return invalid(outs[i].n, fmt::format("memory not overlapping {}", r.n), ptr_str(outs[i].p));
+  }
+  if (b.deterministic != 0 && b.deterministic != 1) return invalid("deterministic", "0 or 1", b.deterministic);
+  if (b.workspace != nullptr && reinterpret_cast<uintptr_t>(b.workspace) % 256)
+    return invalid("workspace", "a 256-byte aligned pointer or NULL", ptr_str(b.workspace));
+  if (b.workspace == nullptr && b.workspace_size != 0)
+    return invalid("workspace_size", "0 when workspace is NULL", b.workspace_size);
+  d.backward = true;
+  d.deterministic = b.deterministic != 0;
+  auto s16 = [&](int64_t s) { return s % static_cast<int64_t>(16 / es) == 0; };
+  d.aligned16 = d.aligned16 && aligned16(b.dout) && aligned16(b.dq) && aligned16(b.dk) && aligned16(b.dv) &&
+                s16(b.dout_stride_batch) && s16(b.dout_stride_seq) && s16(b.dout_stride_head) &&
+                s16(b.dq_stride_batch) && s16(b.dq_stride_seq) && s16(b.dq_stride_head) &&
+                s16(b.dk_stride_batch) && s16(b.dk_stride_seq) && s16(b.dk_stride_head) &&
+                s16(b.dv_stride_batch) && s16(b.dv_stride_seq) && s16(b.dv_stride_head);
+  *out = v;
+  *desc = d;
+  return Status::Ok();
+}
+
+}  // namespace fa::rt

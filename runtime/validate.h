@@ -1,0 +1,23 @@
+// validate.h -- every field of fa_params / fa_bwd_params checked before anything runs; the result is a
+// ProblemDesc (for the selector) and a normalised copy of the params.
+#pragma once
+
+#include "fa/fa.h"
+#include "generator/problem.h"
+#include "runtime/status.h"
+
+namespace fa::rt {
+
+// Copies *in (of any known struct_size/version) into *out (current layout, defaults for missing fields) and
+// validates it. On failure nothing is written to *desc.
+Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* desc);
+
+struct BwdView {
+  fa_params fwd;
+  fa_bwd_params bwd;
+};
+Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc* desc);
+
+size_t dtype_size(int dtype);
+
+}  // namespace fa::rt

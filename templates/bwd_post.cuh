@@ -1,0 +1,30 @@
+// bwd_post.cuh -- backward epilogue: dQ = scale * dq_accum converted from float32 to the dtype.
+//
+// The tensor-core backward (bwd_mma.cuh) accumulates dQ' = sum_j dS'_ij k_j (dS' includes the softcap derivative,
+// not the softmax scale) in float32 in args.dq_accum (token row r = b * seqlen_q + i, or cu_seqlens_q[b] + i;
+// element r * accum_q_stride_row + h * kHeadDim + c); this kernel writes dq[b, i, h, c] = scale * dQ'. The CTA
+// (b = blockIdx.z, h = blockIdx.y) owns query rows [blockIdx.x * kBlockM, + kBlockM); one warp per row.
+// Reads from the prelude: kDtype, kHeadDim, kBlockM, kWarps.
+#ifndef FA_BWD_POST_CUH
+#define FA_BWD_POST_CUH
+
+extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(const FaBwdArgs a) {
+  typedef FaElem<fa_cfg::kDtype> E;
+  typedef typename E::T T;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int b = blockIdx.z, h = blockIdx.y;
+  const FaSeq seq = fa_seq(a.f, b);
+  const bool varlen = a.f.cu_seqlens_q != nullptr;
+  const long long row0 = varlen ? seq.base_q : (long long)b * a.f.seqlen_q;
+  const long long dqb = varlen ? 0 : (long long)b * a.dq_sb;
+  const int i0 = blockIdx.x * fa_cfg::kBlockM;
+  for (int r = warp; r < fa_cfg::kBlockM; r += fa_cfg::kWarps) {
+    const int i = i0 + r;
+    if (i >= seq.sq) break;
+    const float* src = a.dq_accum + (row0 + i) * a.accum_q_stride_row + (long long)h * fa_cfg::kHeadDim;
+    T* dst = static_cast<T*>(a.dq) + dqb + (seq.base_q + i) * a.dq_ss + (long long)h * a.dq_sh;
+    for (int c = lane; c < fa_cfg::kHeadDim; c += 32) dst[c] = E::from_float(src[c] * a.f.scale);
+  }
+}
+
+#endif  // FA_BWD_POST_CUH

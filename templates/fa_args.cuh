@@ -1,0 +1,53 @@
+// fa_args.cuh -- the kernel ABI: plain structs passed by value to every generated kernel.
+//
+// Compiled twice: by the host compiler (runtime/ fills them) and by NVRTC (kernels read them), so it uses only
+// fundamental types (no <cstdint>, no CUDA headers) and no member functions. Element strides, not bytes.
+// Index conventions (shared by every kernel):
+//   fixed-length: seq base 0, batch offset b*stride_batch.   varlen: batch offset 0, seq base cu_seqlens[b].
+//   q row i of (b, h):  q + boff + (base_q + i)*q_ss + h*q_sh        (k/v use kv head g = h / group)
+//   lse row i:          lse + b*lse_sb + h*lse_sh + base_q + i     (varlen: lse_sb = 0, lse_sh = total_q)
+//   bias(i, j):         bias + b*bias_sb + h*bias_sh + i*bias_sq + j*bias_sk   (i, j local to the sequence)
+// Window: key j visible to query i iff (win_left < 0 || j >= i + sk - sq - win_left) &&
+//                                     (win_right < 0 || j <= i + sk - sq + win_right); causal = (-1, 0).
+#ifndef FA_ARGS_CUH
+#define FA_ARGS_CUH
+
+struct FaFwdArgs {
+  const void* q; const void* k; const void* v; void* o;
+  long long q_sb, q_ss, q_sh;
+  long long k_sb, k_ss, k_sh;
+  long long v_sb, v_ss, v_sh;
+  long long o_sb, o_ss, o_sh;
+  const void* bias; long long bias_sb, bias_sh, bias_sq, bias_sk;
+  const float* alibi;             // [heads_q] or null
+  float* lse; long long lse_sb, lse_sh;  // null: not written
+  const int* cu_seqlens_q;        // null in fixed-length mode
+  const int* cu_seqlens_k;
+  int batch, seqlen_q, seqlen_k;  // varlen: seqlen_q/k are the maxima (grid sizing only)
+  int heads_q, heads_kv, group;   // group = heads_q / heads_kv
+  int win_left, win_right;        // normalised: causal is (-1, 0); none is (-1, -1)
+  float scale;                    // softmax scale
+  float scale_log2;               // scale * log2(e)
+  float softcap;                  // 0: off
+  float inv_softcap;              // 1 / softcap
+  int pad0, pad1;
+};
+
+struct FaBwdArgs {
+  FaFwdArgs f;                    // forward problem: o and lse are inputs here
+  const void* dout; long long do_sb, do_ss, do_sh;
+  void* dq; long long dq_sb, dq_ss, dq_sh;
+  void* dk; long long dk_sb, dk_ss, dk_sh;
+  void* dv; long long dv_sb, dv_ss, dv_sh;
+  float* delta;                   // workspace: [batch, heads_q, seqlen_q] like lse (varlen: [heads_q, total_q])
+  float* dq_accum;                // workspace: float32 dQ accumulators, layout chosen by the kernel family
+  float* dk_accum;                // workspace: float32 dK/dV accumulators for GQA (summed over the group), or null
+  float* dv_accum;
+  long long accum_q_stride_row;   // helper strides for the accumulators (elements)
+  long long accum_kv_stride_row;
+  int total_q, total_k;           // varlen totals (fixed: batch*seqlen)
+  int deterministic;
+  int pad0;
+};
+
+#endif  // FA_ARGS_CUH

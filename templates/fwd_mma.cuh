@@ -1,0 +1,453 @@
+// fwd_mma.cuh -- tensor-core FlashAttention-2 forward (fp16 / bf16, sm_80 and later, mma.sync).
+//
+// One CTA per (query block of kBlockM rows, query head, batch); K/V blocks of kBlockN keys stream through a
+// kStages-deep cp.async pipeline (separate commit groups for K and V, so S = Q K^T starts while V still lands).
+// Each warp owns kBlockM / kWarps query rows (kMt = 1 or 2 m16 tiles). Per K/V block j:
+//   S   = Q K_j^T                         mma.sync m16n8k16, fp32 accumulators, Q and K via ldmatrix
+//   t   = S * scale_log2                  (plain path: scale folded into the exp2 FMA below)
+//   t   = log2e * (softcap*tanh(S*scale/softcap) + bias - slope*|i + sk - sq - j|)   (feature path)
+//   m'  = max(m, rowmax t);  P = exp2(t - m');  l = l*exp2(m - m') + rowsum P;  O = O*exp2(m - m') + P V_j
+// P stays in registers: the S accumulator layout of two n8 tiles is exactly the A operand of the next m16n8k16,
+// so P is only re-packed to 16-bit pairs; V comes through ldmatrix.trans. Finally O /= l, lse = (m + log2 l) ln 2.
+// Masks are bottom-right aligned: key j is visible to query i iff lo(i) <= j < hi(i) with
+// lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq + win_right + 1 (win_right >= 0). K/V blocks
+// wholly outside the band are never loaded; blocks are visited from the last to the first, and masking code runs
+// only for blocks that cross the band edge or the end of the keys (never when kEvenK and inside the band).
+// Fully masked rows give o = 0, lse = -inf. Head dims are padded to 16 in shared memory (zero-filled); rows are
+// padded by 16 bytes, so ldmatrix and 16-byte cp.async accesses of 8 consecutive rows hit distinct bank groups.
+// The output tile is staged in shared memory (reusing the Q region) and written with 16-byte stores.
+// Grid: x = query block (reversed for masked problems: the longest blocks first), y = query head, z = batch.
+// Reads fa_cfg: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kVarlen, kEvenK, kHasLse,
+// kBlockM, kBlockN, kWarps, kStages (1: no prefetch; >= 2: blocks j+1..j+kStages-1 in flight), kQInRegs
+// (1: Q fragments loaded once into registers), kExtra (0: K and V waited for separately, two barriers per block,
+// S = Q K^T overlaps the V copy; 1: K and V waited for together, one barrier per block).
+#ifndef FA_FWD_MMA_CUH
+#define FA_FWD_MMA_CUH
+
+namespace fa_mma {
+
+constexpr int kD = fa_cfg::kHeadDim;
+constexpr int kDV = fa_cfg::kHeadDimV;
+constexpr int kDp = (kD + 15) / 16 * 16;    // padded head dims (MMA k granularity 16, ldmatrix.x4 covers 16)
+constexpr int kDVp = (kDV + 15) / 16 * 16;
+constexpr int kBM = fa_cfg::kBlockM;
+constexpr int kBN = fa_cfg::kBlockN;
+constexpr int kW = fa_cfg::kWarps;
+constexpr int kThreads = kW * 32;
+constexpr int kStages = fa_cfg::kStages;
+constexpr int kRowsPerWarp = kBM / kW;
+constexpr int kMt = kRowsPerWarp / 16;      // m16 tiles per warp
+constexpr int kNs = kBN / 8;                // n8 tiles of S per warp
+constexpr int kNo = kDVp / 8;               // n8 tiles of O per warp
+constexpr int kKs = kDp / 16;               // k16 steps of Q K^T
+constexpr int kQStride = kDp + 8;           // smem row strides (elements): +16 bytes breaks bank conflicts
+constexpr int kKStride = kDp + 8;
+constexpr int kVStride = kDVp + 8;
+constexpr int kOStride = kDVp + 8;
+constexpr int kQBytes = kBM * kQStride * 2;
+constexpr int kOBytes = kBM * kOStride * 2;
+constexpr int kRegion0 = kQBytes > kOBytes ? kQBytes : kOBytes;
+constexpr int kKSlot = kBN * kKStride * 2;
+constexpr int kVSlot = kBN * kVStride * 2;
+constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap;
+constexpr bool kIsBf16 = fa_cfg::kDtype == 2;
+constexpr bool kJoint = fa_cfg::kExtra == 1;  // 1: wait for K and V together, one barrier per block
+#define FA_MMA_NEG_INF __int_as_float(0xff800000)
+
+static_assert(fa_cfg::kDtype == 1 || fa_cfg::kDtype == 2, "fwd_mma: fp16 or bf16 only");
+static_assert(kRowsPerWarp % 16 == 0 && (kMt == 1 || kMt == 2), "fwd_mma: 16 or 32 query rows per warp");
+static_assert(kBN % 16 == 0, "fwd_mma: block_n multiple of 16");
+static_assert(kStages >= 1 && kStages <= 4, "fwd_mma: 1..4 stages");
+static_assert(fa_cfg::kExtra == 0 || fa_cfg::kExtra == 1, "fwd_mma: extra is 0 or 1");
+static_assert(kD % 8 == 0 && kDV % 8 == 0 && kD <= 256 && kDV <= 256, "fwd_mma: head dims");
+
+FA_DEVICE unsigned smem_u32(const void* p) {
+  unsigned r;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+  return r;
+}
+FA_DEVICE void cp_async16(unsigned dst, const void* src, int src_bytes) {  // src_bytes 0: zero fill
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+FA_DEVICE void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+FA_DEVICE void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+FA_DEVICE void ldsm_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+FA_DEVICE void ldsm_x4_t(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+// c += a * b  (m16n8k16, row.col, fp32 accumulate)
+FA_DEVICE void mma16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+  if constexpr (kIsBf16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+// Two floats -> one 32-bit register of 16-bit values, lo in the low half (the lower column index).
+FA_DEVICE unsigned pack2(float lo, float hi) {
+  unsigned r;
+  if constexpr (kIsBf16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  }
+  return r;
+}
+FA_DEVICE float elem_to_float(unsigned short x) { return FaElem<fa_cfg::kDtype>::to_float(x); }
+
+// Copies a [rows x cols] tile (cols a multiple of 8 elements, padded to pcols) from global to shared memory with
+// 16-byte cp.async; rows >= nrows and columns >= cols are zero-filled.
+template <int ROWS, int COLS, int PCOLS, int STRIDE>
+FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstride, int nrows, int tid) {
+  constexpr int kChunks = PCOLS / 8;
+  if constexpr (kThreads % kChunks == 0) {
+    // Each thread owns one 16-byte column chunk and walks rows with a running pointer (rolled loop: keeps the
+    // per-row addresses out of the registers that live across the main loop).
+    constexpr int kStep = kThreads / kChunks;
+    const int r0 = tid / kChunks, ch = tid % kChunks;
+    const bool col_ok = PCOLS == COLS || ch * 8 < COLS;
+    const unsigned short* src = g + (long long)r0 * gstride + ch * 8;
+    unsigned dst = sdst + (unsigned)((r0 * STRIDE + ch * 8) * 2);
+    const long long gstep = (long long)kStep * gstride;
+#pragma unroll 1
+    for (int r = r0; r < ROWS; r += kStep) {
+      const bool ok = col_ok && r < nrows;
+      cp_async16(dst, ok ? src : g, ok ? 16 : 0);
+      src += gstep;
+      dst += (unsigned)(kStep * STRIDE * 2);
+    }
+  } else {
+    constexpr int kTotal = ROWS * kChunks;
+#pragma unroll 1
+    for (int idx = tid; idx < kTotal; idx += kThreads) {
+      const int r = idx / kChunks, ch = idx % kChunks;
+      const bool ok = r < nrows && (PCOLS == COLS || ch * 8 < COLS);
+      const unsigned short* src = ok ? g + (long long)r * gstride + ch * 8 : g;
+      cp_async16(sdst + (unsigned)((r * STRIDE + ch * 8) * 2), src, ok ? 16 : 0);
+    }
+  }
+}
+
+}  // namespace fa_mma
+
+extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(const FaFwdArgs args) {
+  using namespace fa_mma;
+  extern __shared__ __attribute__((aligned(16))) unsigned char fa_smem[];
+  typedef unsigned short E;
+
+  const int tid = (int)threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int h = (int)blockIdx.y, b = (int)blockIdx.z;
+  const int m_block = fa_cfg::kMask != 0 ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  const int m0 = m_block * kBM;
+
+  int sq, sk;
+  int base_q, base_k;  // token offsets of the sequence (varlen) or 0
+  if constexpr (fa_cfg::kVarlen) {
+    const int q0 = args.cu_seqlens_q[b], k0 = args.cu_seqlens_k[b];
+    sq = args.cu_seqlens_q[b + 1] - q0;
+    sk = args.cu_seqlens_k[b + 1] - k0;
+    base_q = q0; base_k = k0;
+  } else {
+    sq = args.seqlen_q; sk = args.seqlen_k;
+    base_q = 0; base_k = 0;
+  }
+  if (m0 >= sq) return;
+  const int g = h / args.group;
+  const long long bq = fa_cfg::kVarlen ? 0ll : (long long)b;  // batch offsets vanish in varlen mode
+  const E* qg = (const E*)args.q + bq * args.q_sb + (long long)(base_q + m0) * args.q_ss + (long long)h * args.q_sh;
+  const E* kg = (const E*)args.k + bq * args.k_sb + (long long)base_k * args.k_ss + (long long)g * args.k_sh;
+  const E* vg = (const E*)args.v + bq * args.v_sb + (long long)base_k * args.v_ss + (long long)g * args.v_sh;
+  const int q_rows = min(kBM, sq - m0);
+
+  // Key range of the whole block; whole K/V blocks outside it are skipped.
+  const int diag0 = m0 + sk - sq;             // diagonal offset of the block's first row
+  const int last_row = m0 + q_rows - 1;
+  int key_lo = 0, key_hi = sk;
+  if constexpr (fa_cfg::kMask != 0) {
+    if (args.win_left >= 0) key_lo = max(0, diag0 - args.win_left);
+    if (args.win_right >= 0) key_hi = min(sk, last_row + sk - sq + args.win_right + 1);
+  }
+  const int nb_lo = key_lo / kBN;
+  const int nb_hi = key_hi > key_lo ? (key_hi + kBN - 1) / kBN : nb_lo;
+  const int n_blocks = nb_hi - nb_lo;
+
+  const unsigned sQ = smem_u32(fa_smem);
+  const unsigned sK = sQ + (unsigned)kRegion0;
+  const unsigned sV = sK + (unsigned)(kStages * kKSlot);
+
+  const int gq = lane >> 2, tq = lane & 3;    // mma fragment coordinates
+  const int wrow0 = warp * kRowsPerWarp;      // first row of this warp inside the block
+
+  float o_acc[kMt][kNo][4];
+  float row_m[kMt][2], row_l[kMt][2];
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int n = 0; n < kNo; ++n) o_acc[mt][n][0] = o_acc[mt][n][1] = o_acc[mt][n][2] = o_acc[mt][n][3] = 0.f;
+    row_m[mt][0] = row_m[mt][1] = FA_MMA_NEG_INF;
+    row_l[mt][0] = row_l[mt][1] = 0.f;
+  }
+
+  if (n_blocks > 0) {
+    // Prologue: Q, then K/V blocks of the first kStages-1 iterations (block index = nb_hi - 1 - it).
+    load_tile<kBM, kD, kDp, kQStride>(sQ, qg, args.q_ss, q_rows, tid);
+    cp_commit();
+    auto issue = [&](int it) {
+      if (it < n_blocks) {
+        const int nb = nb_hi - 1 - it;
+        const int slot = it % kStages;
+        const int kn = nb * kBN;
+        const int rows = fa_cfg::kEvenK ? kBN : min(kBN, sk - kn);
+        load_tile<kBN, kD, kDp, kKStride>(sK + (unsigned)(slot * kKSlot), kg + (long long)kn * args.k_ss, args.k_ss,
+                                          rows, tid);
+        cp_commit();
+        load_tile<kBN, kDV, kDVp, kVStride>(sV + (unsigned)(slot * kVSlot), vg + (long long)kn * args.v_ss,
+                                            args.v_ss, rows, tid);
+        cp_commit();
+      } else {
+        cp_commit();
+        cp_commit();
+      }
+    };
+    if constexpr (kStages >= 2) {
+#pragma unroll
+      for (int s = 0; s < kStages - 1; ++s) issue(s);
+    }
+
+    const float mul = kFeat ? 1.f : args.scale_log2;  // feature path scores are already in log2 units
+    const float* alibi_p = nullptr;
+    float slope = 0.f;
+    if constexpr (fa_cfg::kHasAlibi) { alibi_p = args.alibi; slope = alibi_p[h] * 1.4426950408889634f; }
+    const E* bias_g = nullptr;
+    if constexpr (fa_cfg::kHasBias)
+      bias_g = (const E*)args.bias + (long long)b * args.bias_sb + (long long)h * args.bias_sh;
+
+    // ldmatrix lane address parts
+    const int a_row = lane & 15, a_col = (lane >> 4) * 8;                        // A (Q) operand
+    // Q fragments in registers (optional): wait for the Q group only (the K/V prologue groups stay in flight).
+    unsigned q_frag[fa_cfg::kQInRegs ? kMt : 1][fa_cfg::kQInRegs ? kKs : 1][4];
+    if constexpr (fa_cfg::kQInRegs) {
+      cp_wait<2 * (kStages - 1)>();
+      __syncthreads();
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+        for (int ks = 0; ks < kKs; ++ks)
+          ldsm_x4(sQ + (unsigned)(((wrow0 + mt * 16 + a_row) * kQStride + ks * 16 + a_col) * 2), q_frag[mt][ks][0],
+                  q_frag[mt][ks][1], q_frag[mt][ks][2], q_frag[mt][ks][3]);
+    }
+    const int bk_row = (lane & 7) + ((lane >> 4) << 3), bk_col = ((lane >> 3) & 1) * 8;  // B = K^T
+    const int bv_row = (lane & 7) + (((lane >> 3) & 1) << 3), bv_col = (lane >> 4) * 8;  // B = V (trans)
+
+    for (int it = 0; it < n_blocks; ++it) {
+      const int nb = nb_hi - 1 - it;
+      const int slot = it % kStages;
+      const int kn = nb * kBN;
+      if constexpr (kStages == 1) {
+        __syncthreads();  // everyone is done with the single slot
+        issue(it);
+        if constexpr (kJoint) cp_wait<0>(); else cp_wait<1>();
+      } else {
+        if constexpr (kJoint) cp_wait<2 * kStages - 4>(); else cp_wait<2 * kStages - 3>();
+      }
+      __syncthreads();
+      if constexpr (kStages >= 2) issue(it + kStages - 1);
+      // ---- S = Q K^T ----
+      float s[kMt][kNs][4];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+        for (int n = 0; n < kNs; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+      const unsigned kbase = sK + (unsigned)(slot * kKSlot);
+#pragma unroll
+      for (int ks = 0; ks < kKs; ++ks) {
+        unsigned a[kMt][4];
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          if constexpr (fa_cfg::kQInRegs) {
+            a[mt][0] = q_frag[mt][ks][0]; a[mt][1] = q_frag[mt][ks][1];
+            a[mt][2] = q_frag[mt][ks][2]; a[mt][3] = q_frag[mt][ks][3];
+          } else {
+            ldsm_x4(sQ + (unsigned)(((wrow0 + mt * 16 + a_row) * kQStride + ks * 16 + a_col) * 2), a[mt][0], a[mt][1],
+                    a[mt][2], a[mt][3]);
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < kNs / 2; ++np) {
+          unsigned b0, b1, b2, b3;
+          ldsm_x4(kbase + (unsigned)(((np * 16 + bk_row) * kKStride + ks * 16 + bk_col) * 2), b0, b1, b2, b3);
+#pragma unroll
+          for (int mt = 0; mt < kMt; ++mt) {
+            mma16816(s[mt][2 * np], a[mt], b0, b1);
+            mma16816(s[mt][2 * np + 1], a[mt], b2, b3);
+          }
+        }
+      }
+
+      // ---- score transforms (feature path) ----
+      if constexpr (kFeat) {
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int i = m0 + wrow0 + mt * 16 + gq + hh * 8;
+#pragma unroll
+            for (int n = 0; n < kNs; ++n)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int j = kn + n * 8 + tq * 2 + e;
+                float x = s[mt][n][hh * 2 + e] * args.scale;
+                if constexpr (fa_cfg::kHasSoftcap) x = args.softcap * fa_tanh(x * args.inv_softcap);
+                if constexpr (fa_cfg::kHasBias) {
+                  if (i < sq && j < sk) x += elem_to_float(bias_g[(long long)i * args.bias_sq + (long long)j * args.bias_sk]);
+                }
+                x *= 1.4426950408889634f;
+                if constexpr (fa_cfg::kHasAlibi) x -= slope * fabsf((float)(i + sk - sq - j));
+                s[mt][n][hh * 2 + e] = x;
+              }
+          }
+      }
+
+      // ---- masking: only blocks crossing the band edge or the end of the keys ----
+      bool need_mask = !fa_cfg::kEvenK && kn + kBN > sk;
+      if constexpr (fa_cfg::kMask != 0) {
+        if (args.win_left >= 0) need_mask |= kn < m0 + kBM - 1 + sk - sq - args.win_left;
+        if (args.win_right >= 0) need_mask |= kn + kBN - 1 > diag0 + args.win_right;
+      }
+      if (need_mask) {
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int i = m0 + wrow0 + mt * 16 + gq + hh * 8;
+            int lo = 0, hi = sk;
+            if constexpr (fa_cfg::kMask != 0) {
+              if (args.win_left >= 0) lo = i + sk - sq - args.win_left;
+              if (args.win_right >= 0) hi = min(hi, i + sk - sq + args.win_right + 1);
+            }
+#pragma unroll
+            for (int n = 0; n < kNs; ++n)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int j = kn + n * 8 + tq * 2 + e;
+                if (j < lo || j >= hi) s[mt][n][hh * 2 + e] = FA_MMA_NEG_INF;
+              }
+          }
+      }
+
+      // ---- online softmax (base 2) ----
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          float mx = row_m[mt][hh];
+#pragma unroll
+          for (int n = 0; n < kNs; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][hh * 2], s[mt][n][hh * 2 + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float ms = mx == FA_MMA_NEG_INF ? 0.f : mx * mul;
+          const float corr = fa_exp2(row_m[mt][hh] * mul - ms);
+          row_m[mt][hh] = mx;
+          float sum = 0.f;
+#pragma unroll
+          for (int n = 0; n < kNs; ++n) {
+            const float p0 = fa_exp2(s[mt][n][hh * 2] * mul - ms);
+            const float p1 = fa_exp2(s[mt][n][hh * 2 + 1] * mul - ms);
+            s[mt][n][hh * 2] = p0; s[mt][n][hh * 2 + 1] = p1;
+            sum += p0 + p1;
+          }
+          row_l[mt][hh] = row_l[mt][hh] * corr + sum;
+#pragma unroll
+          for (int n = 0; n < kNo; ++n) { o_acc[mt][n][hh * 2] *= corr; o_acc[mt][n][hh * 2 + 1] *= corr; }
+        }
+
+      // ---- wait for V, then O += P V ----
+      if constexpr (!kJoint) {
+        if constexpr (kStages == 1) cp_wait<0>(); else cp_wait<2 * kStages - 2>();
+        __syncthreads();
+      }
+      const unsigned vbase = sV + (unsigned)(slot * kVSlot);
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        unsigned p[kMt][4];
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          p[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          p[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          p[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          p[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < kNo / 2; ++dp) {
+          unsigned b0, b1, b2, b3;
+          ldsm_x4_t(vbase + (unsigned)(((kk * 16 + bv_row) * kVStride + dp * 16 + bv_col) * 2), b0, b1, b2, b3);
+#pragma unroll
+          for (int mt = 0; mt < kMt; ++mt) {
+            mma16816(o_acc[mt][2 * dp], p[mt], b0, b1);
+            mma16816(o_acc[mt][2 * dp + 1], p[mt], b2, b3);
+          }
+        }
+      }
+    }
+    cp_wait<0>();
+  }
+
+  // ---- epilogue: O /= l, LSE, stage O through shared memory, 16-byte stores ----
+  __syncthreads();  // every warp is done reading Q / K / V
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float l = row_l[mt][hh];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int r = wrow0 + mt * 16 + gq + hh * 8;
+      if constexpr (fa_cfg::kHasLse) {
+        if (args.lse != nullptr && tq == 0 && r < q_rows) {
+          const float mul = kFeat ? 1.f : args.scale_log2;  // feature path scores are already in log2 units
+          const float mx = row_m[mt][hh];
+          const float lse = (l > 0.f && mx != FA_MMA_NEG_INF) ? (mx * mul + __log2f(l)) * 0.6931471805599453f : FA_MMA_NEG_INF;
+          args.lse[(long long)b * args.lse_sb + (long long)h * args.lse_sh + (long long)(base_q + m0 + r)] = lse;
+        }
+      }
+      unsigned* orow = (unsigned*)(fa_smem + (size_t)(r * kOStride) * 2);
+#pragma unroll
+      for (int n = 0; n < kNo; ++n)
+        orow[(n * 8 + tq * 2) / 2] = pack2(o_acc[mt][n][hh * 2] * inv, o_acc[mt][n][hh * 2 + 1] * inv);
+    }
+  __syncthreads();
+  E* og = (E*)args.o + (fa_cfg::kVarlen ? 0ll : (long long)b * args.o_sb) + (long long)(base_q + m0) * args.o_ss +
+          (long long)h * args.o_sh;
+  constexpr int kChunks = kDV / 8;
+  constexpr int kTotal = kBM * kChunks;
+#pragma unroll
+  for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
+    const int idx = tid + it * kThreads;
+    if (kTotal % kThreads == 0 || idx < kTotal) {
+      const int r = idx / kChunks, ch = idx % kChunks;
+      if (r < q_rows) {
+        const uint4 v = *(const uint4*)(fa_smem + (size_t)(r * kOStride + ch * 8) * 2);
+        *(uint4*)(og + (long long)r * args.o_ss + ch * 8) = v;
+      }
+    }
+  }
+}
+
+#endif  // FA_FWD_MMA_CUH

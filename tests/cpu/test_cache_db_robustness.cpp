@@ -1,0 +1,630 @@
+// test_cache_db_robustness.cpp -- fa::cache::Db under real conditions: schema migration (v0 files, old layouts,
+// a transactional fake v1 -> v2 step, newer files left untouched), several processes writing one file at once, a
+// writer killed by SIGKILL mid-transaction, corrupt and truncated files moved aside, a read-only location, an
+// uncreatable directory and a full disk (RLIMIT_FSIZE) degrading to memory. Child processes report through their
+// exit status; each test uses a fresh temporary directory and random data.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache_db/cache_db.h"
+#include "cache_db/checksum.h"
+#include "cache_db/schema.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using fa::cache::CubinRow;
+using fa::cache::Db;
+using fa::cache::Env;
+using fa::cache::TuneRow;
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 r{std::random_device{}()};
+  return r;
+}
+
+std::vector<uint8_t> random_blob(size_t n) {
+  std::vector<uint8_t> b(n);
+  for (auto& x : b) x = static_cast<uint8_t>(rng()() & 0xff);
+  return b;
+}
+
+Env make_env() {
+  Env e;
+  e.gpu_name = "Robust GPU";
+  e.sm_count = 66 + static_cast<int>(rng()() % 66);
+  e.driver_version = 13000 + static_cast<int>(rng()() % 100);
+  e.library_version = "0.1.0";
+  e.nvrtc_version = "13.0";
+  e.templates_hash = rng()();
+  e.generator_version = 1;
+  return e;
+}
+
+CubinRow make_cubin(const std::string& key, size_t size) {
+  CubinRow r;
+  r.compile_key = key;
+  r.compile_hash = rng()();
+  r.arch = 90;
+  r.cubin = random_blob(size);
+  r.registers = static_cast<int>(rng()() % 255);
+  r.spill_bytes = 0;
+  r.smem_bytes = static_cast<int>(rng()() % 100000);
+  return r;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/fa_cache_robust_XXXXXX";
+    const char* p = mkdtemp(tmpl);
+    path_ = p != nullptr ? p : "";
+  }
+  ~TempDir() {
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      std::error_code e2;
+      if (it->is_directory(e2)) fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, e2);
+    }
+    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct Warnings {
+  std::vector<std::string> list;
+  fa::cache::WarnFn fn() {
+    return [this](const std::string& m) { list.push_back(m); };
+  }
+  bool any_contains(const std::string& s) const {
+    return std::any_of(list.begin(), list.end(), [&](const std::string& m) { return m.find(s) != std::string::npos; });
+  }
+};
+
+int64_t raw_scalar(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  int64_t v = std::numeric_limits<int64_t>::min();
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 5000);
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+      v = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(db);
+  return v;
+}
+
+bool raw_exec(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  bool ok = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) == SQLITE_OK &&
+            sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK;
+  sqlite3_close(db);
+  return ok;
+}
+
+std::vector<char> read_file(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+std::vector<std::string> corrupt_copies(const std::string& dir, const std::string& base) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(base + ".corrupt-", 0) == 0 && name.find("-wal") == std::string::npos &&
+        name.find("-shm") == std::string::npos) {
+      out.push_back(e.path().string());
+    }
+  }
+  return out;
+}
+
+// Waits for a child; returns its exit status, or 1000 + signal number.
+int wait_child(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 1000 + WTERMSIG(status);
+  return -1;
+}
+
+class CacheDbRobustTest : public ::testing::Test {
+ protected:
+  TempDir dir;
+  Env env = make_env();
+  Warnings warnings;
+};
+
+// ---- migration --------------------------------------------------------------------------------------------------
+
+TEST_F(CacheDbRobustTest, MigratesVersion0FileAndKeepsForeignTables) {
+  const std::string path = dir.file("v0.sqlite");
+  const int64_t marker = static_cast<int64_t>(rng()() >> 2);
+  ASSERT_TRUE(raw_exec(path, "CREATE TABLE unrelated(x); INSERT INTO unrelated VALUES(" + std::to_string(marker) +
+                                 ");"));
+  ASSERT_EQ(raw_scalar(path, "PRAGMA user_version"), 0);
+  auto db = Db::open(path, env, warnings.fn());
+  EXPECT_FALSE(db->in_memory());
+  EXPECT_TRUE(warnings.list.empty());
+  EXPECT_EQ(raw_scalar(path, "PRAGMA user_version"), 1);
+  EXPECT_EQ(raw_scalar(path, "SELECT x FROM unrelated"), marker);
+  CubinRow c = make_cubin("after_migration", 777);
+  ASSERT_TRUE(db->put_cubin(c));
+  EXPECT_EQ(db->get_cubin(c.compile_hash, c.compile_key)->cubin, c.cubin);
+}
+
+TEST_F(CacheDbRobustTest, MigratesOldLayoutLackingColumns) {
+  const std::string path = dir.file("old.sqlite");
+  // A pre-versioned layout: cubins without ptxas info / created_unix, tune_results without the status column.
+  ASSERT_TRUE(raw_exec(path,
+                       "CREATE TABLE cubins (compile_hash INTEGER NOT NULL, compile_key TEXT NOT NULL, arch INTEGER "
+                       "NOT NULL, nvrtc_version TEXT NOT NULL, generator_version INTEGER NOT NULL, templates_hash "
+                       "INTEGER NOT NULL, cubin BLOB NOT NULL, cubin_size INTEGER NOT NULL, checksum INTEGER NOT "
+                       "NULL, UNIQUE (compile_hash, compile_key, arch, nvrtc_version, generator_version, "
+                       "templates_hash));"
+                       "CREATE TABLE tune_results (gpu_name TEXT, semantic_key TEXT, bucket TEXT, tunables TEXT, "
+                       "median_ms REAL);"
+                       "INSERT INTO tune_results VALUES ('g', 's', 'b', 't', 1.0);"));
+  CubinRow c = make_cubin("legacy", 1000 + rng()() % 1000);
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(raw, "INSERT INTO cubins VALUES (?,?,?,?,?,?,?,?,?)", -1, &st, nullptr), SQLITE_OK);
+    sqlite3_bind_int64(st, 1, static_cast<sqlite3_int64>(c.compile_hash));
+    sqlite3_bind_text(st, 2, c.compile_key.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 3, c.arch);
+    sqlite3_bind_text(st, 4, env.nvrtc_version.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 5, env.generator_version);
+    sqlite3_bind_int64(st, 6, static_cast<sqlite3_int64>(env.templates_hash));
+    sqlite3_bind_blob(st, 7, c.cubin.data(), static_cast<int>(c.cubin.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 8, static_cast<sqlite3_int64>(c.cubin.size()));
+    sqlite3_bind_int64(st, 9,
+                       static_cast<sqlite3_int64>(fa::cache::blob_checksum(c.cubin.data(), c.cubin.size())));
+    ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(raw);
+  }
+  auto db = Db::open(path, env, warnings.fn());
+  EXPECT_FALSE(db->in_memory());
+  EXPECT_TRUE(warnings.list.empty());
+  EXPECT_EQ(raw_scalar(path, "PRAGMA user_version"), 1);
+  // Non-key columns were added with their defaults: the legacy cubin survives.
+  auto got = db->get_cubin(c.compile_hash, c.compile_key, c.arch);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->cubin, c.cubin);
+  EXPECT_EQ(got->registers, -1);
+  EXPECT_EQ(got->smem_bytes, -1);
+  // tune_results lacked key / required columns: rebuilt empty, then usable.
+  EXPECT_EQ(raw_scalar(path, "SELECT count(*) FROM tune_results"), 0);
+  ASSERT_TRUE(db->put_tune_results({{"s", "b", "t", 2.0, "ok"}}));
+  EXPECT_EQ(db->best("s", "b")->median_ms, 2.0);
+}
+
+TEST_F(CacheDbRobustTest, MigrationMachineryRunsStepsInOneTransaction) {
+  using fa::cache::detail::Migration;
+  using fa::cache::detail::migrate;
+  const std::string path = dir.file("m.sqlite");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  std::vector<Migration> steps = fa::cache::detail::migrations();
+  int applied_1_to_2 = 0;
+  steps.push_back({1, "add tune_results.note", [&](sqlite3* d, std::string* err) {
+                     ++applied_1_to_2;
+                     char* m = nullptr;
+                     const int rc = sqlite3_exec(d, "ALTER TABLE tune_results ADD COLUMN note TEXT DEFAULT 'n'",
+                                                 nullptr, nullptr, &m);
+                     if (m != nullptr) *err = m;
+                     sqlite3_free(m);
+                     return rc;
+                   }});
+  auto r1 = migrate(db, steps, 1);
+  EXPECT_EQ(r1.rc, SQLITE_OK) << r1.error;
+  EXPECT_EQ(r1.found_version, 0);
+  EXPECT_EQ(r1.version, 1);
+  auto r2 = migrate(db, steps, 2);
+  EXPECT_EQ(r2.rc, SQLITE_OK) << r2.error;
+  EXPECT_EQ(r2.found_version, 1);
+  EXPECT_EQ(r2.version, 2);
+  EXPECT_EQ(applied_1_to_2, 1);
+  EXPECT_EQ(migrate(db, steps, 2).found_version, 2);  // already there: no step runs
+  EXPECT_EQ(applied_1_to_2, 1);
+  auto newer = migrate(db, fa::cache::detail::migrations(), 1);
+  EXPECT_TRUE(newer.newer);
+  EXPECT_EQ(newer.version, 2);
+  sqlite3_close(db);
+  EXPECT_EQ(raw_scalar(path, "SELECT count(*) FROM pragma_table_info('tune_results') WHERE name='note'"), 1);
+
+  // A failing step rolls back everything, including the work of the steps before it.
+  const std::string path2 = dir.file("m2.sqlite");
+  ASSERT_EQ(sqlite3_open(path2.c_str(), &db), SQLITE_OK);
+  std::vector<Migration> failing = fa::cache::detail::migrations();
+  failing.push_back({1, "broken", [](sqlite3*, std::string* err) {
+                       *err = "deliberate";
+                       return SQLITE_ERROR;
+                     }});
+  auto bad = migrate(db, failing, 2);
+  EXPECT_NE(bad.rc, SQLITE_OK);
+  EXPECT_NE(bad.error.find("deliberate"), std::string::npos);
+  sqlite3_close(db);
+  EXPECT_EQ(raw_scalar(path2, "PRAGMA user_version"), 0);
+  EXPECT_EQ(raw_scalar(path2, "SELECT count(*) FROM sqlite_master WHERE name='cubins'"), 0);
+}
+
+TEST_F(CacheDbRobustTest, NewerSchemaIsLeftUntouchedAndUsesMemory) {
+  const std::string path = dir.file("newer.sqlite");
+  CubinRow c = make_cubin("from_newer", 2048);
+  {
+    auto db = Db::open(path, env, warnings.fn());
+    ASSERT_TRUE(db->put_cubin(c));
+  }
+  ASSERT_TRUE(raw_exec(path, "PRAGMA user_version = " + std::to_string(fa::cache::kSchemaVersion + 1)));
+  const auto before = read_file(path);
+  {
+    auto db = Db::open(path, env, warnings.fn());
+    EXPECT_TRUE(db->in_memory());
+    EXPECT_TRUE(warnings.any_contains("newer"));
+    EXPECT_FALSE(db->get_cubin(c.compile_hash, c.compile_key).has_value());
+    EXPECT_TRUE(db->put_cubin(make_cubin("mem", 10)));  // works, in memory
+  }
+  EXPECT_EQ(read_file(path), before);
+  EXPECT_TRUE(corrupt_copies(dir.path(), "newer.sqlite").empty());
+}
+
+// ---- concurrency and crashes -------------------------------------------------------------------------------------
+
+TEST_F(CacheDbRobustTest, ProcessesWritingOneFileLoseAndDuplicateNothing) {
+  const std::string path = dir.file("shared.sqlite");  // created by the racing children themselves
+  constexpr int kChildren = 4, kDistinct = 40, kShared = 15, kBatch = 8;
+  std::vector<std::vector<CubinRow>> own(kChildren);
+  for (int c = 0; c < kChildren; ++c) {
+    for (int i = 0; i < kDistinct; ++i) {
+      own[size_t(c)].push_back(make_cubin("p" + std::to_string(c) + "_" + std::to_string(i), 1000 + rng()() % 20000));
+    }
+  }
+  std::vector<CubinRow> shared;
+  for (int i = 0; i < kShared; ++i) shared.push_back(make_cubin("shared_" + std::to_string(i), 5000));
+
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  std::vector<pid_t> pids;
+  for (int c = 0; c < kChildren; ++c) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      close(go[1]);
+      char x;
+      (void)!read(go[0], &x, 1);  // returns 0 when the parent closes its end: everyone starts together
+      int failures = 0;
+      auto db = Db::open(path, env, [&](const std::string&) { ++failures; });
+      if (db->in_memory()) _exit(2);
+      for (int i = 0; i < kDistinct; ++i) {
+        const CubinRow& r = own[size_t(c)][size_t(i)];
+        if (!db->put_cubin(r)) ++failures;
+        if (!db->put_tune_results({{"sem", "b", r.compile_key, double(i), "ok"}})) ++failures;
+        const CubinRow& s = shared[size_t(i) % shared.size()];
+        if (!db->put_cubin(s)) ++failures;
+        if (!db->put_tune_results({{"sem", "b", s.compile_key, 0.5, "ok"}})) ++failures;
+        auto g = db->get_cubin(r.compile_hash, r.compile_key);
+        if (!g || g->cubin != r.cubin) ++failures;
+      }
+      std::vector<TuneRow> batch;
+      for (int i = 0; i < kBatch; ++i) batch.push_back({"batch", std::to_string(c), "t" + std::to_string(i), 1.0, "ok"});
+      if (!db->put_tune_results(batch)) ++failures;
+      _exit(failures == 0 ? 0 : 1);
+    }
+    pids.push_back(pid);
+  }
+  close(go[0]);
+  close(go[1]);
+  for (pid_t p : pids) EXPECT_EQ(wait_child(p), 0);
+
+  auto db = Db::open(path, env, warnings.fn());
+  ASSERT_FALSE(db->in_memory());
+  EXPECT_EQ(raw_scalar(path, "SELECT count(*) FROM cubins"), kChildren * kDistinct + kShared);
+  EXPECT_EQ(raw_scalar(path, "SELECT count(*) FROM (SELECT compile_key FROM cubins GROUP BY compile_key "
+                             "HAVING count(*) > 1)"),
+            0);
+  EXPECT_EQ(raw_scalar(path, "SELECT count(*) FROM tune_results"), kChildren * kDistinct + kShared + kChildren * kBatch);
+  for (const auto& v : own) {
+    for (const auto& r : v) {
+      auto g = db->get_cubin(r.compile_hash, r.compile_key);
+      ASSERT_TRUE(g.has_value()) << r.compile_key;
+      EXPECT_EQ(g->cubin, r.cubin);
+    }
+  }
+  for (const auto& s : shared) EXPECT_EQ(db->get_cubin(s.compile_hash, s.compile_key)->cubin, s.cubin);
+  EXPECT_EQ(db->tune_rows("sem", "b").size(), size_t(kChildren * kDistinct + kShared));
+  EXPECT_TRUE(warnings.list.empty());
+}
+
+TEST_F(CacheDbRobustTest, WriterKilledMidTransactionLeavesUsableDb) {
+  const std::string path = dir.file("killed.sqlite");
+  std::vector<CubinRow> committed;
+  for (int i = 0; i < 10; ++i) committed.push_back(make_cubin("committed_" + std::to_string(i), 3000));
+  {
+    auto db = Db::open(path, env, warnings.fn());
+    for (const auto& r : committed) ASSERT_TRUE(db->put_cubin(r));
+  }
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // A long write transaction through a raw connection, with a tiny page cache so pages spill to disk before commit.
+    close(ready[0]);
+    sqlite3* db = nullptr;
+    if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) _exit(3);
+    sqlite3_busy_timeout(db, 5000);
+    sqlite3_exec(db, "PRAGMA cache_size = 8", nullptr, nullptr, nullptr);
+    if (sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) _exit(4);
+    const std::string sql =
+        "INSERT INTO cubins (compile_hash, compile_key, arch, nvrtc_version, generator_version, templates_hash, cubin, "
+        "cubin_size, checksum) VALUES (random(), 'uncommitted_' || random(), 90, '" + env.nvrtc_version + "', " +
+        std::to_string(env.generator_version) + ", 0, randomblob(8000), 8000, 0)";
+    for (int i = 0; i < 500; ++i) {
+      if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) _exit(5);
+    }
+    (void)!write(ready[1], "x", 1);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char x = 0;
+  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  close(ready[0]);
+  kill(pid, SIGKILL);
+  EXPECT_EQ(wait_child(pid), 1000 + SIGKILL);
+
+  auto db = Db::open(path, env, warnings.fn());
+  EXPECT_FALSE(db->in_memory());
+  EXPECT_TRUE(warnings.list.empty()) << warnings.list.front();
+  EXPECT_EQ(raw_scalar(path, "SELECT count(*) FROM cubins"), 10);
+  for (const auto& r : committed) EXPECT_EQ(db->get_cubin(r.compile_hash, r.compile_key)->cubin, r.cubin);
+  CubinRow after = make_cubin("after_kill", 4000);
+  ASSERT_TRUE(db->put_cubin(after));
+  EXPECT_EQ(db->get_cubin(after.compile_hash, after.compile_key)->cubin, after.cubin);
+}
+
+TEST_F(CacheDbRobustTest, WriterKilledAtRandomMomentLeavesOnlyValidRows) {
+  const std::string path = dir.file("killed2.sqlite");
+  { auto db = Db::open(path, env, warnings.fn()); }
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(ready[0]);
+    auto db = Db::open(path, env, {});
+    for (int i = 0;; ++i) {
+      db->put_cubin(make_cubin("loop_" + std::to_string(i), 200000));
+      db->put_tune_results({{"s", "b", "t" + std::to_string(i), double(i), "ok"}});
+      if (i == 2) (void)!write(ready[1], "x", 1);
+    }
+  }
+  close(ready[1]);
+  char x = 0;
+  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  close(ready[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng()() % 300));
+  kill(pid, SIGKILL);
+  EXPECT_EQ(wait_child(pid), 1000 + SIGKILL);
+
+  auto db = Db::open(path, env, warnings.fn());
+  EXPECT_FALSE(db->in_memory());
+  EXPECT_TRUE(warnings.list.empty()) << warnings.list.front();
+  const auto listed = db->list_cubins();
+  EXPECT_GE(listed.size(), 3u);
+  for (const auto& s : listed) {
+    auto g = db->get_cubin(s.compile_hash, s.compile_key);
+    ASSERT_TRUE(g.has_value()) << s.compile_key;  // every surviving row passes its checksum
+    EXPECT_EQ(g->cubin.size(), 200000u);
+  }
+  EXPECT_TRUE(warnings.list.empty());
+  EXPECT_EQ(raw_scalar(path, "SELECT count(*) FROM cubins"), static_cast<int64_t>(listed.size()));
+}
+
+// ---- damaged files ------------------------------------------------------------------------------------------------
+
+TEST_F(CacheDbRobustTest, RandomBytesFileIsMovedAsideAndRebuilt) {
+  const std::string path = dir.file("cache.sqlite");
+  const auto junk = random_blob(4096 * (1 + rng()() % 8) + rng()() % 4096);
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(junk.data()), static_cast<std::streamsize>(junk.size()));
+  }
+  auto db = Db::open(path, env, warnings.fn());
+  EXPECT_FALSE(db->in_memory());
+  ASSERT_EQ(warnings.list.size(), 1u);
+  EXPECT_TRUE(warnings.any_contains("moved aside"));
+  const auto copies = corrupt_copies(dir.path(), "cache.sqlite");
+  ASSERT_EQ(copies.size(), 1u);
+  const auto moved = read_file(copies[0]);
+  EXPECT_TRUE(std::equal(moved.begin(), moved.end(), junk.begin(), junk.end(),
+                         [](char a, uint8_t b) { return static_cast<uint8_t>(a) == b; }));
+  EXPECT_EQ(raw_scalar(path, "PRAGMA user_version"), 1);
+  CubinRow c = make_cubin("rebuilt", 100);
+  ASSERT_TRUE(db->put_cubin(c));
+  EXPECT_EQ(db->get_cubin(c.compile_hash, c.compile_key)->cubin, c.cubin);
+}
+
+TEST_F(CacheDbRobustTest, TruncatedDbIsMovedAsideAndRebuilt) {
+  const std::string path = dir.file("cache.sqlite");
+  {
+    auto db = Db::open(path, env, warnings.fn());
+    for (int i = 0; i < 200; ++i) ASSERT_TRUE(db->put_cubin(make_cubin("k" + std::to_string(i), 6000)));
+    std::vector<TuneRow> rows;
+    for (int i = 0; i < 500; ++i) rows.push_back({"s" + std::to_string(i % 7), "b", "t" + std::to_string(i), 1.0, "ok"});
+    ASSERT_TRUE(db->put_tune_results(rows));
+  }
+  ASSERT_FALSE(fs::exists(path + "-wal"));  // the last connection checkpointed and removed the WAL
+  const auto size = fs::file_size(path);
+  ASSERT_GT(size, 1000000u);
+  fs::resize_file(path, size / 2);
+  auto db = Db::open(path, env, warnings.fn());
+  EXPECT_FALSE(db->in_memory());
+  EXPECT_TRUE(warnings.any_contains("moved aside")) << (warnings.list.empty() ? "" : warnings.list.front());
+  EXPECT_EQ(corrupt_copies(dir.path(), "cache.sqlite").size(), 1u);
+  EXPECT_TRUE(db->list_cubins().empty());
+  CubinRow c = make_cubin("rebuilt", 100);
+  ASSERT_TRUE(db->put_cubin(c));
+  EXPECT_EQ(db->get_cubin(c.compile_hash, c.compile_key)->cubin, c.cubin);
+}
+
+TEST_F(CacheDbRobustTest, WarningsAreNeverPrintedByDefault) {
+  const std::string path = dir.file("cache.sqlite");
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << "definitely not a database, and long enough to have a header..................................";
+  }
+  testing::internal::CaptureStderr();
+  testing::internal::CaptureStdout();
+  auto db = Db::open(path, env);  // no callback
+  const std::string err = testing::internal::GetCapturedStderr();
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_FALSE(db->in_memory());
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(corrupt_copies(dir.path(), "cache.sqlite").size(), 1u);
+}
+
+// ---- unwritable locations -----------------------------------------------------------------------------------------
+
+TEST_F(CacheDbRobustTest, ReadOnlyDirectoryDegradesToMemory) {
+  // Root ignores permissions, so a root run drops to nobody in a child process; the child reports by exit status.
+  fs::permissions(dir.path(), fs::perms::all, fs::perm_options::replace);
+  const std::string ro_empty = dir.file("ro_empty"), ro_existing = dir.file("ro_existing");
+  fs::create_directory(ro_empty);
+  fs::create_directory(ro_existing);
+  {
+    auto db = Db::open(ro_existing + "/cache.sqlite", env, warnings.fn());
+    ASSERT_TRUE(db->put_cubin(make_cubin("x", 100)));
+  }
+  fs::permissions(ro_existing + "/cache.sqlite", fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read,
+                  fs::perm_options::replace);
+  for (const auto& d : {ro_empty, ro_existing}) {
+    fs::permissions(d, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read | fs::perms::group_exec |
+                           fs::perms::others_read | fs::perms::others_exec,
+                    fs::perm_options::replace);
+  }
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(77);
+    const std::string probe = ro_empty + "/probe";
+    const int fd = ::open(probe.c_str(), O_CREAT | O_WRONLY, 0644);
+    if (fd >= 0) _exit(77);  // permissions are not enforced for this user: cannot test
+    int code = 0;
+    for (const auto& d : {ro_empty, ro_existing}) {
+      bool warned = false;
+      auto db = Db::open(d + "/cache.sqlite", env, [&](const std::string&) { warned = true; });
+      if (!db->in_memory()) code |= 1;
+      if (!warned) code |= 2;
+      CubinRow c = make_cubin("mem", 300);
+      if (!db->put_cubin(c)) code |= 4;
+      auto g = db->get_cubin(c.compile_hash, c.compile_key);
+      if (!g || g->cubin != c.cubin) code |= 8;
+    }
+    _exit(code);
+  }
+  const int code = wait_child(pid);
+  if (code == 77) GTEST_SKIP() << "cannot run as an unprivileged user here";
+  EXPECT_EQ(code, 0) << "bit 1: not in memory, 2: no warning, 4: put failed, 8: get failed";
+  EXPECT_FALSE(fs::exists(ro_empty + "/cache.sqlite"));
+  EXPECT_TRUE(corrupt_copies(ro_existing, "cache.sqlite").empty());
+}
+
+TEST_F(CacheDbRobustTest, UncreatableLocationDegradesToMemory) {
+  const std::string file = dir.file("plain_file");
+  { std::ofstream(file) << "x"; }
+  auto db = Db::open(file + "/sub/cache.sqlite", env, warnings.fn());
+  EXPECT_TRUE(db->in_memory());
+  EXPECT_EQ(warnings.list.size(), 1u);
+  auto db2 = Db::open(dir.path(), env, warnings.fn());  // a directory is not a database file
+  EXPECT_TRUE(db2->in_memory());
+  EXPECT_EQ(warnings.list.size(), 2u);
+  CubinRow c = make_cubin("mem", 64);
+  ASSERT_TRUE(db2->put_cubin(c));
+  EXPECT_EQ(db2->get_cubin(c.compile_hash, c.compile_key)->cubin, c.cubin);
+}
+
+TEST_F(CacheDbRobustTest, FullDiskDegradesOrFailsWritesCleanly) {
+  // RLIMIT_FSIZE (enforced for root too) makes writes past the limit fail like a full disk; done in children.
+  const std::string fresh = dir.file("fresh.sqlite"), existing = dir.file("existing.sqlite");
+  CubinRow kept = make_cubin("kept", 3000);
+  {
+    auto db = Db::open(existing, env, warnings.fn());
+    ASSERT_TRUE(db->put_cubin(kept));
+  }
+  const auto existing_size = fs::file_size(existing);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    int code = 0;  // the number of the first failed check
+    auto check = [&](bool ok, int n) {
+      if (!ok && code == 0) code = n;
+    };
+    rlimit lim{1024, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(77);
+    {
+      bool warned = false;
+      auto db = Db::open(fresh, env, [&](const std::string&) { warned = true; });
+      check(db->in_memory(), 1);
+      check(warned, 2);
+      check(db->put_cubin(make_cubin("mem", 5000)), 3);
+    }
+    // An existing file stays in use when its -shm (32 KiB) fits; a write that does not fit fails cleanly (false,
+    // warning) and the old rows stay readable.
+    lim.rlim_cur = std::max<rlim_t>(static_cast<rlim_t>(existing_size), 65536) + 8192;
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(77);
+    {
+      bool warned = false;
+      auto db = Db::open(existing, env, [&](const std::string&) { warned = true; });
+      check(!db->in_memory(), 4);
+      check(!warned, 5);
+      check(!db->put_cubin(make_cubin("too_big", 1 << 20)), 6);
+      check(warned, 7);
+      auto g = db->get_cubin(kept.compile_hash, kept.compile_key);
+      check(g && g->cubin == kept.cubin, 8);
+      check(db->put_cubin(make_cubin("small", 100)), 9);  // the connection recovers once writes fit
+    }
+    _exit(code);
+  }
+  const int code = wait_child(pid);
+  if (code == 77) GTEST_SKIP() << "setrlimit(RLIMIT_FSIZE) not permitted";
+  EXPECT_EQ(code, 0) << "number of the first failed check in the child";
+  EXPECT_FALSE(fs::exists(fresh) && fs::file_size(fresh) > 1024);
+  auto db = Db::open(existing, env, warnings.fn());
+  EXPECT_FALSE(db->in_memory());
+  EXPECT_EQ(db->get_cubin(kept.compile_hash, kept.compile_key)->cubin, kept.cubin);
+  EXPECT_EQ(db->list_cubins().size(), 2u);  // kept + small, never too_big
+  EXPECT_EQ(raw_scalar(existing, "SELECT count(*) FROM cubins WHERE compile_key = 'too_big'"), 0);
+}
+
+}  // namespace

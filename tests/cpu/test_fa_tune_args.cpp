@@ -1,0 +1,209 @@
+// test_fa_tune_args.cpp -- fa-tune's command line: every error path (exit code 2, flag named), ranges, presets,
+// grid expansion; the missing-GPU path (exit code 3); and a --dry-run of the ci preset through run_fa_tune.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "cache_db/cache_db.h"
+#include "fa/fa.h"
+#include "tuner/fa_tune_args.h"
+#include "tuner/fa_tune_cli.h"
+
+using namespace fa;
+
+namespace {
+
+struct CliRun {
+  int rc = -1;
+  std::string out, err;
+};
+
+std::string slurp(std::FILE* f) {
+  std::string s;
+  std::rewind(f);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  std::fclose(f);
+  return s;
+}
+
+CliRun run_cli(const std::vector<std::string>& args) {
+  tune::CliHooks h;
+  h.context_create = &fa_context_create;
+  h.context_destroy = &fa_context_destroy;
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  CliRun r;
+  r.rc = tune::run_fa_tune(args, h, out, err);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/fa_tune_cli_XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  return d ? d : "/tmp";
+}
+
+}  // namespace
+
+TEST(FaTuneArgs, SeqlenRangesExpandToPowersOfTwo) {
+  std::vector<int> v;
+  std::string why;
+  ASSERT_TRUE(tune::parse_seqlens("512:16384", &v, &why)) << why;
+  EXPECT_EQ(v, (std::vector<int>{512, 1024, 2048, 4096, 8192, 16384}));
+  ASSERT_TRUE(tune::parse_seqlens("100,300:1200", &v, &why));
+  EXPECT_EQ(v, (std::vector<int>{100, 300, 600, 1200}));
+  std::mt19937 rng(std::random_device{}());
+  for (int i = 0; i < 50; ++i) {
+    const int a = std::uniform_int_distribution<int>(1, 5000)(rng), b = std::uniform_int_distribution<int>(a, 100000)(rng);
+    ASSERT_TRUE(tune::parse_seqlens(std::to_string(a) + ":" + std::to_string(b), &v, &why));
+    ASSERT_FALSE(v.empty());
+    EXPECT_EQ(v.front(), a);
+    EXPECT_LE(v.back(), b);
+    EXPECT_GT(2LL * v.back(), b);
+    for (size_t k = 1; k < v.size(); ++k) EXPECT_EQ(v[k], 2 * v[k - 1]);
+  }
+  for (const char* bad : {"", "a", "5:2", "0:4", "4:", ":4", "1:2:3", "-8", "99999999999", "16,", "1.5"})
+    EXPECT_FALSE(tune::parse_seqlens(bad, &v, &why)) << bad;
+}
+
+TEST(FaTuneArgs, ErrorsNameTheFlagAndExitWith2) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--bogus"}, "--bogus"},
+      {{"stray"}, "stray"},
+      {{"--heads", "x"}, "--heads"},
+      {{"--heads", "0"}, "--heads"},
+      {{"--heads"}, "--heads"},
+      {{"--head-dims", "100"}, "--head-dims"},
+      {{"--head-dims", "512"}, "--head-dims"},
+      {{"--seqlens", "9:3"}, "--seqlens"},
+      {{"--seqlens=abc"}, "--seqlens"},
+      {{"--batch-tokens", "-1"}, "--batch-tokens"},
+      {{"--dtypes", "fp8"}, "--dtypes"},
+      {{"--masks", "diagonal"}, "--masks"},
+      {{"--masks", "window:4"}, "--masks"},
+      {{"--masks", "window:a:0"}, "--masks"},
+      {{"--features", "rope"}, "--features"},
+      {{"--features", "softcap:-1"}, "--features"},
+      {{"--preset", "llama9"}, "--preset"},
+      {{"--arch", "70"}, "--arch"},
+      {{"--budget-ms", "0"}, "--budget-ms"},
+      {{"--threads", "many"}, "--threads"},
+      {{"--max-candidates", "0"}, "--max-candidates"},
+      {{"--heads", "16", "--kv-heads", "5"}, "--kv-heads"},
+      {{"--list=yes"}, "--list"},
+      {{"--json", ""}, "--json"},
+      {{}, "nothing to do"},
+  };
+  for (const auto& [args, needle] : cases) {
+    tune::TuneArgs a;
+    std::string e;
+    const CliRun r = run_cli(args);
+    EXPECT_EQ(r.rc, 2) << (args.empty() ? "(none)" : args[0]) << ": " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+    if (!args.empty()) {
+      EXPECT_FALSE(tune::parse_tune_args(args, &a, &e));
+    }
+  }
+  const CliRun h = run_cli({"--help"});
+  EXPECT_EQ(h.rc, 0);
+  EXPECT_NE(h.out.find("--dry-run"), std::string::npos);
+  EXPECT_NE(h.out.find("llama3-8b"), std::string::npos);
+}
+
+TEST(FaTuneArgs, PresetsAndOverrides) {
+  tune::TuneArgs a;
+  std::string e;
+  ASSERT_TRUE(tune::parse_tune_args({"--preset", "llama3-8b"}, &a, &e)) << e;
+  auto g = tune::expand_grid(a);
+  ASSERT_FALSE(g.empty());
+  for (const auto& p : g) {
+    EXPECT_EQ(p.desc.dtype, gen::kBf16);
+    EXPECT_EQ(p.desc.heads_q, 32);
+    EXPECT_EQ(p.desc.heads_kv, 8);
+    EXPECT_EQ(p.desc.head_dim, 128);
+    EXPECT_EQ(p.desc.mask, gen::kMaskCausal);
+    EXPECT_EQ(static_cast<long long>(p.desc.batch), std::max(1LL, a.batch_tokens / p.desc.seqlen_q));
+  }
+  ASSERT_TRUE(tune::parse_tune_args({"--preset=gemma2-9b", "--seqlens", "2048"}, &a, &e)) << e;
+  g = tune::expand_grid(a);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].desc.head_dim, 256);
+  EXPECT_TRUE(g[0].desc.has_softcap);
+  EXPECT_FLOAT_EQ(g[0].softcap, 50.0f);
+  EXPECT_EQ(g[0].desc.seqlen_k, 2048);
+  ASSERT_TRUE(tune::parse_tune_args({"--preset", "mistral-7b"}, &a, &e)) << e;
+  g = tune::expand_grid(a);
+  ASSERT_FALSE(g.empty());
+  EXPECT_EQ(g[0].desc.mask, gen::kMaskWindow);
+  EXPECT_EQ(g[0].desc.win_left + 1, 4096);
+  ASSERT_TRUE(tune::parse_tune_args({"--preset", "gpt2"}, &a, &e)) << e;
+  EXPECT_EQ(tune::expand_grid(a)[0].desc.heads_q, 12);
+  ASSERT_TRUE(tune::parse_tune_args({"--preset", "ci"}, &a, &e)) << e;
+  EXPECT_EQ(tune::expand_grid(a).size(), 2u);  // none + causal, one length
+
+  // A full explicit grid: the product of the lists.
+  ASSERT_TRUE(tune::parse_tune_args({"--dtypes", "bf16,fp16", "--head-dims", "64,128", "--heads", "16", "--kv-heads",
+                                     "16,4", "--seqlens", "512:2048", "--masks", "none,causal,window:128:0",
+                                     "--features", "none,bias+alibi,softcap:30"},
+                                    &a, &e)) << e;
+  g = tune::expand_grid(a);
+  EXPECT_EQ(g.size(), 2u * 2 * 2 * 3 * 3 * 3);
+  int gqa = 0, bias_alibi = 0;
+  for (const auto& p : g) {
+    gqa += p.desc.heads_kv == 4;
+    bias_alibi += p.desc.has_bias && p.desc.has_alibi;
+  }
+  EXPECT_EQ(gqa, static_cast<int>(g.size()) / 2);
+  EXPECT_EQ(bias_alibi, static_cast<int>(g.size()) / 3);
+}
+
+TEST(FaTuneCli, MissingGpuExitsWith3) {
+  fa_context c = nullptr;
+  fa_context_options o;
+  fa_context_options_init(&o);
+  o.cache_path = ":memory:";
+  ASSERT_EQ(fa_context_create(&o, &c), FA_OK);
+  const bool has_device = fa_context_has_device(c) == 1;
+  fa_context_destroy(c);
+  if (has_device) GTEST_SKIP() << "a GPU is present; the no-GPU path cannot be exercised here";
+  const CliRun r = run_cli({"--preset", "ci", "--cache", ":memory:"});
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_NE(r.err.find("--dry-run"), std::string::npos) << r.err;
+}
+
+TEST(FaTuneCli, DryRunOfTheCiPresetCompilesAndPersists) {
+  const std::string dir = temp_dir();
+  const std::string cache = dir + "/cache.sqlite", json = dir + "/dry.json", exported = dir + "/export.sqlite";
+  const std::vector<std::string> args = {"--preset", "ci", "--dry-run", "--arch", "80", "--max-candidates", "2",
+                                         "--cache", cache, "--json", json, "--no-progress"};
+  const CliRun r = run_cli(args);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("dry run for sm_80"), std::string::npos) << r.out;
+  std::ifstream jf(json);
+  std::stringstream js;
+  js << jf.rdbuf();
+  EXPECT_NE(js.str().find("\"mode\":\"dry-run\""), std::string::npos);
+  EXPECT_NE(js.str().find("\"status\":\"ok\""), std::string::npos);
+  // Every compiled kernel is in the cache now: a second dry run compiles nothing.
+  const CliRun again = run_cli(args);
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_NE(again.out.find("(0.0 s NVRTC time"), std::string::npos) << again.out;
+  // --list shows the cubins; --export copies them.
+  const CliRun list = run_cli({"--list", "--cache", cache, "--export", exported});
+  ASSERT_EQ(list.rc, 0) << list.err;
+  EXPECT_NE(list.out.find("sm_80"), std::string::npos) << list.out;
+  cache::Env env;
+  auto db = cache::Db::open(exported, env);
+  EXPECT_FALSE(db->list_cubins(true).empty());
+  const CliRun prune = run_cli({"--prune", "--cache", cache});
+  EXPECT_EQ(prune.rc, 0) << prune.err;
+  EXPECT_NE(prune.out.find("pruned 0 stale rows"), std::string::npos) << prune.out;
+}

@@ -1,0 +1,320 @@
+// test_tuner_select.cpp -- winner selection with a fake timer and fake compiler, storage of every candidate row in a
+// temporary cache_db, cache hits without timing, and the chooser's tune policies on a context without a device.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+
+#include "cache_db/cache_db.h"
+#include "fa/fa.h"
+#include "generator/family.h"
+#include "runtime/context.h"
+#include "tuner/bucket.h"
+#include "tuner/cache_store.h"
+#include "tuner/chooser.h"
+#include "tuner/tuner.h"
+
+using namespace fa;
+
+namespace {
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/fa_tuner_test_XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  return d ? d : "/tmp";
+}
+
+fa_context make_context(const std::string& cache, int policy) {
+  fa_context_options o;
+  fa_context_options_init(&o);
+  o.cache_path = cache.c_str();
+  o.tune_policy = policy;
+  fa_context c = nullptr;
+  EXPECT_EQ(fa_context_create(&o, &c), FA_OK) << fa_last_error();
+  return c;
+}
+
+// Random times per tunables key; counts calls.
+struct FakeTimer : tune::Timer {
+  std::map<std::string, double> ms;
+  std::set<std::string> fail;
+  int calls = 0;
+  rt::Status time(const gen::KernelConfig& cfg, const rt::TuneRequest&, const tune::TimingPlan& plan,
+                  double* median_ms) override {
+    ++calls;
+    EXPECT_GT(plan.budget_ms, 0.0);
+    const std::string k = gen::tunables_key(cfg.t);
+    if (fail.count(k)) return rt::error(FA_ERROR_LAUNCH, "fake launch failure");
+    auto it = ms.find(k);
+    if (it == ms.end()) return rt::error(FA_ERROR_INTERNAL, "fake timer: unknown candidate " + k);
+    *median_ms = it->second;
+    return rt::Status::Ok();
+  }
+};
+
+gen::ProblemDesc problem(int dtype, int seqlen) {
+  gen::ProblemDesc p;
+  p.dtype = dtype;
+  p.batch = 2;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  p.heads_q = p.heads_kv = 8;
+  p.head_dim = p.head_dim_v = 64;
+  p.mask = gen::kMaskCausal;
+  p.aligned16 = true;
+  p.has_lse = true;
+  return p;
+}
+
+struct Fixture {
+  std::string dir = temp_dir();
+  std::string cache = dir + "/cache.sqlite";
+};
+
+}  // namespace
+
+TEST(TunerSelect, FastestValidCandidateWinsAndEveryRowIsStored) {
+  Fixture fx;
+  fa_context c = make_context(fx.cache, FA_TUNE_ON_FIRST_USE);
+  ASSERT_NE(c, nullptr);
+  std::mt19937 rng(std::random_device{}());
+  for (int dtype : {gen::kFp16, gen::kFp32}) {  // fwd_mma (when built) and fwd_ref spaces
+    const gen::ProblemDesc p = problem(dtype, 1000 + static_cast<int>(rng() % 3000));
+    const gen::Semantic s = gen::select_forward(p, c->arch);
+    const std::vector<gen::KernelConfig> cands = tune::candidate_configs(s, p, c->limits);
+    ASSERT_GE(cands.size(), 3u) << gen::semantic_key(s);
+
+    // Times: random; the fastest spills, the second fastest fails to compile, the third fails to launch.
+    FakeTimer timer;
+    std::vector<double> times(cands.size());
+    for (double& t : times) t = std::uniform_real_distribution<double>(0.5, 5.0)(rng);
+    std::vector<size_t> order(cands.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return times[a] < times[b]; });
+    const std::string spill_key = gen::tunables_key(cands[order[0]].t);
+    const std::string error_key = gen::tunables_key(cands[order[1]].t);
+    // (fwd_ref has only 3 points: then no launch failure, so that one candidate remains)
+    const std::string launch_key = cands.size() >= 4 ? gen::tunables_key(cands[order[2]].t) : std::string("-");
+    for (size_t i = 0; i < cands.size(); ++i) timer.ms[gen::tunables_key(cands[i].t)] = times[i];
+    timer.fail.insert(launch_key);
+    std::string expected;
+    double best = INFINITY;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      const std::string k = gen::tunables_key(cands[i].t);
+      if (k == spill_key || k == error_key || k == launch_key) continue;
+      if (times[i] < best) best = times[i], expected = k;
+    }
+    ASSERT_FALSE(expected.empty());
+
+    tune::TuneOptions o;
+    o.timer = &timer;
+    o.threads = 2;
+    int compiles = 0;
+    std::mutex mu;
+    o.compile = [&](const gen::KernelConfig& cfg, rt::PtxasInfo* info) -> rt::Status {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++compiles;
+      }
+      const std::string k = gen::tunables_key(cfg.t);
+      info->registers = 128;
+      if (k == error_key) return rt::error(FA_ERROR_COMPILE, "fake NVRTC error");
+      if (k == spill_key) info->spill_stores = info->spill_loads = 16;
+      return rt::Status::Ok();
+    };
+    rt::TuneRequest req;  // the fake timer never launches
+    tune::TuneOutcome out;
+    rt::Status st = tune::tune(c, s, p, req, o, &out);
+    ASSERT_TRUE(st.ok()) << st.message;
+    EXPECT_FALSE(out.from_cache);
+    EXPECT_EQ(compiles, static_cast<int>(cands.size()));
+    EXPECT_EQ(timer.calls, static_cast<int>(cands.size()) - 2);  // spill and compile error are never timed
+    EXPECT_EQ(gen::tunables_key(out.winner), expected);
+    EXPECT_DOUBLE_EQ(out.winner_ms, best);
+    EXPECT_GT(out.winner_tflops, 0.0);
+    EXPECT_EQ(out.flops, tune::attention_flops(p));
+    EXPECT_FALSE(out.verify_note.empty());  // no verify function: noted
+
+    // Every candidate is stored with its status; best() is the winner.
+    cache::Db* db = tune::context_db(c);
+    ASSERT_NE(db, nullptr);
+    const auto rows = db->tune_rows(tune::tuning_semantic_key(s), tune::shape_bucket(p));
+    ASSERT_EQ(rows.size(), cands.size());
+    std::map<std::string, cache::TuneRow> by_key;
+    for (const auto& r : rows) by_key[r.tunables] = r;
+    EXPECT_EQ(by_key[spill_key].status, "spill");
+    EXPECT_EQ(by_key[error_key].status, "compile_error");
+    if (launch_key != "-") {
+      EXPECT_EQ(by_key[launch_key].status, "launch_error");
+    }
+    EXPECT_TRUE(std::isnan(by_key[spill_key].median_ms));
+    for (size_t i = 0; i < cands.size(); ++i) {
+      const std::string k = gen::tunables_key(cands[i].t);
+      if (by_key[k].status == "ok") {
+        EXPECT_DOUBLE_EQ(by_key[k].median_ms, times[i]);
+      }
+    }
+    auto b = db->best(tune::tuning_semantic_key(s), tune::shape_bucket(p));
+    ASSERT_TRUE(b.has_value());
+    EXPECT_EQ(b->tunables, expected);
+
+    // Second call, another length in the same bucket: served from the cache, nothing compiled or timed.
+    gen::ProblemDesc p2 = p;
+    p2.seqlen_q = p2.seqlen_k = static_cast<int>(tune::pow2_ceil(p.seqlen_q));
+    ASSERT_EQ(tune::shape_bucket(p2), tune::shape_bucket(p));
+    const int calls = timer.calls, comp = compiles;
+    tune::TuneOutcome again;
+    ASSERT_TRUE(tune::tune(c, s, p2, req, o, &again).ok());
+    EXPECT_TRUE(again.from_cache);
+    EXPECT_EQ(gen::tunables_key(again.winner), expected);
+    EXPECT_EQ(timer.calls, calls);
+    EXPECT_EQ(compiles, comp);
+    EXPECT_EQ(again.candidates.size(), cands.size());
+  }
+  fa_context_destroy(c);
+}
+
+TEST(TunerSelect, WinnerFailingTheReferenceCheckIsReplacedByTheNextBest) {
+  Fixture fx;
+  fa_context c = make_context(fx.cache, FA_TUNE_ON_FIRST_USE);
+  ASSERT_NE(c, nullptr);
+  const gen::ProblemDesc p = problem(gen::kFp32, 777);
+  const gen::Semantic s = gen::select_forward(p, c->arch);
+  const auto cands = tune::candidate_configs(s, p, c->limits);
+  ASSERT_GE(cands.size(), 2u);
+  FakeTimer timer;
+  std::mt19937 rng(std::random_device{}());
+  std::vector<std::pair<double, std::string>> sorted;
+  for (const auto& cfg : cands) {
+    const double t = std::uniform_real_distribution<double>(1.0, 2.0)(rng);
+    timer.ms[gen::tunables_key(cfg.t)] = t;
+    sorted.emplace_back(t, gen::tunables_key(cfg.t));
+  }
+  std::sort(sorted.begin(), sorted.end());
+  tune::TuneOptions o;
+  o.timer = &timer;
+  o.compile = [](const gen::KernelConfig&, rt::PtxasInfo* info) {
+    info->registers = 64;
+    return rt::Status::Ok();
+  };
+  rt::TuneRequest req;
+  int verifies = 0;
+  req.verify = [&](const gen::KernelConfig& cfg, double* err) {
+    ++verifies;
+    *err = gen::tunables_key(cfg.t) == sorted[0].second ? 0.5 : 1e-7;  // the fastest is wrong
+    return rt::Status::Ok();
+  };
+  tune::TuneOutcome out;
+  ASSERT_TRUE(tune::tune(c, s, p, req, o, &out).ok());
+  EXPECT_EQ(verifies, 2);
+  EXPECT_EQ(gen::tunables_key(out.winner), sorted[1].second);
+  EXPECT_TRUE(out.verified);
+  EXPECT_LE(out.verify_error, 1e-6);
+  const auto rows = tune::context_db(c)->tune_rows(tune::tuning_semantic_key(s), tune::shape_bucket(p));
+  bool saw_failed = false;
+  for (const auto& r : rows) saw_failed |= r.tunables == sorted[0].second && r.status == "verify_failed";
+  EXPECT_TRUE(saw_failed);
+  fa_context_destroy(c);
+}
+
+TEST(TunerChooser, PoliciesWithoutADevice) {
+  Fixture fx;
+  const gen::ProblemDesc p = problem(gen::kFp16, 2048);
+  // DEFAULTS_ONLY: the family defaults, key recorded as untuned.
+  {
+    fa_context c = make_context(fx.cache, FA_TUNE_DEFAULTS_ONLY);
+    ASSERT_NE(c, nullptr);
+    const gen::Semantic s = gen::select_forward(p, c->arch);
+    gen::Tunables t;
+    rt::TuneRequest req;
+    ASSERT_TRUE(c->chooser->choose(c, s, p, &req, &t).ok());
+    const gen::Tunables def = gen::family(s.kind).defaults(s);
+    EXPECT_EQ(t, def);
+    EXPECT_EQ(c->untuned.count(tune::tuning_key(s, p)), 1u);
+    fa_context_destroy(c);
+  }
+  // REQUIRE_TUNED: FA_ERROR_NOT_TUNED with nothing cached; ok once a row is seeded.
+  std::string seeded;
+  {
+    fa_context c = make_context(fx.cache, FA_TUNE_REQUIRE_TUNED);
+    ASSERT_NE(c, nullptr);
+    const gen::Semantic s = gen::select_forward(p, c->arch);
+    gen::Tunables t;
+    rt::Status st = c->chooser->choose(c, s, p, nullptr, &t);
+    EXPECT_EQ(st.code, FA_ERROR_NOT_TUNED);
+    EXPECT_NE(st.message.find(tune::tuning_semantic_key(s)), std::string::npos) << st.message;
+    // Seed: the last valid candidate (not the default), as the tuner would store it.
+    const auto cands = tune::candidate_configs(s, p, c->limits);
+    ASSERT_GE(cands.size(), 2u);
+    seeded = gen::tunables_key(cands.back().t);
+    cache::TuneRow row{tune::tuning_semantic_key(s), tune::shape_bucket(p), seeded, 0.25, "ok"};
+    ASSERT_TRUE(tune::context_db(c)->put_tune_results({row}));
+    st = c->chooser->choose(c, s, p, nullptr, &t);
+    ASSERT_TRUE(st.ok()) << st.message;
+    EXPECT_EQ(gen::tunables_key(t), seeded);
+    // Another length in the same bucket is served from memory too.
+    gen::ProblemDesc p2 = p;
+    p2.seqlen_q = p2.seqlen_k = 1500;
+    ASSERT_TRUE(c->chooser->choose(c, s, p2, nullptr, &t).ok());
+    EXPECT_EQ(gen::tunables_key(t), seeded);
+    // A far bucket is not tuned.
+    p2.seqlen_q = p2.seqlen_k = 16384;
+    EXPECT_EQ(c->chooser->choose(c, s, p2, nullptr, &t).code, FA_ERROR_NOT_TUNED);
+    fa_context_destroy(c);
+  }
+  // A new context on the same file (DEFAULTS_ONLY) takes the cached tuned entry.
+  {
+    fa_context c = make_context(fx.cache, FA_TUNE_DEFAULTS_ONLY);
+    ASSERT_NE(c, nullptr);
+    const gen::Semantic s = gen::select_forward(p, c->arch);
+    gen::Tunables t;
+    ASSERT_TRUE(c->chooser->choose(c, s, p, nullptr, &t).ok());
+    EXPECT_EQ(gen::tunables_key(t), seeded);
+    EXPECT_EQ(c->untuned.size(), 0u);
+    fa_context_destroy(c);
+  }
+}
+
+TEST(TunerChooser, FirstUseTunesOnceThenServesFromMemory) {
+  Fixture fx;
+  fa_context c = make_context(fx.cache, FA_TUNE_ON_FIRST_USE);
+  ASSERT_NE(c, nullptr);
+  auto* chooser = dynamic_cast<tune::TuningChooser*>(c->chooser.get());
+  ASSERT_NE(chooser, nullptr);
+  const gen::ProblemDesc p = problem(gen::kFp32, 300);
+  const gen::Semantic s = gen::select_forward(p, c->arch);
+  FakeTimer timer;
+  std::mt19937 rng(std::random_device{}());
+  std::string fastest;
+  double best = INFINITY;
+  for (const auto& cfg : tune::candidate_configs(s, p, c->limits)) {
+    const double t = std::uniform_real_distribution<double>(1.0, 9.0)(rng);
+    timer.ms[gen::tunables_key(cfg.t)] = t;
+    if (t < best) best = t, fastest = gen::tunables_key(cfg.t);
+  }
+  chooser->options().timer = &timer;
+  chooser->options().compile = [](const gen::KernelConfig&, rt::PtxasInfo* info) {
+    info->registers = 40;
+    return rt::Status::Ok();
+  };
+  gen::Tunables t;
+  // Capturing (no TuneRequest): defaults, recorded as untuned, nothing timed.
+  ASSERT_TRUE(c->chooser->choose(c, s, p, nullptr, &t).ok());
+  EXPECT_EQ(t, gen::family(s.kind).defaults(s));
+  EXPECT_EQ(timer.calls, 0);
+  EXPECT_EQ(c->untuned.count(tune::tuning_key(s, p)), 1u);
+  // First use with a request: tuned.
+  rt::TuneRequest req;
+  ASSERT_TRUE(c->chooser->choose(c, s, p, &req, &t).ok());
+  EXPECT_EQ(gen::tunables_key(t), fastest);
+  const int calls = timer.calls;
+  EXPECT_GT(calls, 0);
+  ASSERT_TRUE(c->chooser->choose(c, s, p, &req, &t).ok());
+  EXPECT_EQ(timer.calls, calls);
+  EXPECT_EQ(chooser->remembered(), 1u);
+  fa_context_destroy(c);
+}

@@ -1,0 +1,161 @@
+// compile_sweep.cpp -- compiles kernel variants through NVRTC for sm_80 and sm_90a and fails on any compile error
+// or any ptxas spill. --sample: a fixed covering sample (every kind, dtype, mask, feature flag, a spread of head
+// dims, and every valid tunable point of each family at head dims 64, 128 and 256). --full: the whole product.
+// Also checks that the predicate is the only rejection: a point it accepts must compile without spills.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "generator/family.h"
+#include "runtime/nvrtc_compiler.h"
+
+using namespace fa::gen;
+
+namespace {
+
+std::vector<int> dtypes_for(Kind k) {
+  if (k == Kind::FwdMma || k == Kind::BwdMma) return {kFp16, kBf16};
+  return {kFp16, kBf16, kFp32};
+}
+
+struct Job {
+  KernelConfig c;
+};
+
+void add_semantics(Kind k, int arch, bool full, std::vector<Job>* jobs) {
+  const DeviceLimits lim = limits_for_arch(arch);
+  const std::vector<int> dims_full = {8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 136, 160, 192, 200, 224, 248, 256};
+  const std::vector<int> dims_sample = {8, 40, 64, 96, 128, 200, 256};
+  const auto& dims = full ? dims_full : dims_sample;
+  int rot = 0;
+  std::set<std::string> seen;
+  auto push = [&](const KernelConfig& c) {
+    if (!is_valid(c, lim, nullptr)) return;
+    if (seen.insert(canonical_key(c)).second) jobs->push_back(Job{c});
+  };
+  for (int dt : dtypes_for(k)) {
+    for (int d : dims) {
+      for (int variant = 0; variant < (full ? 48 : 1); ++variant) {
+        const int v = full ? variant : rot++;
+        Semantic s;
+        s.kind = k;
+        s.arch = arch;
+        s.dtype = dt;
+        s.head_dim = d;
+        s.head_dim_v = (v % 5 == 4) ? std::max(8, 256 - d + 8 - (256 - d + 8) % 8) : d;
+        s.mask = v % 3;
+        s.has_bias = (v / 3) % 2;
+        s.has_alibi = (v / 6) % 2;
+        s.has_softcap = (v / 12) % 2;
+        s.varlen = (v / 24) % 2;
+        s.has_lse = k != Kind::FwdRef && k != Kind::FwdMma ? true : (v % 7 != 3);
+        std::vector<Tunables> space = valid_space(s, lim);
+        if (space.empty()) continue;
+        if (full) {
+          for (const Tunables& t : space) {
+            KernelConfig c{s, t};
+            push(c);
+            if (!s.varlen && k == Kind::FwdMma) {
+              c.s.even_k = true;
+              push(c);
+            }
+          }
+        } else {
+          KernelConfig c{s, space[static_cast<size_t>(v) % space.size()]};
+          c.s.even_k = !s.varlen && k == Kind::FwdMma && (v % 2 == 0);
+          push(c);
+          if (d == 64 || d == 128 || d == 256) {  // every valid tunable point at the common head dims
+            for (const Tunables& t : space) {
+              KernelConfig all{s, t};
+              all.s.even_k = !s.varlen && k == Kind::FwdMma;
+              push(all);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool full = false;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int> archs = {80, 90};
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--full")) full = true;
+    else if (!std::strcmp(argv[i], "--sample")) full = false;
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::max(1, std::atoi(argv[++i]));
+    else {
+      fmt::print(stderr, "usage: {} [--sample|--full] [--threads N]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (fa::rt::nvrtc_version().empty()) {
+    fmt::print(stderr, "compile_sweep: NVRTC is not usable\n");
+    return 1;
+  }
+  std::vector<Job> jobs;
+  for (int k = 0; k < kNumKinds; ++k) {
+    if (!family_available(static_cast<Kind>(k))) {
+      fmt::print("compile_sweep: family {} not built in, skipped\n", kind_name(static_cast<Kind>(k)));
+      continue;
+    }
+    for (int arch : archs) add_semantics(static_cast<Kind>(k), arch, full, &jobs);
+  }
+  fmt::print("compile_sweep: {} kernels ({} mode), NVRTC {}, {} threads\n", jobs.size(), full ? "full" : "sample",
+             fa::rt::nvrtc_version(), threads);
+  std::fflush(stdout);
+  std::atomic<size_t> next{0};
+  std::atomic<int> failures{0};
+  std::mutex out_mu;
+  int max_regs[kNumKinds] = {0};
+  double slowest = 0;
+  std::string slowest_key;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto worker = [&] {
+    for (;;) {
+      const size_t i = next++;
+      if (i >= jobs.size()) return;
+      const fa::rt::CompileResult r = fa::rt::compile(jobs[i].c);
+      std::lock_guard<std::mutex> lock(out_mu);
+      const int kind = static_cast<int>(jobs[i].c.s.kind);
+      if (r.ptxas.registers > max_regs[kind]) max_regs[kind] = r.ptxas.registers;
+      if (r.seconds > slowest) {
+        slowest = r.seconds;
+        slowest_key = r.key;
+      }
+      const bool spill = r.ptxas.spill_stores > 0 || r.ptxas.spill_loads > 0;
+      if (!r.ok || spill || r.ptxas.registers < 0) {
+        ++failures;
+        fmt::print("FAIL {} ({}): {}\n{}\n", r.key, r.ok ? (spill ? "spills" : "no ptxas report") : "compile error",
+                   fmt::format("regs {} spill stores {} loads {}", r.ptxas.registers, r.ptxas.spill_stores, r.ptxas.spill_loads),
+                   r.log.substr(0, 4000));
+      } else if (std::getenv("FA_SWEEP_VERBOSE")) {
+        fmt::print("ok {} regs {} {:.1f}s\n", r.key, r.ptxas.registers, r.seconds);
+      }
+      if ((i + 1) % 25 == 0) {
+        fmt::print("  {}/{} compiled\n", i + 1, jobs.size());
+        std::fflush(stdout);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print("compile_sweep: max registers per kind:");
+  for (int k = 0; k < kNumKinds; ++k)
+    if (max_regs[k]) fmt::print(" {}={}", kind_name(static_cast<Kind>(k)), max_regs[k]);
+  fmt::print("\ncompile_sweep: slowest {:.1f}s ({})\n", slowest, slowest_key);
+  fmt::print("compile_sweep: {} kernels, {} failures, {:.0f}s\n", jobs.size(), failures.load(), secs);
+  return failures.load() == 0 ? 0 : 1;
+}

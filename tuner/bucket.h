@@ -1,0 +1,25 @@
+// bucket.h -- the tuning key of a problem: which tuned entry a run of given lengths is served by.
+//
+// Sequence lengths and batch never enter a compile key (they are kernel arguments). Tuning results do depend on
+// them, so a tuned entry is keyed by power-of-two buckets of (seqlen_q, seqlen_k, batch * heads_q): every length in
+// (2^(k-1), 2^k] maps to bucket 2^k, so a new length in a known bucket costs no tuning. The semantic part of the key
+// is fa::gen::semantic_key with even_k cleared (even_k depends on seqlen_k and block_n, i.e. on the candidate).
+#pragma once
+
+#include <string>
+
+#include "generator/config.h"
+#include "generator/problem.h"
+
+namespace fa::tune {
+
+// The smallest power of two >= n (1 for n <= 1; 0 for n <= 0).
+long long pow2_ceil(long long n);
+// "q1024.k1024.bh512" -- the shape bucket of a problem (varlen: the maxima and batch).
+std::string shape_bucket(const gen::ProblemDesc& p);
+// semantic_key with even_k cleared.
+std::string tuning_semantic_key(const gen::Semantic& s);
+// tuning_semantic_key + "|" + shape_bucket: the in-memory key of a tuned entry.
+std::string tuning_key(const gen::Semantic& s, const gen::ProblemDesc& p);
+
+}  // namespace fa::tune

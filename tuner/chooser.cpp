@@ -1,0 +1,87 @@
+// chooser.cpp -- the tune policy (see chooser.h).
+#include "tuner/chooser.h"
+
+#include "cache_db/cache_db.h"
+#include "generator/family.h"
+#include "tuner/bucket.h"
+#include "tuner/cache_store.h"
+
+namespace fa::tune {
+
+namespace {
+
+rt::Status defaults_for(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, gen::Tunables* out) {
+  const gen::Tunables t = gen::family(s.kind).defaults(s);
+  std::string why;
+  const gen::KernelConfig cfg = gen::finalize(s, t, p);
+  if (!gen::is_valid(cfg, c->limits, &why))
+    return rt::error(FA_ERROR_INTERNAL, "the default tunables of " + gen::canonical_key(cfg) + " are invalid: " + why);
+  *out = t;
+  return rt::Status::Ok();
+}
+
+void record_untuned(fa_context c, const std::string& key) {
+  std::lock_guard<std::mutex> lock(c->mu);
+  c->untuned.insert(key);
+}
+
+}  // namespace
+
+bool TuningChooser::lookup(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, const std::string& key,
+                           gen::Tunables* out) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = memory_.find(key);
+    if (it != memory_.end()) {
+      *out = it->second;
+      return true;
+    }
+  }
+  cache::Db* db = context_db(c);
+  if (db == nullptr) return false;
+  auto best = db->best(tuning_semantic_key(s), shape_bucket(p));
+  if (!best) return false;
+  gen::Tunables t;
+  if (!gen::parse_tunables_key(best->tunables, &t) || !gen::is_valid(gen::finalize(s, t, p), c->limits, nullptr)) {
+    c->warn("tuner: ignoring an unusable cached entry " + best->tunables + " for " + key);
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  memory_[key] = t;
+  *out = t;
+  return true;
+}
+
+rt::Status TuningChooser::choose(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p,
+                                 const rt::TuneRequest* tune, gen::Tunables* out) {
+  const std::string key = tuning_key(s, p);
+  if (lookup(c, s, p, key, out)) return rt::Status::Ok();
+  if (c->tune_policy == FA_TUNE_REQUIRE_TUNED) {
+    return rt::error(FA_ERROR_NOT_TUNED, "no tuned entry for " + key +
+                                             " (policy FA_TUNE_REQUIRE_TUNED): run fa-tune for this problem, or import "
+                                             "a cache with fa-tune --import");
+  }
+  if (c->tune_policy == FA_TUNE_DEFAULTS_ONLY || tune == nullptr) {
+    record_untuned(c, key);
+    return defaults_for(c, s, p, out);
+  }
+  std::lock_guard<std::mutex> serial(tune_mu_);
+  if (lookup(c, s, p, key, out)) return rt::Status::Ok();  // another thread tuned it meanwhile
+  TuneOutcome outcome;
+  rt::Status st = fa::tune::tune(c, s, p, *tune, options_, &outcome);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_ = outcome;
+  }
+  if (!st.ok() || !outcome.has_winner) {
+    c->warn("tuner: tuning " + key + " failed, using the defaults: " + st.message);
+    record_untuned(c, key);
+    return defaults_for(c, s, p, out);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  memory_[key] = outcome.winner;
+  *out = outcome.winner;
+  return rt::Status::Ok();
+}
+
+}  // namespace fa::tune

@@ -1,0 +1,314 @@
+// fa_tune_cli.cpp -- fa-tune: argument handling, the dry-run compile report, GPU tuning of a grid, the winners'
+// table, JSON output and the cache maintenance actions.
+#include "tuner/fa_tune_cli.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "cache_db/cache_db.h"
+#include "generator/family.h"
+#include "runtime/context.h"
+#include "runtime/validate.h"
+#include "tuner/bucket.h"
+#include "tuner/cache_store.h"
+#include "tuner/device_problem.h"
+#include "tuner/fa_tune_args.h"
+#include "tuner/progress.h"
+#include "tuner/thread_pool.h"
+#include "tuner/tuner.h"
+
+namespace fa::tune {
+
+namespace {
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') o += '\\', o += ch;
+    else if (c == '\n') o += "\\n";
+    else if (c < 0x20) o += fmt::format("\\u{:04x}", c);
+    else o += ch;
+  }
+  return o + "\"";
+}
+
+std::string json_num(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : "null"; }
+
+std::string fmt_ms(double v) { return std::isfinite(v) ? fmt::format("{:.4f}", v) : "-"; }
+std::string fmt_tf(double v) { return std::isfinite(v) ? fmt::format("{:.1f}", v) : "-"; }
+
+bool write_file(const std::string& path, const std::string& text, std::FILE* err) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    fmt::print(err, "fa-tune: --json: cannot write '{}'\n", path);
+    return false;
+  }
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+  return true;
+}
+
+struct ContextHolder {
+  const CliHooks& hooks;
+  fa_context c = nullptr;
+  ~ContextHolder() {
+    if (c) hooks.context_destroy(c);
+  }
+};
+
+int do_list(fa_context c, std::FILE* out) {
+  cache::Db* db = context_db(c);
+  if (db == nullptr) return 1;
+  const auto rows = db->list_tune_rows(true);
+  const auto cubins = db->list_cubins(true);
+  fmt::print(out, "cache {}{}\n", db->path(), db->in_memory() ? " (in memory)" : "");
+  fmt::print(out, "tuning rows: {}\n", rows.size());
+  for (const cache::TuneRecord& r : rows) {
+    fmt::print(out, "  {:<5} {} sm{} | {} | {} | {} | {} ms | {}\n", r.stale ? "STALE" : "", r.gpu_name, r.sm_count,
+               r.row.semantic_key, r.row.bucket, r.row.tunables, fmt_ms(r.row.median_ms), r.row.status);
+  }
+  fmt::print(out, "cubins: {}\n", cubins.size());
+  for (const cache::CubinSummary& s : cubins) {
+    fmt::print(out, "  {:<5} sm_{} {} | {} bytes | regs {} spill {} smem {} | nvrtc {} gen v{}\n", s.stale ? "STALE" : "",
+               s.arch, s.compile_key, s.size_bytes, s.registers, s.spill_bytes, s.smem_bytes, s.nvrtc_version,
+               s.generator_version);
+  }
+  return 0;
+}
+
+// --dry-run: every candidate config of the grid compiled once (deduplicated), pruned by ptxas.
+int do_dry_run(fa_context c, const TuneArgs& a, bool bar, std::FILE* out, std::FILE* err) {
+  const int arch = a.arch > 0 ? a.arch : (c->has_device ? c->arch : 90);
+  const gen::DeviceLimits lim = c->has_device && arch == c->arch ? c->limits : gen::limits_for_arch(arch);
+  const std::vector<GridPoint> grid = expand_grid(a);
+  std::vector<gen::KernelConfig> configs;
+  std::set<std::string> seen, semantics;
+  std::map<std::string, int> per_semantic;
+  for (const GridPoint& g : grid) {
+    const gen::Semantic s = gen::select_forward(g.desc, arch);
+    semantics.insert(tuning_semantic_key(s));
+    for (const gen::KernelConfig& cfg : candidate_configs(s, g.desc, lim, a.max_candidates)) {
+      if (seen.insert(gen::canonical_key(cfg)).second) {
+        configs.push_back(cfg);
+        ++per_semantic[tuning_semantic_key(s)];
+      }
+    }
+  }
+  fmt::print(out, "dry run for sm_{}: {} grid points, {} kernel semantics, {} distinct candidate kernels\n", arch,
+             grid.size(), semantics.size(), configs.size());
+  std::fflush(out);
+  Progress progress(err, bar, configs.size(), "compile");
+  TuneOptions o;
+  o.threads = a.threads;
+  std::atomic<long long> cpu_ms{0}, from_store{0};
+  o.compile = [c, &cpu_ms, &from_store](const gen::KernelConfig& cfg, rt::PtxasInfo* info) -> rt::Status {
+    std::shared_ptr<rt::Kernel> k;
+    rt::Status st = c->kernels->get(cfg, true, &k);
+    if (!st.ok()) return st;
+    *info = k->ptxas;
+    cpu_ms += static_cast<long long>(k->compile_seconds * 1000.0);
+    from_store += k->from_store ? 1 : 0;
+    return st;
+  };
+  o.on_compiled = [&](size_t i, const CandidateResult& r) {
+    progress.step(gen::canonical_key(configs[i]) + " " + r.status);
+  };
+  double wall = 0;
+  const std::vector<CandidateResult> res = compile_candidates(c, configs, o, &wall);
+  progress.finish();
+  std::map<std::string, int> by_status;
+  for (const CandidateResult& r : res) ++by_status[r.status];
+  const int threads = a.threads > 0 ? a.threads : default_compile_threads();
+  fmt::print(out, "compiled {} kernels in {:.1f} s wall on {} threads ({:.1f} s NVRTC time, {} from the cache)\n",
+             res.size(), wall, threads, static_cast<double>(cpu_ms.load()) / 1000.0, from_store.load());
+  for (const auto& [st, n] : by_status) fmt::print(out, "  {:<14} {}\n", st, n);
+  for (const auto& [sem, n] : per_semantic) fmt::print(out, "  semantic {}: {} candidates\n", sem, n);
+  int shown = 0;
+  for (size_t i = 0; i < res.size(); ++i) {
+    if (res[i].status == "ok") continue;
+    if (shown++ < 10) fmt::print(out, "  rejected {}: {} {}\n", gen::canonical_key(configs[i]), res[i].status,
+                                 res[i].detail.substr(0, 300));
+  }
+  if (!a.json_path.empty()) {
+    std::string j = fmt::format("{{\"mode\":\"dry-run\",\"arch\":{},\"grid_points\":{},\"kernels\":{},\"wall_s\":{},\"candidates\":[",
+                                arch, grid.size(), res.size(), json_num(wall));
+    for (size_t i = 0; i < res.size(); ++i) {
+      j += fmt::format("{}{{\"key\":{},\"status\":{},\"registers\":{},\"spill_bytes\":{},\"detail\":{}}}", i ? "," : "",
+                       json_str(gen::canonical_key(configs[i])), json_str(res[i].status), res[i].ptxas.registers,
+                       res[i].ptxas.spill_stores + res[i].ptxas.spill_loads, json_str(res[i].detail.substr(0, 500)));
+    }
+    j += "]}\n";
+    if (!write_file(a.json_path, j, err)) return 1;
+  }
+  return by_status.count("compile_error") ? 1 : 0;
+}
+
+struct Row {
+  GridPoint g;
+  TuneOutcome o;
+  std::string error;
+};
+
+int do_tune(fa_context c, const TuneArgs& a, bool bar, std::FILE* out, std::FILE* err) {
+  const std::vector<GridPoint> grid = expand_grid(a);
+  TuneOptions o;
+  o.budget_ms = a.budget_ms;
+  o.threads = a.threads;
+  o.use_cache = !a.force;
+  o.max_candidates = a.max_candidates;
+  std::vector<Row> rows;
+  Progress progress(err, bar, grid.size(), "tune");
+  for (const GridPoint& g : grid) {
+    Row row{g, {}, {}};
+    std::unique_ptr<DeviceProblem> dp;
+    rt::Status st = DeviceProblem::create(c, g, &dp);
+    fa_params vp;
+    gen::ProblemDesc vd;
+    if (st.ok()) st = rt::validate_forward(&dp->params(), &vp, &vd);
+    if (st.ok()) {
+      const gen::Semantic s = gen::select_forward(vd, c->arch);
+      rt::TuneRequest req = dp->request(vp, vd);
+      if (a.no_verify) req.verify = nullptr;
+      st = tune(c, s, vd, req, o, &row.o);
+    }
+    if (!st.ok()) row.error = st.message;
+    rows.push_back(std::move(row));
+    progress.step(g.label);
+  }
+  progress.finish();
+
+  fmt::print(out, "{:<44} {:<24} {:>9} {:>8} {:>9} {:>8} {:>7} {:>7}  {}\n", "problem", "winner", "ms", "TFLOP/s",
+             "default", "TFLOP/s", "speedup", "tried", "source");
+  int failures = 0;
+  for (const Row& r : rows) {
+    if (!r.error.empty()) {
+      ++failures;
+      fmt::print(out, "{:<44} FAILED: {}\n", r.g.label, r.error.substr(0, 400));
+      continue;
+    }
+    int timed = 0;
+    for (const CandidateResult& cr : r.o.candidates) timed += std::isfinite(cr.median_ms) ? 1 : 0;
+    const double speedup = r.o.default_ms / r.o.winner_ms;
+    fmt::print(out, "{:<44} {:<24} {:>9} {:>8} {:>9} {:>8} {:>7} {:>3}/{:<3}  {}{}\n", r.g.label,
+               gen::tunables_key(r.o.winner), fmt_ms(r.o.winner_ms), fmt_tf(r.o.winner_tflops), fmt_ms(r.o.default_ms),
+               fmt_tf(r.o.default_tflops), std::isfinite(speedup) ? fmt::format("{:.2f}x", speedup) : "-", timed,
+               r.o.candidates.size(), r.o.from_cache ? "cache" : "tuned",
+               r.o.verified ? fmt::format(" (verified, err {:.1e})", r.o.verify_error)
+                            : (r.o.from_cache ? "" : " (" + r.o.verify_note + ")"));
+  }
+  if (!a.json_path.empty()) {
+    std::string j = fmt::format("{{\"mode\":\"tune\",\"gpu\":{},\"sm_count\":{},\"arch\":{},\"results\":[",
+                                json_str(c->gpu_name), c->sm_count, c->arch);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      j += fmt::format("{}{{\"problem\":{},\"semantic_key\":{},\"bucket\":{},\"error\":{},\"from_cache\":{},"
+                       "\"winner\":{},\"winner_ms\":{},\"winner_tflops\":{},\"default\":{},\"default_ms\":{},"
+                       "\"default_tflops\":{},\"verified\":{},\"verify_error\":{},\"candidates\":[",
+                       i ? "," : "", json_str(r.g.label), json_str(r.o.semantic_key), json_str(r.o.bucket),
+                       json_str(r.error), r.o.from_cache ? "true" : "false", json_str(gen::tunables_key(r.o.winner)),
+                       json_num(r.o.winner_ms), json_num(r.o.winner_tflops), json_str(gen::tunables_key(r.o.defaults)),
+                       json_num(r.o.default_ms), json_num(r.o.default_tflops), r.o.verified ? "true" : "false",
+                       json_num(r.o.verify_error));
+      for (size_t k = 0; k < r.o.candidates.size(); ++k) {
+        const CandidateResult& cr = r.o.candidates[k];
+        j += fmt::format("{}{{\"tunables\":{},\"status\":{},\"median_ms\":{},\"registers\":{}}}", k ? "," : "",
+                         json_str(cr.key), json_str(cr.status), json_num(cr.median_ms), cr.ptxas.registers);
+      }
+      j += "]}";
+    }
+    j += "]}\n";
+    if (!write_file(a.json_path, j, err)) return 1;
+  }
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std::FILE* out, std::FILE* err) {
+  TuneArgs a;
+  std::string error;
+  if (!parse_tune_args(argv, &a, &error)) {
+    fmt::print(err, "fa-tune: {}\n", error);
+    return 2;
+  }
+  if (a.help) {
+    fmt::print(out, "{}", usage_text());
+    return 0;
+  }
+  const bool maintenance = a.list || a.prune || !a.export_path.empty() || !a.import_path.empty();
+  if (!a.grid_given && !a.dry_run && !maintenance) {
+    fmt::print(err, "fa-tune: nothing to do: give a grid (e.g. --preset llama3-8b), --dry-run, --list, --prune, "
+                    "--export or --import (see --help)\n");
+    return 2;
+  }
+  if (hooks.context_create == nullptr || hooks.context_destroy == nullptr) {
+    fmt::print(err, "fa-tune: internal error: no context hooks\n");
+    return 1;
+  }
+  fa_context_options opt;
+  fa_context_options_init(&opt);
+  opt.tune_policy = FA_TUNE_DEFAULTS_ONLY;  // fa-tune times explicitly; nothing implicit
+  opt.verbose = 1;
+  opt.cache_path = a.cache_path.empty() ? nullptr : a.cache_path.c_str();
+  ContextHolder holder{hooks};
+  if (hooks.context_create(&opt, &holder.c) != FA_OK) {
+    fmt::print(err, "fa-tune: cannot create an fa context: {}\n", fa_last_error());
+    return 1;
+  }
+  fa_context c = holder.c;
+  const bool bar = a.progress == 1 || (a.progress == -1 && isatty(fileno(err)));
+  cache::Db* db = context_db(c);
+  int rc = 0;
+
+  if (!a.import_path.empty()) {
+    const int n = db ? db->import_from(a.import_path) : -1;
+    if (n < 0) {
+      fmt::print(err, "fa-tune: --import: cannot import '{}': {}\n", a.import_path, db ? db->last_error() : "no cache");
+      return 1;
+    }
+    fmt::print(out, "imported {} rows from {}\n", n, a.import_path);
+  }
+  if (a.dry_run) {
+    rc = std::max(rc, do_dry_run(c, a, bar, out, err));
+  } else if (a.grid_given) {
+    if (!c->has_device) {
+      fmt::print(err, "fa-tune: no usable GPU: {}\nfa-tune: use --dry-run (with --arch 80|90) to compile the candidate "
+                      "space without a GPU\n", c->no_device_reason);
+      return 3;
+    }
+    if (a.arch > 0 && a.arch != c->arch) {
+      fmt::print(err, "fa-tune: --arch: {} differs from the device's sm_{}; --arch only applies to --dry-run\n", a.arch,
+                 c->arch);
+      return 2;
+    }
+    rc = std::max(rc, do_tune(c, a, bar, out, err));
+  }
+  if (a.prune) {
+    const int n = db ? db->prune_stale() : -1;
+    if (n < 0) {
+      fmt::print(err, "fa-tune: --prune failed: {}\n", db ? db->last_error() : "no cache");
+      rc = 1;
+    } else {
+      fmt::print(out, "pruned {} stale rows\n", n);
+    }
+  }
+  if (a.list && do_list(c, out) != 0) rc = 1;
+  if (!a.export_path.empty()) {
+    if (db == nullptr || !db->export_to(a.export_path)) {
+      fmt::print(err, "fa-tune: --export: cannot export to '{}': {}\n", a.export_path, db ? db->last_error() : "no cache");
+      rc = 1;
+    } else {
+      fmt::print(out, "exported the cache to {}\n", a.export_path);
+    }
+  }
+  return rc;
+}
+
+}  // namespace fa::tune

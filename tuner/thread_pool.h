@@ -1,0 +1,15 @@
+// thread_pool.h -- a bounded parallel-for for compiling candidates (NVRTC is thread-safe).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+namespace fa::tune {
+
+// min(hardware threads, 8, available RAM / 1 GiB), at least 1; $FA_TUNE_THREADS overrides when set (>= 1).
+int default_compile_threads();
+// Runs fn(i) for i in [0, n) on up to `threads` threads (the caller's thread is one of them); returns when all are
+// done. fn must not throw.
+void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn);
+
+}  // namespace fa::tune

@@ -1,0 +1,39 @@
+// timer.h -- how a candidate is timed. The Timer interface lets CPU tests inject a fake; the device timer records
+// CUDA events around the TuneRequest's launcher on the request's stream.
+//
+// Device protocol per candidate: `warmup` untimed runs, one timed run to estimate the cost, then
+// reps = clamp(budget_ms / estimate, min_reps, max_reps) timed runs, each preceded by an L2 flush (a 256 MiB
+// cuMemsetD8Async of a scratch buffer allocated once per timer, i.e. per tuning session); the result is the median.
+#pragma once
+
+#include <memory>
+
+#include "generator/config.h"
+#include "runtime/context.h"
+
+namespace fa::tune {
+
+struct TimingPlan {
+  int warmup = 1;
+  int min_reps = 3;
+  int max_reps = 30;
+  double budget_ms = 50.0;  // for this candidate's timed runs
+  bool flush_l2 = true;
+};
+
+class Timer {
+ public:
+  virtual ~Timer() = default;
+  // The median milliseconds of req.launch(cfg); an error when a launch (or an event call) fails.
+  virtual rt::Status time(const gen::KernelConfig& cfg, const rt::TuneRequest& req, const TimingPlan& plan,
+                          double* median_ms) = 0;
+};
+
+// Events on req.stream through c->drv inside a CtxGuard. The L2 scratch buffer and events are created on first use
+// and released by the destructor (which needs the context alive).
+std::unique_ptr<Timer> make_device_timer(fa_context c);
+
+// Median of a non-empty list (the mean of the two middle values for even sizes).
+double median_of(std::vector<double> v);
+
+}  // namespace fa::tune

@@ -1,0 +1,280 @@
+// tuner.cpp -- candidate generation, parallel compilation with ptxas pruning, timing, verification, storage.
+#include "tuner/tuner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+
+#include "cache_db/cache_db.h"
+#include "generator/family.h"
+#include "tuner/bucket.h"
+#include "tuner/cache_store.h"
+#include "tuner/thread_pool.h"
+
+namespace fa::tune {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Visible (i, j) pairs of one (batch, head) under the bottom-right aligned mask.
+double visible_pairs(const gen::ProblemDesc& p) {
+  const long long sq = p.seqlen_q, sk = p.seqlen_k;
+  if (p.mask == gen::kMaskNone) return static_cast<double>(sq) * static_cast<double>(sk);
+  long long wl = -1, wr = -1;
+  if (p.mask == gen::kMaskCausal) wr = 0;
+  else { wl = p.win_left; wr = p.win_right; }
+  double total = 0;
+  for (long long i = 0; i < sq; ++i) {
+    const long long diag = i + sk - sq;
+    const long long lo = wl < 0 ? 0 : std::max(0LL, diag - wl);
+    const long long hi = wr < 0 ? sk - 1 : std::min(sk - 1, diag + wr);
+    if (hi >= lo) total += static_cast<double>(hi - lo + 1);
+  }
+  return total;
+}
+
+double default_tolerance(int dtype) {
+  if (dtype == gen::kFp32) return 1e-4;
+  if (dtype == gen::kBf16) return 2e-2;
+  return 5e-3;
+}
+
+}  // namespace
+
+double default_budget_ms() {
+  if (const char* e = std::getenv("FA_TUNE_BUDGET_MS"); e != nullptr && *e != '\0') {
+    char* end = nullptr;
+    const double v = std::strtod(e, &end);
+    if (end != e && *end == '\0' && v > 0) return v;
+  }
+  return 2000.0;
+}
+
+double attention_flops(const gen::ProblemDesc& p) {
+  const double per_pair = 2.0 * (p.head_dim + p.head_dim_v);
+  const double f = per_pair * visible_pairs(p) * static_cast<double>(p.batch) * static_cast<double>(p.heads_q);
+  return p.backward ? 2.5 * f : f;
+}
+
+std::vector<gen::KernelConfig> candidate_configs(const gen::Semantic& s, const gen::ProblemDesc& p,
+                                                 const gen::DeviceLimits& lim, int max_candidates) {
+  std::vector<gen::KernelConfig> out;
+  if (!gen::family_available(s.kind)) return out;
+  const gen::Tunables def = gen::family(s.kind).defaults(s);
+  const gen::KernelConfig dc = gen::finalize(s, def, p);
+  if (gen::is_valid(dc, lim, nullptr)) out.push_back(dc);
+  int taken = 0;
+  for (const gen::Tunables& t : gen::valid_space(s, lim)) {
+    if (t == def) continue;
+    if (max_candidates > 0 && taken >= max_candidates) break;
+    const gen::KernelConfig c = gen::finalize(s, t, p);
+    if (!gen::is_valid(c, lim, nullptr)) continue;  // even_k may change validity
+    out.push_back(c);
+    ++taken;
+  }
+  return out;
+}
+
+std::string ptxas_verdict(const rt::PtxasInfo& info, const gen::KernelConfig& cfg, const gen::DeviceLimits& lim,
+                          std::string* why) {
+  if (info.spill_stores > 0 || info.spill_loads > 0) {
+    if (why) *why = fmt::format("ptxas: {} bytes spill stores, {} bytes spill loads", info.spill_stores, info.spill_loads);
+    return "spill";
+  }
+  if (info.registers > lim.max_regs_per_thread) {
+    if (why) *why = fmt::format("ptxas: {} registers per thread > {}", info.registers, lim.max_regs_per_thread);
+    return "registers";
+  }
+  const long long threads = static_cast<long long>(cfg.t.warps) * 32;
+  if (info.registers > 0 && info.registers * threads > 65536) {
+    if (why) *why = fmt::format("ptxas: {} registers x {} threads > 65536 per block", info.registers, threads);
+    return "registers";
+  }
+  return "";
+}
+
+std::vector<CandidateResult> compile_candidates(fa_context c, const std::vector<gen::KernelConfig>& configs,
+                                                const TuneOptions& o, double* wall_seconds) {
+  std::vector<CandidateResult> out(configs.size());
+  CompileFn compile = o.compile;
+  if (!compile) {
+    compile = [c](const gen::KernelConfig& cfg, rt::PtxasInfo* info) -> rt::Status {
+      std::shared_ptr<rt::Kernel> k;
+      rt::Status st = c->kernels->get(cfg, true, &k);
+      if (st.ok()) *info = k->ptxas;
+      return st;
+    };
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  parallel_for(configs.size(), o.threads > 0 ? o.threads : default_compile_threads(), [&](size_t i) {
+    CandidateResult& r = out[i];
+    r.t = configs[i].t;
+    r.key = gen::tunables_key(configs[i].t);
+    rt::Status st;
+    try {
+      st = compile(configs[i], &r.ptxas);
+    } catch (const std::exception& e) {
+      st = rt::error(FA_ERROR_INTERNAL, e.what());
+    }
+    if (!st.ok()) {
+      r.status = "compile_error";
+      r.detail = st.message.substr(0, 2000);
+    } else {
+      std::string why;
+      r.status = ptxas_verdict(r.ptxas, configs[i], c->limits, &why);
+      if (!r.status.empty()) r.detail = why;
+      else r.status = "ok";
+    }
+    if (o.on_compiled) o.on_compiled(i, r);
+  });
+  if (wall_seconds) *wall_seconds = seconds_since(t0);
+  return out;
+}
+
+rt::Status tune(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, const rt::TuneRequest& req,
+                const TuneOptions& o, TuneOutcome* out) {
+  *out = TuneOutcome{};
+  out->semantic_key = tuning_semantic_key(s);
+  out->bucket = shape_bucket(p);
+  out->defaults = gen::family(s.kind).defaults(s);
+  out->flops = attention_flops(p);
+  const std::string def_key = gen::tunables_key(out->defaults);
+  auto tflops = [&](double ms) { return ms > 0 ? out->flops / (ms * 1e-3) / 1e12 : std::nan(""); };
+  cache::Db* db = context_db(c);
+
+  if (o.use_cache && db != nullptr) {
+    if (auto best = db->best(out->semantic_key, out->bucket)) {
+      gen::Tunables t;
+      if (gen::parse_tunables_key(best->tunables, &t) && gen::is_valid(gen::finalize(s, t, p), c->limits, nullptr)) {
+        out->from_cache = true;
+        out->has_winner = true;
+        out->winner = t;
+        out->winner_ms = best->median_ms;
+        for (const cache::TuneRow& row : db->tune_rows(out->semantic_key, out->bucket)) {
+          CandidateResult r;
+          if (!gen::parse_tunables_key(row.tunables, &r.t)) continue;
+          r.key = row.tunables;
+          r.status = row.status;
+          r.median_ms = row.median_ms;
+          r.is_default = row.tunables == def_key;
+          if (r.is_default && r.status == "ok") out->default_ms = r.median_ms;
+          out->candidates.push_back(r);
+        }
+        out->winner_tflops = tflops(out->winner_ms);
+        out->default_tflops = tflops(out->default_ms);
+        return rt::Status::Ok();
+      }
+    }
+  }
+
+  const std::vector<gen::KernelConfig> configs = candidate_configs(s, p, c->limits, o.max_candidates);
+  if (configs.empty())
+    return rt::error(FA_ERROR_NOT_SUPPORTED, "tuner: no valid candidate for " + out->semantic_key);
+  out->candidates = compile_candidates(c, configs, o, &out->compile_seconds);
+  for (CandidateResult& r : out->candidates) {
+    r.is_default = r.key == def_key;
+    if (r.status == "ok") ++out->compiled;
+    else if (r.status == "spill" || r.status == "registers") ++out->compiled, ++out->rejected;
+    else ++out->rejected;
+  }
+
+  std::unique_ptr<Timer> own_timer;
+  Timer* timer = o.timer;
+  if (timer == nullptr) {
+    if (!c->has_device) return rt::error(FA_ERROR_NO_DEVICE, c->no_device_reason);
+    own_timer = make_device_timer(c);
+    timer = own_timer.get();
+  }
+  size_t n_ok = 0;
+  for (const CandidateResult& r : out->candidates) n_ok += r.status == "ok";
+  TimingPlan plan;
+  const double budget = o.budget_ms > 0 ? o.budget_ms : default_budget_ms();
+  plan.budget_ms = n_ok > 0 ? budget / static_cast<double>(n_ok) : budget;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string first_failure;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    CandidateResult& r = out->candidates[i];
+    if (r.status != "ok") continue;
+    double ms = std::nan("");
+    rt::Status st;
+    try {
+      st = timer->time(configs[i], req, plan, &ms);
+    } catch (const std::exception& e) {
+      st = rt::error(FA_ERROR_INTERNAL, e.what());
+    }
+    if (!st.ok() || !std::isfinite(ms) || ms < 0) {
+      r.status = "launch_error";
+      r.detail = st.ok() ? "non-finite time" : st.message.substr(0, 2000);
+      if (first_failure.empty()) first_failure = gen::canonical_key(configs[i]) + ": " + r.detail;
+      continue;
+    }
+    r.median_ms = ms;
+  }
+  out->timing_seconds = seconds_since(t0);
+
+  // Winner: the minimum median among "ok"; checked against the reference once, next best when it fails.
+  const double tol = o.verify_tolerance >= 0 ? o.verify_tolerance : default_tolerance(s.dtype);
+  for (;;) {
+    size_t best = configs.size();
+    for (size_t i = 0; i < configs.size(); ++i) {
+      const CandidateResult& r = out->candidates[i];
+      if (r.status == "ok" && std::isfinite(r.median_ms) &&
+          (best == configs.size() || r.median_ms < out->candidates[best].median_ms))
+        best = i;
+    }
+    if (best == configs.size()) break;
+    CandidateResult& w = out->candidates[best];
+    if (req.verify) {
+      double err = std::nan("");
+      rt::Status st = req.verify(configs[best], &err);
+      if (!st.ok()) {
+        out->verify_note = "reference check failed to run: " + st.message;
+      } else if (!(err <= tol)) {  // NaN fails
+        w.status = "verify_failed";
+        w.detail = fmt::format("relative error {} > {}", err, tol);
+        continue;
+      } else {
+        out->verified = true;
+        out->verify_error = err;
+      }
+    } else {
+      out->verify_note = "no reference check available (TuneRequest::verify is empty)";
+    }
+    out->has_winner = true;
+    out->winner = w.t;
+    out->winner_ms = w.median_ms;
+    break;
+  }
+  for (const CandidateResult& r : out->candidates)
+    if (r.is_default && r.status == "ok") out->default_ms = r.median_ms;
+  out->winner_tflops = tflops(out->winner_ms);
+  out->default_tflops = tflops(out->default_ms);
+
+  if (!out->has_winner) {
+    return rt::error(FA_ERROR_LAUNCH, fmt::format("tuner: no candidate of {} ({}) could be timed{}{}",
+                                                  out->semantic_key, out->bucket, first_failure.empty() ? "" : "; first: ",
+                                                  first_failure));
+  }
+  if (o.store && db != nullptr) {
+    std::vector<cache::TuneRow> rows;
+    for (const CandidateResult& r : out->candidates) {
+      cache::TuneRow row;
+      row.semantic_key = out->semantic_key;
+      row.bucket = out->bucket;
+      row.tunables = r.key;
+      row.median_ms = r.median_ms;
+      row.status = r.status;
+      rows.push_back(row);
+    }
+    if (!db->put_tune_results(rows, true)) c->warn("tuner: could not store tuning results: " + db->last_error());
+  }
+  return rt::Status::Ok();
+}
+
+}  // namespace fa::tune
