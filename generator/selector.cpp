@@ -2,6 +2,8 @@
 // fa_run, fa_is_supported, fa_problem_key, the tuner and fa-tune all go through select_forward().
 #include "generator/problem.h"
 
+#include <cstdlib>
+
 namespace fa::gen {
 
 Semantic select_forward(const ProblemDesc& p, int arch) {
@@ -17,7 +19,13 @@ Semantic select_forward(const ProblemDesc& p, int arch) {
   s.varlen = p.varlen;
   s.has_lse = p.has_lse;
   s.even_k = false;
-  const bool mma = family_available(Kind::FwdMma) && fwd_mma_covers(p, arch, nullptr);
+  // FA_FORCE_REFERENCE=1 routes every problem to the reference kernel (a field switch for suspected kernel bugs;
+  // results are the same by construction, only slower).
+  static const bool force_ref = [] {
+    const char* e = std::getenv("FA_FORCE_REFERENCE");
+    return e && *e && *e != '0';
+  }();
+  const bool mma = !force_ref && family_available(Kind::FwdMma) && fwd_mma_covers(p, arch, nullptr);
   s.kind = mma ? Kind::FwdMma : Kind::FwdRef;
   return s;
 }

@@ -1,7 +1,10 @@
 // launch.cpp -- from validated params to a launched kernel.
 #include "runtime/launch.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 namespace fa::rt {
 
@@ -95,16 +98,104 @@ Status forward_kernel(fa_context c, const gen::ProblemDesc& d, bool allow_compil
   return kernel_for(c, *cfg, allow_compile, out);
 }
 
+namespace {
+
+Status launch_config(fa_context c, const gen::KernelConfig& cfg, const fa_params& p, const gen::ProblemDesc& d,
+                     CUstream stream) {
+  std::shared_ptr<Kernel> k;
+  Status st = kernel_for(c, cfg, true, &k);
+  if (!st.ok()) return st;
+  FaFwdArgs args = make_fwd_args(p, d);
+  const gen::Launch l = gen::family(cfg.s.kind).launch(cfg, gen::launch_shape(d));
+  return launch_kernel(c, *k, l, &args, sizeof args, stream);
+}
+
+double half_value(int dtype, const unsigned char* b) {
+  if (dtype == FA_DTYPE_FP32) {
+    float f;
+    std::memcpy(&f, b, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, b, 2);
+  if (dtype == FA_DTYPE_BF16) {
+    const uint32_t x = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &x, 4);
+    return f;
+  }
+  const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  const double v = e == 0 ? std::ldexp(double(m), -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(double(m | 0x400u), int(e) - 25);
+  return (h & 0x8000u) ? -v : v;
+}
+
+// Runs the candidate and the reference kernel into two compact scratch outputs and compares them:
+// max |o - o_ref| / max |o_ref| (NaN anywhere gives NaN).
+Status verify_against_reference(fa_context c, const gen::KernelConfig& cfg, const fa_params& p,
+                                const gen::ProblemDesc& d, CUstream stream, double* rel) {
+  const size_t rows = size_t(d.varlen ? d.total_q : d.batch * d.seqlen_q);
+  const size_t elems = rows * size_t(d.heads_q) * size_t(d.head_dim_v);
+  const size_t es = d.dtype == FA_DTYPE_FP32 ? 4 : 2;
+  if (elems == 0) {
+    *rel = 0;
+    return Status::Ok();
+  }
+  CtxGuard g(c);
+  if (!g.status().ok()) return g.status();
+  const Driver& drv = *c->drv;
+  CUdeviceptr a = 0, b = 0;
+  CUresult r = drv.cuMemAlloc(&a, elems * es);
+  if (r == CUDA_SUCCESS) r = drv.cuMemAlloc(&b, elems * es);
+  if (r != CUDA_SUCCESS) {
+    if (a) drv.cuMemFree(a);
+    return error(FA_ERROR_OUT_OF_MEMORY, driver_error(drv, "cuMemAlloc (tuning scratch)", r));
+  }
+  fa_params pa = p;
+  pa.lse = nullptr;
+  pa.o_stride_head = d.head_dim_v;
+  pa.o_stride_seq = int64_t(d.heads_q) * d.head_dim_v;
+  pa.o_stride_batch = d.varlen ? 0 : pa.o_stride_seq * d.seqlen_q;
+  pa.o = reinterpret_cast<void*>(a);
+  fa_params pb = pa;
+  pb.o = reinterpret_cast<void*>(b);
+  gen::Semantic rs = cfg.s;
+  rs.kind = gen::Kind::FwdRef;
+  const gen::KernelConfig rc = gen::finalize(rs, gen::family(gen::Kind::FwdRef).defaults(rs), d);
+  Status st = launch_config(c, cfg, pa, d, stream);
+  if (st.ok()) st = launch_config(c, rc, pb, d, stream);
+  std::vector<unsigned char> ha(elems * es), hb(elems * es);
+  if (st.ok()) {
+    r = drv.cuStreamSynchronize(stream);
+    if (r == CUDA_SUCCESS) r = drv.cuMemcpyDtoH(ha.data(), a, ha.size());
+    if (r == CUDA_SUCCESS) r = drv.cuMemcpyDtoH(hb.data(), b, hb.size());
+    if (r != CUDA_SUCCESS) st = error(FA_ERROR_DRIVER, driver_error(drv, "verifying a tuned kernel", r));
+  }
+  drv.cuMemFree(a);
+  drv.cuMemFree(b);
+  if (!st.ok()) return st;
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < elems; ++i) {
+    const double x = half_value(d.dtype, &ha[i * es]), y = half_value(d.dtype, &hb[i * es]);
+    const double diff = std::fabs(x - y);
+    if (std::isnan(diff)) {
+      *rel = NAN;
+      return Status::Ok();
+    }
+    max_diff = std::max(max_diff, diff);
+    max_ref = std::max(max_ref, std::fabs(y));
+  }
+  *rel = max_diff / std::max(max_ref, 1e-6);
+  return Status::Ok();
+}
+
+}  // namespace
+
 TuneRequest forward_tune_request(fa_context c, const fa_params& p, const gen::ProblemDesc& d, CUstream stream) {
   TuneRequest r;
   r.stream = stream;
-  r.launch = [c, p, d, stream](const gen::KernelConfig& cfg) -> Status {
-    std::shared_ptr<Kernel> k;
-    Status st = kernel_for(c, cfg, true, &k);
-    if (!st.ok()) return st;
-    FaFwdArgs args = make_fwd_args(p, d);
-    const gen::Launch l = gen::family(cfg.s.kind).launch(cfg, gen::launch_shape(d));
-    return launch_kernel(c, *k, l, &args, sizeof args, stream);
+  r.launch = [c, p, d, stream](const gen::KernelConfig& cfg) -> Status { return launch_config(c, cfg, p, d, stream); };
+  r.verify = [c, p, d, stream](const gen::KernelConfig& cfg, double* rel) -> Status {
+    return verify_against_reference(c, cfg, p, d, stream, rel);
   };
   return r;
 }

@@ -116,7 +116,10 @@ FA_DEVICE void load_tile(unsigned sdst, const T* g, long long gs, int valid, int
 }
 }  // namespace fa_bwd_mma
 
-extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(const FaBwdArgs args) {
+// minBlocksPerSM = 1 stated explicitly: without it ptxas trades a few bytes of spills for register-occupancy
+// thresholds (72/80/96/128/168 registers) at points no host-side rule can predict; with it, spills appear only
+// under real register pressure, which generator/families/bwd_mma.cpp bounds.
+extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaBwdArgs args) {
   using namespace fa_bwd_mma;
   extern __shared__ __align__(16) unsigned char fa_smem_raw[];
   T* sm = reinterpret_cast<T*>(fa_smem_raw);

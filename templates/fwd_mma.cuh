@@ -114,32 +114,24 @@ FA_DEVICE float elem_to_float(unsigned short x) { return FaElem<fa_cfg::kDtype>:
 // 16-byte cp.async; rows >= nrows and columns >= cols are zero-filled.
 template <int ROWS, int COLS, int PCOLS, int STRIDE>
 FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstride, int nrows, int tid) {
+  // Each thread owns one 16-byte column chunk and walks rows with a running pointer (rolled loop: keeps the
+  // per-row addresses out of the registers that live across the main loop). When kThreads is not a multiple of
+  // the chunk count, the last kThreads % kChunks threads stay idle.
   constexpr int kChunks = PCOLS / 8;
-  if constexpr (kThreads % kChunks == 0) {
-    // Each thread owns one 16-byte column chunk and walks rows with a running pointer (rolled loop: keeps the
-    // per-row addresses out of the registers that live across the main loop).
-    constexpr int kStep = kThreads / kChunks;
-    const int r0 = tid / kChunks, ch = tid % kChunks;
-    const bool col_ok = PCOLS == COLS || ch * 8 < COLS;
-    const unsigned short* src = g + (long long)r0 * gstride + ch * 8;
-    unsigned dst = sdst + (unsigned)((r0 * STRIDE + ch * 8) * 2);
-    const long long gstep = (long long)kStep * gstride;
+  constexpr int kStep = kThreads / kChunks;
+  static_assert(kStep >= 1, "fwd_mma: too few threads for a tile row");
+  const int r0 = tid / kChunks, ch = tid % kChunks;
+  if (kThreads % kChunks != 0 && r0 >= kStep) return;
+  const bool col_ok = PCOLS == COLS || ch * 8 < COLS;
+  const unsigned short* src = g + (long long)r0 * gstride + ch * 8;
+  unsigned dst = sdst + (unsigned)((r0 * STRIDE + ch * 8) * 2);
+  const long long gstep = (long long)kStep * gstride;
 #pragma unroll 1
-    for (int r = r0; r < ROWS; r += kStep) {
-      const bool ok = col_ok && r < nrows;
-      cp_async16(dst, ok ? src : g, ok ? 16 : 0);
-      src += gstep;
-      dst += (unsigned)(kStep * STRIDE * 2);
-    }
-  } else {
-    constexpr int kTotal = ROWS * kChunks;
-#pragma unroll 1
-    for (int idx = tid; idx < kTotal; idx += kThreads) {
-      const int r = idx / kChunks, ch = idx % kChunks;
-      const bool ok = r < nrows && (PCOLS == COLS || ch * 8 < COLS);
-      const unsigned short* src = ok ? g + (long long)r * gstride + ch * 8 : g;
-      cp_async16(sdst + (unsigned)((r * STRIDE + ch * 8) * 2), src, ok ? 16 : 0);
-    }
+  for (int r = r0; r < ROWS; r += kStep) {
+    const bool ok = col_ok && r < nrows;
+    cp_async16(dst, ok ? src : g, ok ? 16 : 0);
+    src += gstep;
+    dst += (unsigned)(kStep * STRIDE * 2);
   }
 }
 

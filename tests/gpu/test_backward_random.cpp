@@ -1,0 +1,211 @@
+// test_backward_random.cpp -- fa_run_backward against the float64 oracle's gradients on fresh random problems
+// covering every feature (the forward's random generator), gradients poisoned first; the deterministic mode is
+// bitwise stable over 10 runs; caller-provided workspace and the size query.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "tests/gpu/gpu_support.h"
+
+namespace fa::test {
+namespace {
+
+double bwd_tolerance(int dtype) {
+  switch (dtype) {
+    case FA_DTYPE_FP32: return 1e-4;
+    case FA_DTYPE_FP16: return 1e-2;
+    default: return 5e-2;
+  }
+}
+
+struct Grads {
+  std::vector<double> dout;
+  DevBuf d_dout, d_dq, d_dk, d_dv;
+  fa_bwd_params b;
+  std::vector<double> dq_ref, dk_ref, dv_ref;
+};
+
+void setup_grads(std::mt19937_64& rng, Case& c, Grads& g) {
+  const size_t es = c.dtype == FA_DTYPE_FP32 ? 4 : 2;
+  g.dout.assign(c.o_n, std::numeric_limits<double>::quiet_NaN());
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (size_t i = 0; i < c.o_n; ++i)
+    if (c.o_valid[i]) g.dout[i] = round_to(c.dtype, u(rng));
+  g.d_dout = DevBuf(c.o_n * es);
+  g.d_dout.upload(encode(c.dtype, g.dout).data(), c.o_n * es);
+  std::vector<uint8_t> pq(c.q_n * es, 0xff), pk(c.k_n * es, 0xff), pv(c.v_n * es, 0xff);
+  g.d_dq = DevBuf(c.q_n * es);
+  g.d_dq.upload(pq.data(), pq.size());
+  g.d_dk = DevBuf(c.k_n * es);
+  g.d_dk.upload(pk.data(), pk.size());
+  g.d_dv = DevBuf(c.v_n * es);
+  g.d_dv.upload(pv.data(), pv.size());
+  fa_bwd_params_init(&g.b);
+  g.b.fwd = &c.params;
+  g.b.dout = g.d_dout.get(); g.b.dout_stride_batch = c.o_sb; g.b.dout_stride_seq = c.o_ss; g.b.dout_stride_head = c.o_sh;
+  g.b.dq = g.d_dq.get(); g.b.dq_stride_batch = c.q_sb; g.b.dq_stride_seq = c.q_ss; g.b.dq_stride_head = c.q_sh;
+  g.b.dk = g.d_dk.get(); g.b.dk_stride_batch = c.k_sb; g.b.dk_stride_seq = c.k_ss; g.b.dk_stride_head = c.k_sh;
+  g.b.dv = g.d_dv.get(); g.b.dv_stride_batch = c.v_sb; g.b.dv_stride_seq = c.v_ss; g.b.dv_stride_head = c.v_sh;
+  g.dq_ref.assign(c.q_n, 0.0);
+  g.dk_ref.assign(c.k_n, 0.0);
+  g.dv_ref.assign(c.v_n, 0.0);
+  oracle::backward(c.op, {c.q.data(), c.q_sb, c.q_ss, c.q_sh}, {c.k.data(), c.k_sb, c.k_ss, c.k_sh},
+                   {c.v.data(), c.v_sb, c.v_ss, c.v_sh}, {g.dout.data(), c.o_sb, c.o_ss, c.o_sh},
+                   {g.dq_ref.data(), c.q_sb, c.q_ss, c.q_sh}, {g.dk_ref.data(), c.k_sb, c.k_ss, c.k_sh},
+                   {g.dv_ref.data(), c.v_sb, c.v_ss, c.v_sh});
+}
+
+// Relative error over the valid elements (those the reference input had: non-NaN), padding must stay poisoned.
+double grad_error(int dtype, const DevBuf& buf, const std::vector<double>& input, const std::vector<double>& ref,
+                  bool* padding_ok) {
+  const size_t es = dtype == FA_DTYPE_FP32 ? 4 : 2;
+  std::vector<uint8_t> bytes(input.size() * es);
+  buf.download(bytes.data(), bytes.size());
+  const std::vector<double> got = decode(dtype, bytes);
+  std::vector<double> g, r;
+  for (size_t i = 0; i < input.size(); ++i) {
+    if (!std::isnan(input[i])) {
+      g.push_back(got[i]);
+      r.push_back(ref[i]);
+    } else if (!is_poison_bits(dtype, &bytes[i * es])) {
+      *padding_ok = false;
+    }
+  }
+  if (g.empty()) return 0.0;
+  double err = oracle::relative_error(std::span<const double>(g), std::span<const double>(r));
+  if (std::all_of(r.begin(), r.end(), [](double x) { return x == 0.0; }))
+    err = std::all_of(g.begin(), g.end(), [](double x) { return x == 0.0; }) ? 0.0 : INFINITY;
+  return err;
+}
+
+TEST(GpuBackward, RandomProblemsMatchOracle) {
+  Gpu& gp = gpu();
+  if (!gp.ok()) GTEST_SKIP() << "no GPU: " << gp.why;
+  const int n = std::getenv("FA_TEST_CASES") ? std::max(20, std::atoi(std::getenv("FA_TEST_CASES")) / 2) : 120;
+  std::mt19937_64 rng(test_seed() + 7);
+  std::map<int, double> worst;
+  std::map<int, int> count;
+  int failures = 0;
+  for (int i = 0; i < n; ++i) {
+    Case c;
+    CaseOptions opt;
+    opt.max_work = 1.5e7;
+    make_random_case(rng, opt, &c);
+    if (!c.want_lse) {  // the backward needs the forward's LSE
+      c.want_lse = true;
+      c.params.lse = reinterpret_cast<float*>(c.d_lse.get());
+    }
+    c.params.lse = reinterpret_cast<float*>(c.d_lse.get());
+    ASSERT_EQ(fa_run(gp.ctx, &c.params, gp.stream), FA_OK) << fa_last_error() << " [" << c.desc << "]";
+    Grads g;
+    setup_grads(rng, c, g);
+    g.b.deterministic = (i % 3 == 0) ? 1 : 0;
+    fa_status st = fa_run_backward(gp.ctx, &g.b, gp.stream);
+    bool pad = true;
+    double e = INFINITY;
+    std::string why;
+    if (st != FA_OK) {
+      why = fa_last_error();
+    } else {
+      gp.d->cuStreamSynchronize(gp.stream);
+      const double eq = grad_error(c.dtype, g.d_dq, c.q, g.dq_ref, &pad);
+      const double ek = grad_error(c.dtype, g.d_dk, c.k, g.dk_ref, &pad);
+      const double ev = grad_error(c.dtype, g.d_dv, c.v, g.dv_ref, &pad);
+      e = std::max({eq, ek, ev});
+      why = fmt::format("dq {:.3g} dk {:.3g} dv {:.3g}", eq, ek, ev);
+    }
+    const bool ok = st == FA_OK && e <= bwd_tolerance(c.dtype) && pad;
+    if (!ok) {
+      ++failures;
+      ADD_FAILURE() << "case " << i << " [" << c.desc << " det" << g.b.deterministic << "]: " << why
+                    << " (tol " << bwd_tolerance(c.dtype) << ") padding " << (pad ? "intact" : "WRITTEN");
+    }
+    ++count[c.dtype];
+    worst[c.dtype] = std::max(worst[c.dtype], e);
+  }
+  std::printf("GPU SUMMARY backward: device %s, %d random problems, %d failed;", gp.name.c_str(), n, failures);
+  for (auto& [dt, cnt] : count)
+    std::printf(" %s: %d cases worst grad err %.3g;", dt == 1 ? "fp16" : dt == 2 ? "bf16" : "fp32", cnt, worst[dt]);
+  std::printf("\n");
+}
+
+TEST(GpuBackward, DeterministicModeIsBitwiseStable) {
+  Gpu& gp = gpu();
+  if (!gp.ok()) GTEST_SKIP() << "no GPU: " << gp.why;
+  std::mt19937_64 rng(test_seed() + 11);
+  for (int dt : {FA_DTYPE_BF16, FA_DTYPE_FP16}) {
+    Case c;
+    c.dtype = dt;
+    c.op.batch = 2;
+    c.op.heads_q = 8;
+    c.op.heads_kv = 2;
+    c.op.head_dim = 128;
+    c.op.seqlen_q = 300;
+    c.op.seqlen_k = 517;
+    c.op.mask = 1;
+    c.want_lse = true;
+    materialize(rng, &c);
+    ASSERT_EQ(fa_run(gp.ctx, &c.params, gp.stream), FA_OK) << fa_last_error();
+    Grads g;
+    setup_grads(rng, c, g);
+    g.b.deterministic = 1;
+    std::vector<uint8_t> first, now;
+    const size_t es = 2;
+    for (int run = 0; run < 10; ++run) {
+      ASSERT_EQ(fa_run_backward(gp.ctx, &g.b, gp.stream), FA_OK) << fa_last_error();
+      gp.d->cuStreamSynchronize(gp.stream);
+      now.resize((c.q_n + c.k_n + c.v_n) * es);
+      g.d_dq.download(now.data(), c.q_n * es);
+      g.d_dk.download(now.data() + c.q_n * es, c.k_n * es);
+      g.d_dv.download(now.data() + (c.q_n + c.k_n) * es, c.v_n * es);
+      if (run == 0) first = now;
+      else ASSERT_EQ(std::memcmp(first.data(), now.data(), now.size()), 0) << "run " << run << " differs bitwise";
+    }
+    bool pad = true;
+    EXPECT_LE(grad_error(dt, g.d_dq, c.q, g.dq_ref, &pad), bwd_tolerance(dt));
+  }
+}
+
+TEST(GpuBackward, CallerWorkspaceAndSizeQuery) {
+  Gpu& gp = gpu();
+  if (!gp.ok()) GTEST_SKIP() << "no GPU: " << gp.why;
+  std::mt19937_64 rng(test_seed() + 13);
+  Case c;
+  c.dtype = FA_DTYPE_BF16;
+  c.op.batch = 1;
+  c.op.heads_q = 4;
+  c.op.heads_kv = 4;
+  c.op.head_dim = 64;
+  c.op.seqlen_q = 129;
+  c.op.seqlen_k = 129;
+  c.want_lse = true;
+  materialize(rng, &c);
+  ASSERT_EQ(fa_run(gp.ctx, &c.params, gp.stream), FA_OK) << fa_last_error();
+  Grads g;
+  setup_grads(rng, c, g);
+  size_t bytes = 0;
+  ASSERT_EQ(fa_backward_workspace_size(gp.ctx, &g.b, &bytes), FA_OK) << fa_last_error();
+  DevBuf ws(bytes + 256);
+  g.b.workspace = ws.get();
+  g.b.workspace_size = bytes - (bytes > 0 ? 1 : 0);
+  if (bytes > 0) {
+    EXPECT_EQ(fa_run_backward(gp.ctx, &g.b, gp.stream), FA_ERROR_INVALID_ARGUMENT) << "a short workspace is rejected";
+  }
+  g.b.workspace_size = bytes;
+  ASSERT_EQ(fa_run_backward(gp.ctx, &g.b, gp.stream), FA_OK) << fa_last_error();
+  gp.d->cuStreamSynchronize(gp.stream);
+  bool pad = true;
+  EXPECT_LE(grad_error(c.dtype, g.d_dq, c.q, g.dq_ref, &pad), bwd_tolerance(c.dtype));
+  EXPECT_LE(grad_error(c.dtype, g.d_dk, c.k, g.dk_ref, &pad), bwd_tolerance(c.dtype));
+  EXPECT_LE(grad_error(c.dtype, g.d_dv, c.v, g.dv_ref, &pad), bwd_tolerance(c.dtype));
+  EXPECT_TRUE(pad);
+}
+
+}  // namespace
+}  // namespace fa::test
