@@ -116,9 +116,11 @@ FA_DEVICE void load_tile(unsigned sdst, const T* g, long long gs, int valid, int
 }
 }  // namespace fa_bwd_mma
 
-// minBlocksPerSM = 1 stated explicitly: without it ptxas trades a few bytes of spills for register-occupancy
-// thresholds (72/80/96/128/168 registers) at points no host-side rule can predict; with it, spills appear only
-// under real register pressure, which generator/families/bwd_mma.cpp bounds.
+// Register discipline (zero spills at every point bwd_mma.cpp accepts): minBlocksPerSM = 1 is stated explicitly
+// (without it ptxas trades a few bytes of spills for register-occupancy thresholds, 72/80/96/128/168 registers, at
+// points no host-side rule can predict), and the reduction loops over kk are unrolled by 2 only (fully unrolled,
+// ptxas hoists ldmatrix loads across the whole reduction and runs out of registers), so the register count
+// follows the accumulator tiles that bwd_mma.cpp bounds.
 extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaBwdArgs args) {
   using namespace fa_bwd_mma;
   extern __shared__ __align__(16) unsigned char fa_smem_raw[];
@@ -242,7 +244,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
           for (int e = 0; e < 4; ++e) s[mt][nt][e] = dp[mt][nt][e] = 0.f;
       const int krow0 = wk * MT1 * 16, qcol0 = wx * NT1 * 8;
       const int q8 = lane >> 3, r8 = lane & 7;
-#pragma unroll
+#pragma unroll 2
       for (int kk = 0; kk < DP / 16; ++kk) {
         unsigned af[MT1][4];
 #pragma unroll
@@ -259,7 +261,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
           }
         }
       }
-#pragma unroll
+#pragma unroll 2
       for (int kk = 0; kk < DVP / 16; ++kk) {
         unsigned af[MT1][4];
 #pragma unroll
@@ -331,7 +333,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     {
       const int krow0 = wk * MT1 * 16;
       const int q8 = lane >> 3, r8 = lane & 7, r16 = lane & 15;
-#pragma unroll
+#pragma unroll 2
       for (int kk = 0; kk < BM / 16; ++kk) {
         unsigned ap[MT1][4], ad[MT1][4];
 #pragma unroll
@@ -372,7 +374,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         for (int t = 0; t < NT3; ++t) dq[mt][t][0] = dq[mt][t][1] = dq[mt][t][2] = dq[mt][t][3] = 0.f;
       const int qrow0 = wq3 * MT3 * 16;
       const int q8 = lane >> 3, r8 = lane & 7, r16 = lane & 15;
-#pragma unroll
+#pragma unroll 2
       for (int kk = 0; kk < BN / 16; ++kk) {
         unsigned af[MT3][4];
 #pragma unroll

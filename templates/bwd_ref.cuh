@@ -41,7 +41,9 @@ FA_DEVICE Score score(const FaFwdArgs& a, float dot, int b, int h, int i, int j,
 }
 }  // namespace fa_bwd_ref
 
-extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(const FaBwdArgs args) {
+// minBlocksPerSM = 1 stated explicitly: without it ptxas spills a few bytes to reach register-occupancy thresholds
+// (seen at 48 registers for kKind == 4 with 8 warps).
+extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaBwdArgs args) {
   using namespace fa_bwd_ref;
   const FaFwdArgs& a = args.f;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

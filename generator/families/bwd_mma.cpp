@@ -2,8 +2,11 @@
 // Grid: (key blocks of block_n, kv heads, batch); each CTA loops over its GQA group's query heads and the query
 // blocks (block_m) that meet the mask band. Tunables: block_m, block_n, warps, stages (1 or 2: Q/dO double
 // buffering); q_in_regs and extra must be 0. `valid` mirrors the template's static tiling rules and bounds a
-// register estimate so that every accepted point compiles without spills (checked by the NVRTC sweep in
-// scratch/h4/sweep.cpp on sm_80 and sm_90a).
+// register estimate (float32 accumulators per thread) so that every accepted point compiles without spills. The
+// bound holds because the template pins ptxas's register policy (explicit minBlocksPerSM = 1, reduction loops
+// unrolled by 2): ptxas then uses registers in proportion to the accumulator tiles, and the NVRTC sweep in
+// scratch/h4b/sweep.cpp (sm_80 and sm_90a, all-features and no-features variants) found no spill at any point
+// with an estimate <= kBwdMmaRegBudget. Head dims with no accepted point (above 192) use the reference pipeline.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -14,7 +17,7 @@ namespace fa::gen {
 
 namespace {
 
-// Upper bound of reg_estimate() (calibrated against ptxas -v: see scratch/h4/sweep.cpp).
+// Upper bound of reg_estimate() (calibrated against ptxas -v: see scratch/h4b/sweep.cpp and sweep_notes.md).
 constexpr int kBwdMmaRegBudget = 110;
 
 struct Tiling {

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -170,6 +172,17 @@ bool is_poison_bits(int dtype, const uint8_t* p) {
   for (size_t i = 0; i < es; ++i)
     if (p[i] != 0xff) return false;
   return true;
+}
+
+void parallel_for(size_t n, const std::function<void(size_t)>& fn) {
+  const size_t threads = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < n; i = next++) fn(i);
+    });
+  for (auto& t : pool) t.join();
 }
 
 double tolerance(int dtype) {

@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -97,5 +98,7 @@ struct CaseResult {
 CaseResult check_case(Case& c);
 CaseResult compare_outputs(Case& c);
 double tolerance(int dtype);
+// Runs fn(0..n-1) on up to hardware_concurrency threads (kernels compile in parallel before the serial checks).
+void parallel_for(size_t n, const std::function<void(size_t)>& fn);
 
 }  // namespace fa::test

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -78,10 +79,16 @@ double grad_error(int dtype, const DevBuf& buf, const std::vector<double>& input
     }
   }
   if (g.empty()) return 0.0;
-  double err = oracle::relative_error(std::span<const double>(g), std::span<const double>(r));
-  if (std::all_of(r.begin(), r.end(), [](double x) { return x == 0.0; }))
-    err = std::all_of(g.begin(), g.end(), [](double x) { return x == 0.0; }) ? 0.0 : INFINITY;
-  return err;
+  // ||got - ref|| / max(||ref||, 1e-3 * sqrt(n)): relative, with an RMS floor of 1e-3 for gradients that are zero in
+  // exact arithmetic (e.g. dQ and dK with a single visible key, where dS = P (dP - Delta) vanishes) and only
+  // rounding noise on the GPU. NaN or Inf anywhere fails.
+  double num = 0, den = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!std::isfinite(g[i]) || !std::isfinite(r[i])) return INFINITY;
+    num += (g[i] - r[i]) * (g[i] - r[i]);
+    den += r[i] * r[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-3 * std::sqrt(double(g.size())));
 }
 
 TEST(GpuBackward, RandomProblemsMatchOracle) {
@@ -92,16 +99,31 @@ TEST(GpuBackward, RandomProblemsMatchOracle) {
   std::map<int, double> worst;
   std::map<int, int> count;
   int failures = 0;
+  std::vector<std::unique_ptr<Case>> cases;
   for (int i = 0; i < n; ++i) {
-    Case c;
+    cases.push_back(std::make_unique<Case>());
+    Case& c = *cases.back();
     CaseOptions opt;
     opt.max_work = 1.5e7;
     make_random_case(rng, opt, &c);
-    if (!c.want_lse) {  // the backward needs the forward's LSE
-      c.want_lse = true;
-      c.params.lse = reinterpret_cast<float*>(c.d_lse.get());
-    }
+    c.want_lse = true;  // the backward needs the forward's LSE
     c.params.lse = reinterpret_cast<float*>(c.d_lse.get());
+  }
+  parallel_for(cases.size(), [&](size_t i) {
+    fa_prepare(gp.ctx, &cases[i]->params);
+    fa_bwd_params b;  // compile the backward kernels too (pointers are placeholders: prepare never launches)
+    fa_bwd_params_init(&b);
+    Case& c = *cases[i];
+    b.fwd = &c.params;
+    b.dout = c.params.o; b.dout_stride_batch = c.o_sb; b.dout_stride_seq = c.o_ss; b.dout_stride_head = c.o_sh;
+    b.dq = reinterpret_cast<void*>(0x100000000000ull); b.dq_stride_batch = c.q_sb; b.dq_stride_seq = c.q_ss; b.dq_stride_head = c.q_sh;
+    b.dk = reinterpret_cast<void*>(0x200000000000ull); b.dk_stride_batch = c.k_sb; b.dk_stride_seq = c.k_ss; b.dk_stride_head = c.k_sh;
+    b.dv = reinterpret_cast<void*>(0x300000000000ull); b.dv_stride_batch = c.v_sb; b.dv_stride_seq = c.v_ss; b.dv_stride_head = c.v_sh;
+    b.deterministic = (i % 3 == 0) ? 1 : 0;
+    fa_prepare_backward(gp.ctx, &b);
+  });
+  for (int i = 0; i < n; ++i) {
+    Case& c = *cases[size_t(i)];
     ASSERT_EQ(fa_run(gp.ctx, &c.params, gp.stream), FA_OK) << fa_last_error() << " [" << c.desc << "]";
     Grads g;
     setup_grads(rng, c, g);

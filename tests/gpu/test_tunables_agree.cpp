@@ -79,6 +79,10 @@ TEST(GpuTunables, EveryValidPointGivesTheSameAnswer) {
     const gen::Semantic s = gen::select_forward(d, g.ctx->arch);
     const auto space = gen::valid_space(s, g.ctx->limits);
     ASSERT_FALSE(space.empty()) << gen::semantic_key(s);
+    parallel_for(space.size(), [&](size_t i) {  // compile in parallel, then launch serially
+      std::shared_ptr<rt::Kernel> k;
+      rt::kernel_for(g.ctx, gen::finalize(s, space[i], d), true, &k);
+    });
     for (const gen::Tunables& t : space) {
       const gen::KernelConfig cfg = gen::finalize(s, t, d);
       const std::string err = launch_config(c, cfg);
