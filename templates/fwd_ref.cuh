@@ -18,7 +18,7 @@ typedef typename E::T T;
 constexpr int kDvPerLane = (fa_cfg::kHeadDimV + 31) / 32;
 }  // namespace fa_fwd_ref
 
-extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(const FaFwdArgs a) {
+extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
   using namespace fa_fwd_ref;
   extern __shared__ float fa_smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -10,7 +10,7 @@ namespace {
 
 std::vector<Tunables> space(const Semantic&) {
   std::vector<Tunables> v;
-  for (int w : {4, 8}) v.push_back(Tunables{w, 32, w, 1, 0, 0});
+  for (int w : {2, 4, 8}) v.push_back(Tunables{w, 32, w, 1, 0, 0});
   return v;
 }
 
@@ -24,7 +24,7 @@ bool valid(const KernelConfig& c, std::string* why) {
   };
   if (t.block_m != t.warps) return fail(fmt::format("block_m: expected warps ({}) for fwd_ref, got {}", t.warps, t.block_m));
   if (t.block_n != 32) return fail(fmt::format("block_n: expected 32 for fwd_ref, got {}", t.block_n));
-  if (t.warps != 4 && t.warps != 8) return fail(fmt::format("warps: expected 4 or 8 for fwd_ref, got {}", t.warps));
+  if (t.warps != 2 && t.warps != 4 && t.warps != 8) return fail(fmt::format("warps: expected 2, 4 or 8 for fwd_ref, got {}", t.warps));
   if (t.stages != 1 || t.q_in_regs != 0 || t.extra != 0)
     return fail(fmt::format("stages/q_in_regs/extra: expected 1/0/0 for fwd_ref, got {}/{}/{}", t.stages, t.q_in_regs, t.extra));
   return true;
