@@ -286,7 +286,8 @@ int child_main(const Args& a) {
   fa_context c = create_context(a.cache);
   const double create_s = seconds_since(t0);
   if (!fa_context_has_device(c)) {
-    std::printf("no GPU found: %s\n", fa_last_error());
+    std::printf("no GPU found: %s\n", c->no_device_reason.c_str());
+    fa_context_destroy(c);
     return 0;
   }
   Gpu g = bind(c);

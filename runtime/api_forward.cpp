@@ -47,6 +47,15 @@ Status prepare(fa_context c, const fa_params* in) {
   const TuneRequest tune = forward_tune_request(c, p, d, nullptr);
   st = forward_kernel(c, d, true, c->has_device && c->tune_policy == FA_TUNE_ON_FIRST_USE ? &tune : nullptr, &k, &cfg);
   if (!st.ok()) return st;
+  if (cfg.s.kind == fa::gen::Kind::FwdMma && !d.varlen) {
+    // Both shape classes of the chosen config (seqlen_k a multiple of block_n or not), so that no later sequence
+    // length in this bucket compiles anything, inside or outside graph capture.
+    fa::gen::KernelConfig other = cfg;
+    other.s.even_k = !cfg.s.even_k;
+    std::shared_ptr<Kernel> k2;
+    st = kernel_for(c, other, true, &k2);
+    if (!st.ok()) return st;
+  }
   if (!c->has_device) return error(FA_ERROR_NO_DEVICE, "kernel compiled, but it cannot be loaded: " + c->no_device_reason);
   return Status::Ok();
 }

@@ -115,7 +115,9 @@ bool valid(const KernelConfig& c, std::string* why) {
   const int mt = t.block_m / (16 * t.warps);
   const int s_regs = mt * (t.block_n / 8) * 4;
   const bool feat = s.has_bias || s.has_alibi || s.has_softcap || s.varlen;
-  const int s_budget = feat ? 32 : 64;
+  // An additive bias is loaded beside every S element: with 64-key blocks the bias path exceeds 255 registers at
+  // large head dims (compile sweep with explicit occupancy, 2026-11-22), so it is held to 32-key blocks per 16 rows.
+  const int s_budget = s.has_bias ? 16 : feat ? 32 : 64;
   if (s_regs > s_budget) {
     return fail(why, "register pressure: S tile of " + std::to_string(s_regs) + " registers > " +
                          std::to_string(s_budget));
