@@ -106,7 +106,9 @@ class Flex:
         for name in ("recompile_limit", "cache_size_limit"):
             if hasattr(torch._dynamo.config, name):
                 setattr(torch._dynamo.config, name, 1024)
-        self.fn = torch.compile(flex_attention, dynamic=False)
+        # dynamic=True: one compile serves every sequence length of the sweep (a recompile per shape would
+        # dominate the run); block masks are still built per shape.
+        self.fn = torch.compile(flex_attention, dynamic=True)
         self.create_block_mask = create_block_mask
         self.masks = {}
 

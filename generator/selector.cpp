@@ -18,7 +18,9 @@ Semantic select_forward(const ProblemDesc& p, int arch) {
   s.has_softcap = p.has_softcap;
   s.varlen = p.varlen;
   s.has_lse = p.has_lse;
-  s.even_k = false;
+  // A hint for the default table (a shape class, not a length): whether seqlen_k is a multiple of 64. finalize()
+  // replaces it with the real flag for the chosen block_n.
+  s.even_k = !p.varlen && p.seqlen_k > 0 && p.seqlen_k % 64 == 0;
   // FA_FORCE_REFERENCE=1 routes every problem to the reference kernel (a field switch for suspected kernel bugs;
   // results are the same by construction, only slower).
   static const bool force_ref = [] {

@@ -16,6 +16,11 @@
 // Fully masked rows give o = 0, lse = -inf. Head dims are padded to 16 in shared memory (zero-filled); rows are
 // padded by 16 bytes, so ldmatrix and 16-byte cp.async accesses of 8 consecutive rows hit distinct bank groups.
 // The output tile is staged in shared memory (reusing the Q region) and written with 16-byte stores.
+// Large tiles (kBigTile: S + O accumulators above 160 registers per thread, e.g. FA2's 128x64 / 4-warp tile at
+// d128 and 128x128 / 4 warps at d64) pack P to 16-bit fragments right after exp2 and rescale O only when some row
+// of the warp changed its maximum (warp vote; the skip is exact since corr == 1). Both cut register pressure (the
+// rescale in its own branch keeps ptxas from hoisting fragment loads past it), which brings these tiles under 255
+// registers; on smaller tiles they cost 5-10% (H200, scratch/h2c/NOTES.md), so those keep the straight-line code.
 // Grid: x = query block (reversed for masked problems: the longest blocks first), y = query head, z = batch.
 // Reads fa_cfg: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kVarlen, kEvenK, kHasLse,
 // kBlockM, kBlockN, kWarps, kStages (1: no prefetch; >= 2: blocks j+1..j+kStages-1 in flight), kQInRegs
@@ -40,6 +45,7 @@ constexpr int kMt = kRowsPerWarp / 16;      // m16 tiles per warp
 constexpr int kNs = kBN / 8;                // n8 tiles of S per warp
 constexpr int kNo = kDVp / 8;               // n8 tiles of O per warp
 constexpr int kKs = kDp / 16;               // k16 steps of Q K^T
+constexpr bool kBigTile = kMt * (kNs + kNo) * 4 > 160;  // early P packing + conditional O rescale (see above)
 constexpr int kQStride = kDp + 8;           // smem row strides (elements): +16 bytes breaks bank conflicts
 constexpr int kKStride = kDp + 8;
 constexpr int kVStride = kDVp + 8;
@@ -137,7 +143,7 @@ FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstri
 
 }  // namespace fa_mma
 
-extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(const FaFwdArgs args) {
+extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs args) {
   using namespace fa_mma;
   extern __shared__ __attribute__((aligned(16))) unsigned char fa_smem[];
   typedef unsigned short E;
@@ -344,6 +350,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
       }
 
       // ---- online softmax (base 2) ----
+      unsigned pk[kBigTile ? kMt : 1][kBigTile ? kBN / 16 : 1][4];  // P as A fragments (kBigTile)
+      float corr_b[kBigTile ? kMt : 1][2];                           // rescale factors (kBigTile)
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
@@ -361,13 +369,35 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
           for (int n = 0; n < kNs; ++n) {
             const float p0 = fa_exp2(s[mt][n][hh * 2] * mul - ms);
             const float p1 = fa_exp2(s[mt][n][hh * 2 + 1] * mul - ms);
-            s[mt][n][hh * 2] = p0; s[mt][n][hh * 2 + 1] = p1;
+            if constexpr (kBigTile) {
+              pk[mt][n / 2][hh + 2 * (n & 1)] = pack2(p0, p1);
+            } else {
+              s[mt][n][hh * 2] = p0; s[mt][n][hh * 2 + 1] = p1;
+            }
             sum += p0 + p1;
           }
           row_l[mt][hh] = row_l[mt][hh] * corr + sum;
+          if constexpr (kBigTile) {
+            corr_b[mt][hh] = corr;
+          } else {
 #pragma unroll
-          for (int n = 0; n < kNo; ++n) { o_acc[mt][n][hh * 2] *= corr; o_acc[mt][n][hh * 2 + 1] *= corr; }
+            for (int n = 0; n < kNo; ++n) { o_acc[mt][n][hh * 2] *= corr; o_acc[mt][n][hh * 2 + 1] *= corr; }
+          }
         }
+      if constexpr (kBigTile) {
+        bool rescale = false;
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) rescale |= corr_b[mt][0] != 1.f || corr_b[mt][1] != 1.f;
+        if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+          for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+            for (int n = 0; n < kNo; ++n) {
+              o_acc[mt][n][0] *= corr_b[mt][0]; o_acc[mt][n][1] *= corr_b[mt][0];
+              o_acc[mt][n][2] *= corr_b[mt][1]; o_acc[mt][n][3] *= corr_b[mt][1];
+            }
+        }
+      }
 
       // ---- wait for V, then O += P V ----
       if constexpr (!kJoint) {
@@ -380,10 +410,14 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
         unsigned p[kMt][4];
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt) {
-          p[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-          p[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-          p[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-          p[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+          if constexpr (kBigTile) {
+            p[mt][0] = pk[mt][kk][0]; p[mt][1] = pk[mt][kk][1]; p[mt][2] = pk[mt][kk][2]; p[mt][3] = pk[mt][kk][3];
+          } else {
+            p[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+            p[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+            p[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+            p[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+          }
         }
 #pragma unroll
         for (int dp = 0; dp < kNo / 2; ++dp) {

@@ -76,7 +76,26 @@ constexpr DefaultEntry kDefaults[] = {
     {81, 89, 256, {64, 32, 4, 2, 0, 1}},    // 99 KB exactly
 };
 
+// FA2's own d128 tile, 128x64 / 4 warps / 2 stages, preferred for causal d128 on sm_90 where valid() admits it
+// (its accumulator budget of 160 rejects it as of 2026-11-22, and then the table below applies). The template's
+// kBigTile path (early P packing, conditional O rescale) fits it in 255 registers; NVRTC sm_90a sweep: no spills
+// for fp16/bf16, causal and window, even or ragged keys, lse on/off; spills 12-48 bytes without a mask on ragged
+// keys and in varlen mode, hence the conditions. Measured H200 bf16, hidden 2048, 16k tokens, seqlen 2k..16k
+// (scratch/h2c/NOTES.md), TFLOP/s: causal 280/303/316/327 vs SDPA flash 267/294/312/316 (128x32x4w s3 in the same
+// run: 258/279/294/304); non-causal (even keys) 338/347/354/354 vs SDPA 319/337/342/347.
+// FA2's d128 tile on sm_90a (measured H200 2026-11-22, scratch/h2c/NOTES.md: 1.01-1.05x SDPA flash causal,
+// 1.02-1.06x without a mask when seqlen_k is a multiple of 64, against 0.90-0.95x for 128x32).
+bool prefer_fa2_d128(const Semantic& s) {
+  return s.arch == 90 && s.head_dim == 128 && s.head_dim_v == 128 &&
+         (s.mask == kMaskCausal || (s.mask == kMaskNone && s.even_k)) && !s.has_bias && !s.has_alibi &&
+         !s.has_softcap && !s.varlen;
+}
+
 Tunables defaults(const Semantic& s) {
+  if (prefer_fa2_d128(s)) {
+    const KernelConfig fa2{s, Tunables{128, 64, 4, 2, 0, 1}};
+    if (valid(fa2, nullptr)) return fa2.t;
+  }
   const int dim = std::max(s.head_dim, s.head_dim_v);
   Tunables t{64, 32, 4, 2, 0, 1};  // fits everywhere (<= 99 KB)
   for (const DefaultEntry& e : kDefaults) {
@@ -124,7 +143,14 @@ bool valid(const KernelConfig& c, std::string* why) {
   }
   const int budget = feat ? 144 : 160;
   const int live = live_regs(c);
-  if (live > budget) {
+  // FA2's own d128 tile (128x64, 4 warps, Q in shared memory) runs on the template's big-tile path (early P
+  // packing, conditional rescale) in 255 registers without spills where the compile sweep showed it
+  // (2026-11-22, explicit occupancy): with a causal or window mask on sm_80 and sm_90a, and without a mask on
+  // sm_90a when seqlen_k is a multiple of 64. Everywhere else it spills, so it stays outside the budget.
+  const bool fa2_d128_tile = s.head_dim == 128 && s.head_dim_v == 128 && t.block_m == 128 && t.block_n == 64 &&
+                             t.warps == 4 && t.q_in_regs == 0 && !feat &&
+                             (s.mask != kMaskNone || (s.even_k && s.arch >= 90));
+  if (live > budget && !fa2_d128_tile) {
     return fail(why, "register pressure: " + std::to_string(live) + " accumulator registers per thread > " +
                          std::to_string(budget));
   }

@@ -180,13 +180,18 @@ TEST(Selector, SequenceLengthsNeverEnterTheKey) {
   ProblemDesc a, b;
   a.dtype = b.dtype = kFp16;
   a.aligned16 = b.aligned16 = true;
+  // Only the shape class (seqlen_k a multiple of the key block, for the no-predicate specialisation) may differ.
   a.seqlen_q = 1;
-  a.seqlen_k = 4096;
+  a.seqlen_k = 4095;
   a.batch = 1;
   b.seqlen_q = 3000;
   b.seqlen_k = 17;
   b.batch = 9;
   EXPECT_EQ(semantic_key(select_forward(a, 80)), semantic_key(select_forward(b, 80)));
+  a.seqlen_k = 4096;
+  b.seqlen_k = 64;
+  EXPECT_EQ(semantic_key(select_forward(a, 90)), semantic_key(select_forward(b, 90)));
+  EXPECT_EQ(semantic_key(select_forward(a, 90)).find("4096"), std::string::npos);
 }
 
 TEST(Nvrtc, ReferenceKernelCompilesWithPtxasReport) {

@@ -1,6 +1,7 @@
 // compile_sweep.cpp -- compiles kernel variants through NVRTC for sm_80 and sm_90a and fails on any compile error
 // or any ptxas spill. --sample: a fixed covering sample (every kind, dtype, mask, feature flag, a spread of head
 // dims, and every valid tunable point of each family at head dim 128, and of fwd_mma at 64). --full: the whole product.
+// --full --limit N [--seed S]: a random sample of N points of the whole product (it has ~300k points).
 // Also checks that the predicate is the only rejection: a point it accepts must compile without spills.
 #include <fmt/format.h>
 
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 #include <vector>
@@ -71,6 +73,18 @@ void add_semantics(Kind k, int arch, bool full, std::vector<Job>* jobs) {
           KernelConfig c{s, space[static_cast<size_t>(v) % space.size()]};
           c.s.even_k = !s.varlen && k == Kind::FwdMma && (v % 2 == 0);
           push(c);
+          if (k == Kind::FwdMma && !s.varlen) {  // the heuristic defaults of both shape classes, every mask
+            for (int m = 0; m < 6; ++m)
+              for (bool ek : {false, true}) {
+                Semantic sd = s;
+                sd.mask = m % 3;
+                if (m >= 3) sd.has_bias = sd.has_alibi = sd.has_softcap = false;
+                sd.even_k = ek;
+                KernelConfig dc{sd, family(k).defaults(sd)};
+                dc.s.even_k = ek && dc.t.block_n > 0;
+                push(dc);
+              }
+          }
           if ((d == 128 || (d == 64 && k == Kind::FwdMma)) && dt == kFp16) {
             // every valid tunable point at the common head dims (the whole product runs under --full)
             for (const Tunables& t : space) {
@@ -89,14 +103,18 @@ void add_semantics(Kind k, int arch, bool full, std::vector<Job>* jobs) {
 
 int main(int argc, char** argv) {
   bool full = false;
+  size_t limit = 0;
+  unsigned long long seed = std::random_device{}();
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<int> archs = {80, 90};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--full")) full = true;
     else if (!std::strcmp(argv[i], "--sample")) full = false;
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--limit") && i + 1 < argc) limit = std::strtoull(argv[++i], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
     else {
-      fmt::print(stderr, "usage: {} [--sample|--full] [--threads N]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--sample|--full] [--threads N] [--limit N [--seed S]]\n", argv[0]);
       return 2;
     }
   }
@@ -111,6 +129,12 @@ int main(int argc, char** argv) {
       continue;
     }
     for (int arch : archs) add_semantics(static_cast<Kind>(k), arch, full, &jobs);
+  }
+  if (limit > 0 && limit < jobs.size()) {  // a random sample of the chosen space, reproducible by its seed
+    std::mt19937_64 rng(seed);
+    std::shuffle(jobs.begin(), jobs.end(), rng);
+    jobs.resize(limit);
+    fmt::print("compile_sweep: random sample of {} points, seed {}\n", limit, seed);
   }
   fmt::print("compile_sweep: {} kernels ({} mode), NVRTC {}, {} threads\n", jobs.size(), full ? "full" : "sample",
              fa::rt::nvrtc_version(), threads);
