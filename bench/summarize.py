@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""summarize.py -- turns a bench_peers.py --json file into compact markdown tables (one row per dtype, head dim,
-mask and direction; one column pair per sequence length), with the ratios fa / FA2 and fa / cuDNN.
+"""summarize.py -- turns a bench_peers.py --json file into compact markdown tables: per group (standard, decode,
+odd), direction and (dtype, head dim, mask), one cell per sequence length with every contender's TFLOP/s and the
+ratios fa / FA2 and fa / cuDNN.
 
-    python3 bench/summarize.py bench/results/h200_fwd_bwd_defaults.json
+    python3 bench/summarize.py bench/results/h200_fwd_tuned.json
 """
 import json
 import sys
@@ -10,9 +11,6 @@ from collections import defaultdict
 
 
 def tflops(row, direction, who):
-    t = row.get("tflops", {}).get(direction, {}).get(who)
-    if t is not None:
-        return t
     ms = row["ms"].get(direction, {}).get(who)
     if not ms:
         return None
@@ -24,45 +22,48 @@ def tflops(row, direction, who):
     return flops / (ms * 1e-3) / 1e12
 
 
+def fmt(x):
+    return "n/a" if x is None else f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
 def main(path):
     data = json.load(open(path))
+    contenders = data["args"]["contenders"]
     print("\n".join("> " + h for h in data["header"]))
     print()
     groups = defaultdict(dict)
-    seqs = set()
     for r in data["rows"]:
-        if r.get("group") != "standard":
-            continue
         for direction in ("fwd", "bwd"):
-            if direction not in r["ms"]:
+            if direction in r["ms"] and r["ms"][direction]:
+                col = r["sk"] if r["group"] == "decode" else r["sq"]
+                groups[(r["group"], direction, r["dtype"], r["d"], r["causal"])][col] = r
+    for group in ("standard", "decode", "odd"):
+        for direction in ("fwd", "bwd"):
+            keys = sorted(k for k in groups if k[0] == group and k[1] == direction)
+            if not keys:
                 continue
-            key = (direction, r["dtype"], r["d"], r["causal"])
-            groups[key][r["sq"]] = r
-            seqs.add(r["sq"])
-    seqs = sorted(seqs)
-    for direction in ("fwd", "bwd"):
-        print(f"**{direction}** — TFLOP/s fa / FA2 / cuDNN and the ratio fa÷FA2 (fa÷cuDNN)\n")
-        print("| dtype | d | causal | " + " | ".join(f"{s}" for s in seqs) + " |")
-        print("|---|---|---|" + "---|" * len(seqs))
-        for key in sorted(k for k in groups if k[0] == direction):
-            _, dtype, d, causal = key
-            cells = []
-            for s in seqs:
-                r = groups[key].get(s)
-                if r is None:
-                    cells.append("")
-                    continue
-                fa, fa2, cd = (tflops(r, direction, w) for w in ("fa", "FA2", "cuDNN"))
-                if fa is None or fa2 is None:
-                    cells.append("n/a")
-                    continue
-                cell = f"{fa:.0f}/{fa2:.0f}/{cd:.0f} **{fa / fa2:.2f}**" if cd else f"{fa:.0f}/{fa2:.0f} **{fa / fa2:.2f}**"
-                if cd:
-                    cell += f" ({fa / cd:.2f})"
-                cells.append(cell)
-            print(f"| {dtype} | {d} | {'Y' if causal else 'N'} | " + " | ".join(cells) + " |")
-        print()
+            cols = sorted({c for k in keys for c in groups[k]})
+            label = "seqlen_k (seqlen_q = 1)" if group == "decode" else "seqlen"
+            print(f"**{group} {direction}** — TFLOP/s {' / '.join(contenders)}; **fa÷FA2** (fa÷cuDNN); columns: {label}\n")
+            print("| dtype | d | causal | " + " | ".join(str(c) for c in cols) + " |")
+            print("|---|---|---|" + "---|" * len(cols))
+            for k in keys:
+                cells = []
+                for c in cols:
+                    r = groups[k].get(c)
+                    if r is None:
+                        cells.append("")
+                        continue
+                    t = {w: tflops(r, direction, w) for w in contenders}
+                    cell = "/".join(fmt(t[w]) for w in contenders)
+                    if t.get("fa") and t.get("FA2"):
+                        cell += f" **{t['fa'] / t['FA2']:.2f}**"
+                    if t.get("fa") and t.get("cuDNN"):
+                        cell += f" ({t['fa'] / t['cuDNN']:.2f})"
+                    cells.append(cell)
+                print(f"| {k[2]} | {k[3]} | {'Y' if k[4] else 'N'} | " + " | ".join(cells) + " |")
+            print()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "bench/results/h200_fwd_bwd_defaults.json")
+    main(sys.argv[1] if len(sys.argv) > 1 else "bench/results/h200_fwd_tuned.json")
