@@ -103,6 +103,11 @@ class Flex:
     def __init__(self):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         import torch._dynamo
+        try:  # the timed backward re-runs autograd.grad on one graph (retain_graph), which donated buffers forbid
+            import torch._functorch.config as functorch_config
+            functorch_config.donated_buffer = False
+        except (ImportError, AttributeError):
+            pass
         for name in ("recompile_limit", "cache_size_limit"):
             if hasattr(torch._dynamo.config, name):
                 setattr(torch._dynamo.config, name, 1024)

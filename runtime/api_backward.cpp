@@ -1,9 +1,10 @@
-// api_backward.cpp -- fa_backward_workspace_size, fa_run_backward, fa_prepare_backward.
+// api_backward.cpp -- fa_backward_workspace_size, fa_run_backward, fa_prepare_backward; rt::run_backward_at (tests).
 // The plan (generator/backward_plan.h) lists the kernels; this file binds them to the caller's buffers and stream.
 #include <cstdlib>
 
 #include "fa/fa.h"
 #include "generator/backward_plan.h"
+#include "runtime/backward_at.h"
 #include "runtime/launch.h"
 #include "runtime/validate.h"
 
@@ -140,6 +141,25 @@ Status run_backward(fa_context c, const fa_bwd_params* in, CUstream stream) {
 }
 
 }  // namespace
+
+namespace fa::rt {
+
+Status run_backward_at(fa_context c, const fa_bwd_params* in, const fa::gen::Tunables& t, CUstream stream) {
+  Prepared P;
+  Status st = plan_for(c, in, nullptr, &P);
+  if (!st.ok()) return st;
+  std::string why;
+  if (!fa::gen::bwd_mma_covers(P.d, context_arch(c), &why))
+    return error(FA_ERROR_NOT_SUPPORTED, "run_backward_at: the tensor-core backward does not cover this problem: " + why);
+  P.plan = fa::gen::plan_backward(P.d, context_arch(c), t);
+  for (const auto& step : P.plan.steps)
+    if (!fa::gen::is_valid(step, c->limits, &why))
+      return error(FA_ERROR_NOT_SUPPORTED, "backward step " + fa::gen::canonical_key(step) + ": " + why);
+  if (!c->has_device) return error(FA_ERROR_NO_DEVICE, c->no_device_reason);
+  return enqueue(c, P, true, stream, P.v.bwd.workspace, P.v.bwd.workspace_size);
+}
+
+}  // namespace fa::rt
 
 extern "C" FA_API fa_status fa_backward_workspace_size(fa_context c, const fa_bwd_params* params, size_t* out_bytes) {
   return guarded("fa_backward_workspace_size", [&] {

@@ -4,5 +4,5 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cmake -G Ninja -S "$ROOT" -B "$ROOT/build-dev" -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C "$ROOT/build-dev" fa fa_gpu_tests fa_example_c
+ninja -C "$ROOT/build-dev" fa fa_gpu_tests fa_example_c fa-tune fa_tuning_figures
 du -sh "$ROOT/build-dev"

@@ -50,7 +50,7 @@ if [ "$ONLY" != "bench" ]; then
     "$BUILD/tests/fa_example_c" 2>&1 | tee -a "$LOG" | tail -2
     summary+=("example: rc ${PIPESTATUS[0]}")
   fi
-  if python3 -c "import torch" 2>/dev/null && [ -n "$LIB" ] && [ -d "$ROOT/python/tests" ]; then
+  if [ "${SKIP_PYTHON:-0}" != 1 ] && python3 -c "import torch" 2>/dev/null && [ -n "$LIB" ] && [ -d "$ROOT/python/tests" ]; then
     step "Python tests (torch $(python3 -c 'import torch; print(torch.__version__)'))"
     FA_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" python3 -m pytest -q -x "$ROOT/python/tests" 2>&1 | tee "$OUT/python_tests.log" | tail -15
     summary+=("python tests: $(tail -1 "$OUT/python_tests.log")")

@@ -1,60 +1,51 @@
 // bwd_mma.cpp -- host side of the tensor-core backward family (templates/bwd_mma.cuh): fp16/bf16 on sm_80+.
 // Grid: (key blocks of block_n, kv heads, batch); each CTA loops over its GQA group's query heads and the query
 // blocks (block_m) that meet the mask band. Tunables: block_m, block_n, warps, stages (1 or 2: Q/dO double
-// buffering); q_in_regs and extra must be 0. `valid` mirrors the template's static tiling rules and bounds a
-// register estimate (float32 accumulators per thread) so that every accepted point compiles without spills. The
-// bound holds because the template pins ptxas's register policy (explicit minBlocksPerSM = 1, reduction loops
-// unrolled by 2): ptxas then uses registers in proportion to the accumulator tiles, and the NVRTC sweep in
-// scratch/h4b/sweep.cpp (sm_80 and sm_90a, all-features and no-features variants) found no spill at any point
-// with an estimate <= kBwdMmaRegBudget. Head dims with no accepted point (above 192) use the reference pipeline.
+// buffering); q_in_regs and extra must be 0. The warp layouts come from templates/bwd_mma_tiling.cuh, compiled
+// here and in the kernel, so `valid` and the template share one rule. `valid` also bounds the float32
+// accumulators per thread (fa_bwd_acc_regs) so that every accepted point compiles without spills. The bounds
+// hold because the template pins ptxas's register policy (explicit minBlocksPerSM = 1; each GEMM phase's k loop
+// software-pipelined only within fa_bwd_pipe_budget, else unrolled by 2). They were calibrated by compiling every
+// valid point through NVRTC with `-Xptxas -v` for sm_80 and sm_90a, with and without bias/ALiBi/softcap, head dims
+// 32..256 (2026-11-22, NVRTC 13):
+//   estimate <= 160 with a transient part (S^T/dP^T or dQ' tile) <= 64 floats, or <= 96 with evenly split head
+//     columns: no spill (the worst used 255 registers); transient 128 (e.g. 128 x 128 x 8 warps at d 32) and
+//     96 with uneven columns (128 x 32 x 8 warps at d 160) spilled 8 to 188 bytes;
+//   estimate 192: spill-free only for 8-warp tiles with transient <= 64 and evenly split columns, i.e. FA2's own
+//     tiles (64 x 128 at d 128, 64 x 64 at d 256); other 192-point tiles spilled up to 92/392 bytes;
+//   estimate 256: spills everywhere; 2-warp tiles (dropped from the space) spilled a few bytes even at 160;
+//   with bias/ALiBi/softcap and unevenly split columns (head dims 72, 112...), 128 already spilled (4-24 bytes):
+//     such points are held to 96.
+// The NVRTC sweep (tests/sweep) re-checks accepted points in CI (a covering sample) and under --full.
 #include <algorithm>
 
 #include <fmt/format.h>
 
 #include "generator/family.h"
+#include "templates/bwd_mma_tiling.cuh"
 
 namespace fa::gen {
 
 namespace {
 
-// Upper bound of reg_estimate() (calibrated against ptxas -v: see scratch/h4b/sweep.cpp and sweep_notes.md).
-constexpr int kBwdMmaRegBudget = 110;
+// Bounds of fa_bwd_acc_regs() (float32 accumulator registers per thread); see the calibration in the header.
+constexpr int kBwdMmaRegBudget = 160;      // any tile
+constexpr int kBwdMmaWideBudget = 192;     // 8 warps with a transient tile of <= kBwdMmaWideTransient floats
+constexpr int kBwdMmaWideTransient = 64;
+constexpr int kBwdMmaMaxTransient = 96;    // S^T/dP^T or dQ' tile floats per thread at the narrow budget
+constexpr int kBwdMmaFeatUnevenBudget = 96;  // bias/ALiBi/softcap with unevenly split head columns
 
-struct Tiling {
-  int wk, wq1, mt1, nt1, wd2, ntk, ntv, wq3, mt3, nt3;
-};
-
-Tiling tiling(const KernelConfig& c) {
-  const int bm = c.t.block_m, bn = c.t.block_n, w = std::max(1, c.t.warps);
-  Tiling t{};
-  t.wk = std::max(1, std::min(w, bn / 16));
-  t.wq1 = w / t.wk;
-  t.mt1 = bn / 16 / t.wk;
-  t.nt1 = t.wq1 > 0 ? bm / t.wq1 / 8 : 0;
-  t.wd2 = w / t.wk;
-  t.ntk = t.wd2 > 0 ? (c.s.head_dim / 8 + t.wd2 - 1) / t.wd2 : 0;
-  t.ntv = t.wd2 > 0 ? (c.s.head_dim_v / 8 + t.wd2 - 1) / t.wd2 : 0;
-  t.wq3 = std::max(1, std::min(w, bm / 16));
-  t.mt3 = bm / 16 / t.wq3;
-  t.nt3 = (c.s.head_dim / 8 + (w / t.wq3) - 1) / std::max(1, w / t.wq3);
-  return t;
+FaBwdLayout layout(const KernelConfig& c) {
+  return fa_bwd_layout(c.t.block_m, c.t.block_n, std::max(1, c.t.warps), c.s.head_dim, c.s.head_dim_v);
 }
 
-// float32 registers live per thread: the dK/dV accumulators for the whole CTA life, plus the larger of the GEMM 1
-// tile (S^T and dP^T) and the GEMM 3 tile (dQ').
-int reg_estimate(const KernelConfig& c) {
-  const Tiling t = tiling(c);
-  const int persistent = t.mt1 * (t.ntk + t.ntv) * 4;
-  const int g1 = t.mt1 * t.nt1 * 8 + t.mt1 * 4 + 4;
-  const int g3 = t.mt3 * t.nt3 * 4 + t.mt3 * 4;
-  return persistent + std::max(g1, g3);
-}
+int reg_estimate(const KernelConfig& c) { return fa_bwd_acc_regs(layout(c)); }
 
 std::vector<Tunables> space(const Semantic&) {
   std::vector<Tunables> v;
   for (int bm : {16, 32, 64, 128})
     for (int bn : {32, 64, 128})
-      for (int w : {2, 4, 8})
+      for (int w : {4, 8})  // 2 warps: never competitive, and some 2-warp tiles spill within the budget
         for (int st : {1, 2}) v.push_back(Tunables{bm, bn, w, st, 0, 0});
   return v;
 }
@@ -65,9 +56,10 @@ unsigned smem_bytes(const KernelConfig& c);
 Tunables defaults(const Semantic& s) {
   const int d = std::max(s.head_dim, s.head_dim_v);
   std::vector<Tunables> prefs;
-  if (d <= 64) prefs = {{64, 128, 8, 2, 0, 0}, {64, 64, 4, 2, 0, 0}};
-  else if (d <= 128) prefs = {{64, 128, 8, 2, 0, 0}, {64, 64, 8, 2, 0, 0}, {64, 64, 4, 2, 0, 0}};
-  else prefs = {{64, 64, 8, 1, 0, 0}, {64, 32, 8, 1, 0, 0}, {32, 32, 4, 1, 0, 0}};
+  // FA2's backward tiles where they compile without spills (64 x 128 x 8 warps up to d 128, 64 x 64 x 8 above;
+  // one stage where two do not fit in shared memory, e.g. d 256 on sm_80), then smaller ones.
+  if (d <= 128) prefs = {{64, 128, 8, 2, 0, 0}, {64, 128, 8, 1, 0, 0}, {128, 64, 8, 2, 0, 0}, {64, 64, 8, 2, 0, 0}, {64, 64, 4, 2, 0, 0}};
+  else prefs = {{64, 64, 8, 2, 0, 0}, {64, 64, 8, 1, 0, 0}, {64, 32, 8, 2, 0, 0}, {64, 32, 8, 1, 0, 0}};
   // Then every point of the space, largest tiles first.
   std::vector<Tunables> rest = space(s);
   std::stable_sort(rest.begin(), rest.end(), [](const Tunables& x, const Tunables& y) {
@@ -79,7 +71,7 @@ Tunables defaults(const Semantic& s) {
     KernelConfig c{s, t};
     if (valid(c, nullptr) && smem_bytes(c) <= static_cast<unsigned>(lim.max_smem_optin)) return t;
   }
-  return Tunables{32, 32, 2, 1, 0, 0};  // est 2*(D+DV)/4 + ... : reached only if the budget is lowered
+  return Tunables{32, 32, 4, 1, 0, 0};  // no valid point (e.g. features at d 136-176): bwd_mma_covers says no
 }
 
 bool valid(const KernelConfig& c, std::string* why) {
@@ -95,23 +87,32 @@ bool valid(const KernelConfig& c, std::string* why) {
     return fail(fmt::format("block_m: expected a multiple of 16 in [16, 128] for bwd_mma, got {}", t.block_m));
   if (t.block_n < 16 || t.block_n > 128 || t.block_n % 16 != 0)
     return fail(fmt::format("block_n: expected a multiple of 16 in [16, 128] for bwd_mma, got {}", t.block_n));
-  if (t.warps != 2 && t.warps != 4 && t.warps != 8)
-    return fail(fmt::format("warps: expected 2, 4 or 8 for bwd_mma, got {}", t.warps));
+  if (t.warps != 4 && t.warps != 8)
+    return fail(fmt::format("warps: expected 4 or 8 for bwd_mma, got {}", t.warps));
   if (t.stages != 1 && t.stages != 2) return fail(fmt::format("stages: expected 1 or 2 for bwd_mma, got {}", t.stages));
   if (t.q_in_regs != 0 || t.extra != 0)
     return fail(fmt::format("q_in_regs/extra: expected 0/0 for bwd_mma, got {}/{}", t.q_in_regs, t.extra));
-  const Tiling tl = tiling(c);
-  if (t.warps % tl.wk != 0)
-    return fail(fmt::format("warps: {} not a multiple of the key strips {} (block_n {})", t.warps, tl.wk, t.block_n));
-  if (t.block_m % (16 * tl.wq1) != 0)
-    return fail(fmt::format("block_m: expected a multiple of {} (16 x query warps) for bwd_mma, got {}", 16 * tl.wq1,
-                            t.block_m));
-  if (t.warps % tl.wq3 != 0)
-    return fail(fmt::format("warps: {} not a multiple of the dQ query strips {} (block_m {})", t.warps, tl.wq3, t.block_m));
+  const FaBwdLayout L = layout(c);
+  if (!L.ok)
+    return fail(fmt::format("warps: no warp layout of {} warps fits block_m {} x block_n {} (bwd_mma_tiling.cuh)", t.warps,
+                            t.block_m, t.block_n));
   const int regs = reg_estimate(c);
-  if (regs > kBwdMmaRegBudget)
-    return fail(fmt::format("registers: estimated {} float32 accumulators per thread, expected <= {} (no spills)", regs,
-                            kBwdMmaRegBudget));
+  const int transient = regs - fa_bwd_persistent_regs(L);
+  const bool even_cols = fa_bwd_even_cols(L);
+  const bool narrow = regs <= kBwdMmaRegBudget && transient <= kBwdMmaMaxTransient &&
+                      (transient <= kBwdMmaWideTransient || even_cols);
+  const bool wide = t.warps == 8 && transient <= kBwdMmaWideTransient && regs <= kBwdMmaWideBudget && even_cols;
+  const bool features = c.s.has_bias || c.s.has_alibi || c.s.has_softcap;
+  if (features && !even_cols && regs > kBwdMmaFeatUnevenBudget)
+    return fail(fmt::format("registers: estimated {} float32 accumulators per thread with bias/ALiBi/softcap and "
+                            "unevenly split head columns, expected <= {} (no spills)",
+                            regs, kBwdMmaFeatUnevenBudget));
+  if (!narrow && !wide)
+    return fail(fmt::format("registers: estimated {} float32 accumulators per thread ({} transient{}), expected <= {} "
+                            "with <= {} transient (<= {} unless the columns split evenly), or <= {} with 8 warps, <= "
+                            "{} transient and evenly split columns (no spills)",
+                            regs, transient, even_cols ? "" : ", columns split unevenly", kBwdMmaRegBudget,
+                            kBwdMmaMaxTransient, kBwdMmaWideTransient, kBwdMmaWideBudget, kBwdMmaWideTransient));
   return true;
 }
 

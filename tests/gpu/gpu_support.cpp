@@ -227,6 +227,7 @@ size_t layout(bool bhsd, bool aligned, std::mt19937_64& rng, long long B, long l
 }  // namespace
 
 void make_random_case(std::mt19937_64& rng, const CaseOptions& opt, Case* c) {
+  c->force_aligned = opt.force_aligned;
   for (int attempt = 0;; ++attempt) {
     oracle::Problem p;
     c->dtype = opt.allow_fp32 ? pick(rng, {FA_DTYPE_FP16, FA_DTYPE_BF16, FA_DTYPE_FP16, FA_DTYPE_BF16, FA_DTYPE_FP32})
@@ -289,7 +290,7 @@ void materialize(std::mt19937_64& rng, Case* c) {
   const long long TQ = varlen ? p.cu_seqlens_q.back() : p.seqlen_q;
   const long long TK = varlen ? p.cu_seqlens_k.back() : p.seqlen_k;
   const long long BB = varlen ? 1 : B;
-  const bool aligned = uni(rng, 0, 3) != 0;
+  const bool aligned = c->force_aligned || uni(rng, 0, 3) != 0;
   c->q_n = layout(c->bhsd, aligned, rng, BB, TQ, p.heads_q, p.head_dim, &c->q_sb, &c->q_ss, &c->q_sh);
   c->k_n = layout(c->bhsd, aligned, rng, BB, TK, p.heads_kv, p.head_dim, &c->k_sb, &c->k_ss, &c->k_sh);
   c->v_n = layout(c->bhsd, aligned, rng, BB, TK, p.heads_kv, dv, &c->v_sb, &c->v_ss, &c->v_sh);
@@ -455,6 +456,34 @@ CaseResult check_case(Case& c) {
     return r;
   }
   return compare_outputs(c);
+}
+
+void materialize_spec(std::mt19937_64& rng, const CaseSpec& spec, bool aligned, Case* c) {
+  c->dtype = spec.dtype;
+  c->op.batch = 2;
+  c->op.heads_q = spec.heads_q;
+  c->op.heads_kv = spec.heads_kv;
+  c->op.head_dim = spec.head_dim;
+  c->op.head_dim_v = spec.head_dim_v;
+  c->op.mask = spec.mask;
+  if (spec.mask == 2) {
+    c->op.window_left = 37;
+    c->op.window_right = 5;
+  }
+  if (spec.varlen) {
+    c->op.cu_seqlens_q = {0, 100, 100, 290};
+    c->op.cu_seqlens_k = {0, 130, 131, 331};
+    c->op.batch = 3;
+  } else {
+    c->op.seqlen_q = spec.seqlen_q;
+    c->op.seqlen_k = spec.seqlen_k;
+  }
+  c->op.softcap = spec.softcap ? 30.0 : 0.0;
+  c->bias.assign(spec.bias ? 1 : 0, 0.0);  // materialize() fills bias/alibi when these are non-empty
+  c->alibi.assign(spec.alibi ? 1 : 0, 0.0);
+  c->want_lse = true;
+  c->force_aligned = aligned;
+  materialize(rng, c);
 }
 
 }  // namespace fa::test

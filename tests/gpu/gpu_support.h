@@ -67,6 +67,7 @@ struct Case {
   int dtype = FA_DTYPE_FP16;
   oracle::Problem op;
   bool bhsd = false, want_lse = true;
+  bool force_aligned = false;  // strides multiples of 8 elements (else 3 in 4 layouts are): fast paths eligible
   // host copies (double, rounded to the dtype), laid out with the same strides as on the device
   std::vector<double> q, k, v, o_ref, lse_ref, bias, alibi;
   long long q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh;
@@ -88,6 +89,15 @@ struct CaseOptions {
 void make_random_case(std::mt19937_64& rng, const CaseOptions& opt, Case* c);
 // Uploads inputs, poisons outputs, computes the oracle result (call after filling c->op etc. by hand too).
 void materialize(std::mt19937_64& rng, Case* c);
+
+// A hand-picked problem for the tests that sweep tunable points: batch 2 (3 varlen sequences of lengths 100/130,
+// 0/1, 190/200 when varlen), window (37, 5) for mask 2, softcap 30 when on.
+struct CaseSpec {
+  int dtype, head_dim, head_dim_v, heads_q, heads_kv, mask, seqlen_q, seqlen_k;
+  bool bias, alibi, softcap, varlen;
+};
+// Fills c->op from `spec` and materializes it (LSE wanted; aligned strides when `aligned`).
+void materialize_spec(std::mt19937_64& rng, const CaseSpec& spec, bool aligned, Case* c);
 
 struct CaseResult {
   double err_o = 0, err_lse = 0;

@@ -37,42 +37,19 @@ TEST(GpuTunables, EveryValidPointGivesTheSameAnswer) {
   Gpu& g = gpu();
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
   std::mt19937_64 rng(test_seed() + 21);
-  struct P { int dt, d, dv, mask, sq, sk; bool bias, alibi, softcap, varlen; };
-  const P problems[] = {
-      {FA_DTYPE_FP16, 64, 64, 1, 257, 257, false, false, false, false},
-      {FA_DTYPE_BF16, 128, 128, 0, 200, 333, true, false, false, false},
-      {FA_DTYPE_BF16, 256, 256, 1, 130, 190, false, true, true, false},
-      {FA_DTYPE_FP16, 72, 40, 2, 150, 150, false, false, true, false},
-      {FA_DTYPE_BF16, 128, 128, 1, 0, 0, true, true, false, true},
-      {FA_DTYPE_FP16, 32, 32, 0, 64, 128, false, false, false, false},
+  // dtype, d, dv, heads q/kv, mask, sq, sk, bias, alibi, softcap, varlen
+  const CaseSpec problems[] = {
+      {FA_DTYPE_FP16, 64, 64, 4, 2, 1, 257, 257, false, false, false, false},
+      {FA_DTYPE_BF16, 128, 128, 4, 2, 0, 200, 333, true, false, false, false},
+      {FA_DTYPE_BF16, 256, 256, 4, 2, 1, 130, 190, false, true, true, false},
+      {FA_DTYPE_FP16, 72, 40, 4, 2, 2, 150, 150, false, false, true, false},
+      {FA_DTYPE_BF16, 128, 128, 4, 2, 1, 0, 0, true, true, false, true},
+      {FA_DTYPE_FP16, 32, 32, 4, 2, 0, 64, 128, false, false, false, false},
   };
   int points = 0;
-  for (const P& pr : problems) {
+  for (const CaseSpec& pr : problems) {
     Case c;
-    c.dtype = pr.dt;
-    c.op.batch = 2;
-    c.op.heads_q = 4;
-    c.op.heads_kv = 2;
-    c.op.head_dim = pr.d;
-    c.op.head_dim_v = pr.dv;
-    c.op.mask = pr.mask;
-    if (pr.mask == 2) {
-      c.op.window_left = 37;
-      c.op.window_right = 5;
-    }
-    if (pr.varlen) {
-      c.op.cu_seqlens_q = {0, 100, 100, 290};
-      c.op.cu_seqlens_k = {0, 130, 131, 331};
-      c.op.batch = 3;
-    } else {
-      c.op.seqlen_q = pr.sq;
-      c.op.seqlen_k = pr.sk;
-    }
-    c.op.softcap = pr.softcap ? 30.0 : 0.0;
-    c.bias.assign(pr.bias ? 1 : 0, 0.0);  // materialize() fills bias/alibi when these are non-empty
-    c.alibi.assign(pr.alibi ? 1 : 0, 0.0);
-    c.want_lse = true;
-    materialize(rng, &c);
+    materialize_spec(rng, pr, false, &c);
     fa_params p;
     gen::ProblemDesc d;
     ASSERT_TRUE(rt::validate_forward(&c.params, &p, &d).ok());

@@ -1,6 +1,7 @@
 // compile_sweep.cpp -- compiles kernel variants through NVRTC for sm_80 and sm_90a and fails on any compile error
 // or any ptxas spill. --sample: a fixed covering sample (every kind, dtype, mask, feature flag, a spread of head
-// dims, and every valid tunable point of each family at head dim 128, and of fwd_mma at 64). --full: the whole product.
+// dims, every valid tunable point of each family at head dim 128, and of fwd_mma at 64, and the heuristic defaults of
+// fwd_mma and bwd_mma). --full: the whole product.
 // --full --limit N [--seed S]: a random sample of N points of the whole product (it has ~300k points).
 // Also checks that the predicate is the only rejection: a point it accepts must compile without spills.
 #include <fmt/format.h>
@@ -84,6 +85,13 @@ void add_semantics(Kind k, int arch, bool full, std::vector<Job>* jobs) {
                 dc.s.even_k = ek && dc.t.block_n > 0;
                 push(dc);
               }
+          }
+          if (k == Kind::BwdMma) {  // the heuristic defaults with every feature and with none
+            for (bool feat : {false, true}) {
+              Semantic sd = s;
+              sd.has_bias = sd.has_alibi = sd.has_softcap = feat;
+              push(KernelConfig{sd, family(k).defaults(sd)});
+            }
           }
           if ((d == 128 || (d == 64 && k == Kind::FwdMma)) && dt == kFp16) {
             // every valid tunable point at the common head dims (the whole product runs under --full)

@@ -1,0 +1,98 @@
+// bwd_mma_tiling.cuh -- the warp layouts of the tensor-core backward (bwd_mma.cuh), one rule compiled twice: by
+// NVRTC inside the kernel and by the host in generator/families/bwd_mma.cpp (validity, register estimate), so the
+// predicate and the kernel can never disagree.
+//
+// Each GEMM of one backward tile splits the CTA's W warps into a grid wa x wb over an output of a16 x b16 blocks
+// of 16 x 16: wa must divide a16 (a warp owns whole m16 rows), wb <= b16 (column blocks are dealt out by ceiling;
+// the last warps may own fewer, `exact_b` demands an even split). Fragment bytes per MMA go as 1/rows + 1/cols of
+// the warp tile, so the split minimising wa/a16 + wb/b16 wins (ties: the larger wa).
+//   GEMM 1  S^T, dP^T  [keys x queries]:  a = block_n / 16, b = block_m / 16 (exact)
+//   GEMM 2  dK, dV     [keys x head cols]: a = block_n / 16, b = max(DP, DVP) / 16
+//   GEMM 3  dQ'        [queries x cols]:   a = block_m / 16, b = DP / 16
+// DP, DVP: the head dims rounded up to 16. Plain C++17 (no CUDA), constexpr only.
+#ifndef FA_BWD_MMA_TILING_CUH
+#define FA_BWD_MMA_TILING_CUH
+
+struct FaWarpSplit {
+  int wa, wb;  // 0, 0: no split fits
+};
+
+constexpr FaWarpSplit fa_warp_split(int w, int a16, int b16, bool exact_b) {
+  FaWarpSplit best{0, 0};
+  for (int wa = 1; wa <= w; wa *= 2) {
+    const int wb = w / wa;
+    if (wa * wb != w || a16 % wa != 0 || wb > b16) continue;
+    if (exact_b && b16 % wb != 0) continue;
+    // cost wa/a16 + wb/b16, compared exactly as wa*b16 + wb*a16 (common denominator a16*b16)
+    if (best.wa == 0 || wa * b16 + wb * a16 <= best.wa * b16 + best.wb * a16) best = FaWarpSplit{wa, wb};
+  }
+  return best;
+}
+
+struct FaBwdLayout {
+  bool ok;
+  int dp, dvp;                   // head dims padded to 16
+  int wk1, wq1, mt1, nt1;        // GEMM 1: warps along keys / queries; m16 tiles, n8 tiles per warp
+  int wk2, wd2, mt2, npk, npv;   // GEMM 2: warps along keys / columns; m16 tiles; n16 column pairs of dK, dV
+  int wq3, wd3, mt3, np3;        // GEMM 3: warps along queries / columns; m16 tiles; n16 column pairs of dQ'
+};
+
+constexpr int fa_ceil_div(int x, int y) { return (x + y - 1) / y; }
+
+constexpr FaBwdLayout fa_bwd_layout(int bm, int bn, int w, int d, int dv) {
+  FaBwdLayout L{};
+  L.ok = false;
+  L.dp = fa_ceil_div(d, 16) * 16;
+  L.dvp = fa_ceil_div(dv, 16) * 16;
+  if (bm < 16 || bn < 16 || bm % 16 != 0 || bn % 16 != 0 || w < 1) return L;
+  const FaWarpSplit s1 = fa_warp_split(w, bn / 16, bm / 16, true);
+  const int dmax = L.dp > L.dvp ? L.dp : L.dvp;
+  const FaWarpSplit s2 = fa_warp_split(w, bn / 16, dmax / 16, false);
+  const FaWarpSplit s3 = fa_warp_split(w, bm / 16, L.dp / 16, false);
+  if (s1.wa == 0 || s2.wa == 0 || s3.wa == 0) return L;
+  L.wk1 = s1.wa;
+  L.wq1 = s1.wb;
+  L.mt1 = bn / 16 / s1.wa;
+  L.nt1 = bm / 8 / s1.wb;
+  L.wk2 = s2.wa;
+  L.wd2 = s2.wb;
+  L.mt2 = bn / 16 / s2.wa;
+  L.npk = fa_ceil_div(L.dp / 16, s2.wb);
+  L.npv = fa_ceil_div(L.dvp / 16, s2.wb);
+  L.wq3 = s3.wa;
+  L.wd3 = s3.wb;
+  L.mt3 = bm / 16 / s3.wa;
+  L.np3 = fa_ceil_div(L.dp / 16, s3.wb);
+  L.ok = true;
+  return L;
+}
+
+// float32 registers per thread of the dK and dV accumulators (live for the CTA's whole life).
+constexpr int fa_bwd_persistent_regs(const FaBwdLayout& L) { return L.mt2 * (L.npk + L.npv) * 8; }
+
+// float32 registers per thread the accumulators need: dK and dV for the CTA's life, plus the larger of the GEMM 1
+// tile (S^T and dP^T together) and the GEMM 3 tile (dQ'). The host's register rule bounds this.
+constexpr int fa_bwd_acc_regs(const FaBwdLayout& L) {
+  const int persistent = fa_bwd_persistent_regs(L);
+  const int g1 = 2 * L.mt1 * L.nt1 * 4;
+  const int g3 = L.mt3 * L.np3 * 8;
+  return persistent + (g1 > g3 ? g1 : g3);
+}
+
+// Whether every warp owns the same number of head-column blocks in GEMMs 2 and 3 (no guarded tail blocks).
+constexpr bool fa_bwd_even_cols(const FaBwdLayout& L) {
+  return L.npk * L.wd2 == L.dp / 16 && L.npv * L.wd2 == L.dvp / 16 && L.np3 * L.wd3 == L.dp / 16;
+}
+
+// Registers of each GEMM phase when its k loop is software-pipelined (accumulators of the phase plus two ldmatrix
+// fragment buffers). The kernel pipelines a phase only without bias/ALiBi/softcap, with evenly split columns and
+// while persistent + phase <= fa_bwd_pipe_budget; else it loads one k step at a time (fewer registers). Calibrated
+// with ptxas -v like the host's register rule (bwd_mma.cpp).
+constexpr int fa_bwd_pipe_g1(const FaBwdLayout& L) { return 2 * L.mt1 * L.nt1 * 4 + 2 * (L.mt1 * 4 + L.nt1 * 2); }
+constexpr int fa_bwd_pipe_g3(const FaBwdLayout& L) { return L.mt3 * L.np3 * 8 + 2 * (L.mt3 * 4 + L.np3 * 4); }
+constexpr int fa_bwd_pipe_g2(const FaBwdLayout& L) {
+  return 2 * (L.mt2 * 4 + (L.npk > L.npv ? L.npk : L.npv) * 4);
+}
+constexpr int fa_bwd_pipe_budget() { return 224; }
+
+#endif  // FA_BWD_MMA_TILING_CUH

@@ -1,0 +1,81 @@
+// grad_support.cpp -- see grad_support.h.
+#include "tests/gpu/grad_support.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace fa::test {
+
+double bwd_tolerance(int dtype) {
+  switch (dtype) {
+    case FA_DTYPE_FP32: return 1e-4;
+    case FA_DTYPE_FP16: return 1e-2;
+    default: return 5e-2;
+  }
+}
+
+void poison_grads(const Case& c, Grads& g) {
+  const size_t es = c.dtype == FA_DTYPE_FP32 ? 4 : 2;
+  std::vector<uint8_t> pq(c.q_n * es, 0xff), pk(c.k_n * es, 0xff), pv(c.v_n * es, 0xff);
+  g.d_dq.upload(pq.data(), pq.size());
+  g.d_dk.upload(pk.data(), pk.size());
+  g.d_dv.upload(pv.data(), pv.size());
+}
+
+void setup_grads(std::mt19937_64& rng, Case& c, Grads& g) {
+  const size_t es = c.dtype == FA_DTYPE_FP32 ? 4 : 2;
+  g.dout.assign(c.o_n, std::numeric_limits<double>::quiet_NaN());
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (size_t i = 0; i < c.o_n; ++i)
+    if (c.o_valid[i]) g.dout[i] = round_to(c.dtype, u(rng));
+  g.d_dout = DevBuf(c.o_n * es);
+  g.d_dout.upload(encode(c.dtype, g.dout).data(), c.o_n * es);
+  g.d_dq = DevBuf(c.q_n * es);
+  g.d_dk = DevBuf(c.k_n * es);
+  g.d_dv = DevBuf(c.v_n * es);
+  poison_grads(c, g);
+  fa_bwd_params_init(&g.b);
+  g.b.fwd = &c.params;
+  g.b.dout = g.d_dout.get(); g.b.dout_stride_batch = c.o_sb; g.b.dout_stride_seq = c.o_ss; g.b.dout_stride_head = c.o_sh;
+  g.b.dq = g.d_dq.get(); g.b.dq_stride_batch = c.q_sb; g.b.dq_stride_seq = c.q_ss; g.b.dq_stride_head = c.q_sh;
+  g.b.dk = g.d_dk.get(); g.b.dk_stride_batch = c.k_sb; g.b.dk_stride_seq = c.k_ss; g.b.dk_stride_head = c.k_sh;
+  g.b.dv = g.d_dv.get(); g.b.dv_stride_batch = c.v_sb; g.b.dv_stride_seq = c.v_ss; g.b.dv_stride_head = c.v_sh;
+  g.dq_ref.assign(c.q_n, 0.0);
+  g.dk_ref.assign(c.k_n, 0.0);
+  g.dv_ref.assign(c.v_n, 0.0);
+  oracle::backward(c.op, {c.q.data(), c.q_sb, c.q_ss, c.q_sh}, {c.k.data(), c.k_sb, c.k_ss, c.k_sh},
+                   {c.v.data(), c.v_sb, c.v_ss, c.v_sh}, {g.dout.data(), c.o_sb, c.o_ss, c.o_sh},
+                   {g.dq_ref.data(), c.q_sb, c.q_ss, c.q_sh}, {g.dk_ref.data(), c.k_sb, c.k_ss, c.k_sh},
+                   {g.dv_ref.data(), c.v_sb, c.v_ss, c.v_sh});
+}
+
+double grad_error(int dtype, const DevBuf& buf, const std::vector<double>& input, const std::vector<double>& ref,
+                  bool* padding_ok) {
+  const size_t es = dtype == FA_DTYPE_FP32 ? 4 : 2;
+  std::vector<uint8_t> bytes(input.size() * es);
+  buf.download(bytes.data(), bytes.size());
+  const std::vector<double> got = decode(dtype, bytes);
+  std::vector<double> g, r;
+  for (size_t i = 0; i < input.size(); ++i) {
+    if (!std::isnan(input[i])) {
+      g.push_back(got[i]);
+      r.push_back(ref[i]);
+    } else if (!is_poison_bits(dtype, &bytes[i * es])) {
+      *padding_ok = false;
+    }
+  }
+  if (g.empty()) return 0.0;
+  // ||got - ref|| / max(||ref||, 1e-3 * sqrt(n)): relative, with an RMS floor of 1e-3 for gradients that are zero in
+  // exact arithmetic (e.g. dQ and dK with a single visible key, where dS = P (dP - Delta) vanishes) and only
+  // rounding noise on the GPU. NaN or Inf anywhere fails.
+  double num = 0, den = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!std::isfinite(g[i]) || !std::isfinite(r[i])) return INFINITY;
+    num += (g[i] - r[i]) * (g[i] - r[i]);
+    den += r[i] * r[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-3 * std::sqrt(double(g.size())));
+}
+
+}  // namespace fa::test
