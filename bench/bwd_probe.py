@@ -5,11 +5,16 @@ ratio), timed with CUDA events; small enough to run under a profiler, e.g.
 (with --iters 0 it launches exactly one forward and one backward: fa_kernel launches are fwd, bwd_pre, bwd_mma,
 bwd_post). The tuning policy comes from --tune (default: the heuristic defaults, so no tuning launches)."""
 import argparse
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
 
 import fa
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_peers import flops, time_ms  # noqa: E402  (the benchmark's own timer and FLOP count)
 
 
 def main():
@@ -33,20 +38,10 @@ def main():
     torch.cuda.synchronize()
     if a.iters == 0:
         return
-    flops = 4 * a.batch * a.heads * a.seqlen * a.seqlen * a.d * (0.5 if a.causal else 1.0) * 2.5
+    f = flops(a.batch, a.heads, a.seqlen, a.seqlen, a.d, a.causal, backward=True)
 
     def timed(fn):
-        for _ in range(3):
-            fn()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ts = []
-        for _ in range(a.iters):
-            s.record()
-            fn()
-            e.record()
-            torch.cuda.synchronize()
-            ts.append(s.elapsed_time(e))
-        return sorted(ts)[len(ts) // 2]
+        return time_ms(fn, warmup=3, iters=a.iters)
 
     of = fa.attention(q, k, v, causal=a.causal)
     t_fa = timed(lambda: torch.autograd.grad(of, (q, k, v), do, retain_graph=True))
@@ -56,7 +51,7 @@ def main():
     dot = do.transpose(1, 2)
     t_fa2 = timed(lambda: torch.autograd.grad(os_, (qt, kt, vt), dot, retain_graph=True))
     print(f"bwd d{a.d} s{a.seqlen} b{a.batch} h{a.heads} causal{int(a.causal)} {a.dtype}: fa {t_fa:.3f} ms "
-          f"({flops / t_fa / 1e9:.0f} TFLOP/s), FA2 {t_fa2:.3f} ms ({flops / t_fa2 / 1e9:.0f} TFLOP/s), "
+          f"({f / t_fa / 1e9:.0f} TFLOP/s), FA2 {t_fa2:.3f} ms ({f / t_fa2 / 1e9:.0f} TFLOP/s), "
           f"fa/FA2 {t_fa2 / t_fa:.2f}")
 
 

@@ -18,7 +18,10 @@ struct Prepared {
   fa::gen::BwdPlan plan;
 };
 
-Status plan_for(fa_context c, const fa_bwd_params* in, const TuneRequest* tune, Prepared* out) {
+// `pinned`: the bwd_mma step at these tunables (rt::run_backward_at), no chooser; NOT_SUPPORTED where the
+// tensor-core pipeline does not cover the problem.
+Status plan_for(fa_context c, const fa_bwd_params* in, const TuneRequest* tune, Prepared* out,
+                const fa::gen::Tunables* pinned = nullptr) {
   if (c == nullptr) return invalid("context", "a context from fa_context_create", "NULL");
   Status st = validate_backward(in, &out->v, &out->d);
   if (!st.ok()) return st;
@@ -26,7 +29,12 @@ Status plan_for(fa_context c, const fa_bwd_params* in, const TuneRequest* tune, 
   // FA_FORCE_REFERENCE_BWD=1 (read per call) routes the backward to the reference kernels: a field switch for
   // suspected kernel bugs, and how the tests compare the two paths. The plan picks the reference pipeline for
   // problems without the 16-byte alignment the tensor-core path needs.
-  if (const char* e = std::getenv("FA_FORCE_REFERENCE_BWD"); e && *e && *e != '0') {
+  std::string why;
+  if (pinned != nullptr) {
+    if (!fa::gen::bwd_mma_covers(out->d, arch, &why))
+      return error(FA_ERROR_NOT_SUPPORTED, "the tensor-core backward does not cover this problem: " + why);
+    out->plan = fa::gen::plan_backward(out->d, arch, *pinned);
+  } else if (const char* e = std::getenv("FA_FORCE_REFERENCE_BWD"); e && *e && *e != '0') {
     fa::gen::ProblemDesc ref = out->d;
     ref.aligned16 = false;
     out->plan = fa::gen::plan_backward(ref, arch);
@@ -40,7 +48,6 @@ Status plan_for(fa_context c, const fa_bwd_params* in, const TuneRequest* tune, 
     out->plan = fa::gen::plan_backward(out->d, arch);
   }
   for (const auto& step : out->plan.steps) {
-    std::string why;
     if (!fa::gen::is_valid(step, c->limits, &why))
       return error(FA_ERROR_NOT_SUPPORTED, "backward step " + fa::gen::canonical_key(step) + ": " + why);
   }
@@ -146,15 +153,8 @@ namespace fa::rt {
 
 Status run_backward_at(fa_context c, const fa_bwd_params* in, const fa::gen::Tunables& t, CUstream stream) {
   Prepared P;
-  Status st = plan_for(c, in, nullptr, &P);
+  Status st = plan_for(c, in, nullptr, &P, &t);
   if (!st.ok()) return st;
-  std::string why;
-  if (!fa::gen::bwd_mma_covers(P.d, context_arch(c), &why))
-    return error(FA_ERROR_NOT_SUPPORTED, "run_backward_at: the tensor-core backward does not cover this problem: " + why);
-  P.plan = fa::gen::plan_backward(P.d, context_arch(c), t);
-  for (const auto& step : P.plan.steps)
-    if (!fa::gen::is_valid(step, c->limits, &why))
-      return error(FA_ERROR_NOT_SUPPORTED, "backward step " + fa::gen::canonical_key(step) + ": " + why);
   if (!c->has_device) return error(FA_ERROR_NO_DEVICE, c->no_device_reason);
   return enqueue(c, P, true, stream, P.v.bwd.workspace, P.v.bwd.workspace_size);
 }
