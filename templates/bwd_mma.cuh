@@ -8,6 +8,7 @@
 //   s = scale*S -> softcap c*tanh(s/c) (t) -> + bias - slope|i+Sk-Sq-j|;  P = exp(s - lse_i) (0 where hidden)
 //   dS' = P (dP - Delta_i) (1 - t^2)                                      (P^T, dS'^T stored to shared memory)
 //   dQ'_m += dS' K_n  -> float32 red.add into args.dq_accum               (GEMM 3)
+//     (where registers allow, fa_bwd_interleave: the red.adds are spread over GEMM 2's k steps, not one burst)
 //   dV_n += P^T dO_m,  dK_n += dS'^T Q_m                                  (GEMM 2; float32 registers for the CTA)
 // At the end dK = scale * dK_n and dV_n are written in the dtype (GQA summed in-CTA: no float32 dK/dV buffers);
 // bwd_post writes dq = scale * dQ'. Fully masked rows (lse = -inf), rows past seqlen_q and keys past seqlen_k give
@@ -44,6 +45,8 @@ constexpr bool kPipeAny = !kFeat && fa_bwd_even_cols(L);
 constexpr bool kPipe1 = kPipeAny && kPersist + fa_bwd_pipe_g1(L) <= kPipeBudget;
 constexpr bool kPipe2 = kPipeAny && kPersist + fa_bwd_pipe_g2(L) <= kPipeBudget;
 constexpr bool kPipe3 = kPipeAny && kPersist + fa_bwd_pipe_g3(L) <= kPipeBudget;
+// dQ' red.adds spread over GEMM 2 (bwd_mma_tiling.cuh: fa_bwd_interleave).
+constexpr bool kInterleave = kPipe2 && fa_bwd_interleave(L, NS);
 // Shared memory (16-bit elements, then floats).
 constexpr int kOffV = BN * PK, kOffQ = kOffV + BN * PV, kOffDo = kOffQ + NS * BM * PK, kOffP = kOffDo + NS * BM * PV;
 constexpr int kOffDs = kOffP + BN * PS, kEndHalf = kOffDs + BN * PS;
@@ -167,8 +170,14 @@ struct Bool {
 // [n][k]); pairs at columns >= `blim` are skipped unless EVEN. PIPE: the k loop is unrolled with the fragments of
 // step kk + 1 loaded before the MMAs of step kk (two register buffers), so ldmatrix latency overlaps tensor work;
 // else one buffer, unrolled by 2 (fewer registers).
-template <bool PIPE, bool AT, bool BT, bool EVEN, int KT, int PA, int PB, int MT, int NP>
-FA_DEVICE void warp_mma(float (&acc)[MT][2 * NP][4], unsigned sA, int ar, unsigned sB, int bc, int blim, int lane) {
+struct NoHook {
+  FA_DEVICE void operator()(int) const {}
+};
+// HOOK(kk) runs after the MMAs of k step kk (PIPE only: the loop is fully unrolled there, so kk folds to a
+// constant); the dQ reduction uses it to spread its red.adds over GEMM 2.
+template <bool PIPE, bool AT, bool BT, bool EVEN, int KT, int PA, int PB, int MT, int NP, class HOOK = NoHook>
+FA_DEVICE void warp_mma(float (&acc)[MT][2 * NP][4], unsigned sA, int ar, unsigned sB, int bc, int blim, int lane,
+                        HOOK hook = HOOK{}) {
   unsigned af[PIPE ? 2 : 1][MT][4], bf[PIPE ? 2 : 1][NP][4];
   auto load = [&](int buf, int kk) {
 #pragma unroll
@@ -202,6 +211,7 @@ FA_DEVICE void warp_mma(float (&acc)[MT][2 * NP][4], unsigned sA, int ar, unsign
     for (int kk = 0; kk < KT; ++kk) {
       if (kk + 1 < KT) load((kk + 1) & 1, kk + 1);
       mmas(kk & 1);
+      hook(kk);
     }
   } else {
 #pragma unroll 2
@@ -423,7 +433,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     }
     __syncthreads();  // P^T and dS'^T are complete
 
-    // ---- GEMM 3: dQ'_m += dS' K_n (queries x columns), then float32 red.add into dq_accum.
+    // ---- GEMM 3: dQ'_m += dS' K_n (queries x columns), then float32 red.add into dq_accum; GEMM 2: dV += P^T dO,
+    // dK += dS'^T Q (keys x columns; accumulators live for the whole CTA). On full query blocks outside the
+    // deterministic mode (and when GEMM 2 is pipelined), the red.adds are spread over GEMM 2's k steps, a few
+    // after each step's MMAs, instead of one burst that fills the load/store queue.
     {
       float dq[MT3][2 * NP3][4];
 #pragma unroll
@@ -432,25 +445,13 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         for (int t = 0; t < 2 * NP3; ++t) dq[mt][t][0] = dq[mt][t][1] = dq[mt][t][2] = dq[mt][t][3] = 0.f;
       warp_mma<kPipe3, true, true, NP3 * L.wd3 * 16 == DP, BN / 16, PS, PK, MT3, NP3>(dq, sDs, qrow3, sK, wd3 * NP3 * 16, DP,
                                                                             lane);
-      int* sem = nullptr;
-      int ticket = 0;
-      if (args.deterministic) {
-        sem = reinterpret_cast<int*>(args.dk_accum) + (row0 + m) * a.heads_q + h;
-        int n_lo = 0;
-        if (a.win_left >= 0) {
-          const int y = i0 + off - a.win_left;
-          n_lo = y > 0 ? y / BN : 0;
-        }
-        ticket = nb - n_lo;
-        if (tid == 0)
-          while (ld_acquire(sem) != ticket) {
-          }
-        __syncthreads();
-      }
       float* dqa = args.dq_accum + (row0 + i0) * args.accum_q_stride_row + (long long)h * D;
-      // Rows past seqlen_q are skipped (only the last query block has any: the other blocks run unguarded).
-      auto reduce = [&](auto guarded) {
+      constexpr bool kFullCols = NP3 * L.wd3 * 16 == D && D == DP;
+      // The red.adds of chunk c of nc (all when nc == 1); rows past seqlen_q are skipped when kGuarded (only the
+      // last query block has any).
+      auto reduce = [&](auto guarded, int c, int nc) {
         constexpr bool kGuarded = decltype(guarded)::value;
+        constexpr int kReds = MT3 * 2 * 2 * NP3;
 #pragma unroll
         for (int mt = 0; mt < MT3; ++mt)
 #pragma unroll
@@ -460,26 +461,49 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
             float* row = dqa + r * args.accum_q_stride_row + (wd3 * NP3) * 16 + (lane & 3) * 2;
 #pragma unroll
             for (int t = 0; t < 2 * NP3; ++t) {
+              const int q = (mt * 2 + hf) * 2 * NP3 + t;
+              if (q * nc / kReds != c) continue;
               const int col = (wd3 * NP3 + t / 2) * 16 + (t & 1) * 8 + (lane & 3) * 2;
-              if ((NP3 * L.wd3 * 16 == D && D == DP) || col < D)
+              if (kFullCols || col < D)
                 red_add2(row + (t / 2) * 16 + (t & 1) * 8, dq[mt][t][hf * 2], dq[mt][t][hf * 2 + 1]);
             }
           }
       };
-      if (i0 + BM <= seq.sq) reduce(Bool<false>{});
-      else reduce(Bool<true>{});
-      if (args.deterministic) {
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) st_release(sem, ticket + 1);
+      constexpr int KT2 = BM / 16;
+      if (kInterleave && !args.deterministic && i0 + BM <= seq.sq) {
+        warp_mma<kPipe2, false, true, NPV * L.wd2 * 16 == DVP, KT2, PS, PV, MT2, NPV>(
+            acc_dv, sP, krow2, sDo, wd2 * NPV * 16, DVP, lane, [&](int kk) { __syncwarp(); reduce(Bool<false>{}, kk, 2 * KT2); });
+        warp_mma<kPipe2, false, true, NPK * L.wd2 * 16 == DP, KT2, PS, PK, MT2, NPK>(
+            acc_dk, sDs, krow2, sQ, wd2 * NPK * 16, DP, lane, [&](int kk) { __syncwarp(); reduce(Bool<false>{}, KT2 + kk, 2 * KT2); });
+      } else {
+        int* sem = nullptr;
+        int ticket = 0;
+        if (args.deterministic) {
+          sem = reinterpret_cast<int*>(args.dk_accum) + (row0 + m) * a.heads_q + h;
+          int n_lo = 0;
+          if (a.win_left >= 0) {
+            const int y = i0 + off - a.win_left;
+            n_lo = y > 0 ? y / BN : 0;
+          }
+          ticket = nb - n_lo;
+          if (tid == 0)
+            while (ld_acquire(sem) != ticket) {
+            }
+          __syncthreads();
+        }
+        if (i0 + BM <= seq.sq) reduce(Bool<false>{}, 0, 1);
+        else reduce(Bool<true>{}, 0, 1);
+        if (args.deterministic) {
+          __threadfence();
+          __syncthreads();
+          if (tid == 0) st_release(sem, ticket + 1);
+        }
+        warp_mma<kPipe2, false, true, NPV * L.wd2 * 16 == DVP, KT2, PS, PV, MT2, NPV>(acc_dv, sP, krow2, sDo,
+                                                                                  wd2 * NPV * 16, DVP, lane);
+        warp_mma<kPipe2, false, true, NPK * L.wd2 * 16 == DP, KT2, PS, PK, MT2, NPK>(acc_dk, sDs, krow2, sQ,
+                                                                                 wd2 * NPK * 16, DP, lane);
       }
     }
-
-    // ---- GEMM 2: dV += P^T dO, dK += dS'^T Q (keys x columns; accumulators live for the whole CTA).
-    warp_mma<kPipe2, false, true, NPV * L.wd2 * 16 == DVP, BM / 16, PS, PV, MT2, NPV>(acc_dv, sP, krow2, sDo, wd2 * NPV * 16, DVP,
-                                                                            lane);
-    warp_mma<kPipe2, false, true, NPK * L.wd2 * 16 == DP, BM / 16, PS, PK, MT2, NPK>(acc_dk, sDs, krow2, sQ, wd2 * NPK * 16, DP,
-                                                                          lane);
     advance(h, m);
   }
 

@@ -95,4 +95,15 @@ constexpr int fa_bwd_pipe_g2(const FaBwdLayout& L) {
 }
 constexpr int fa_bwd_pipe_budget() { return 224; }
 
+// Whether the dQ' red.adds of a tile are spread over GEMM 2's k steps (the kernel does so only where GEMM 2 is
+// pipelined): the dQ' accumulators then stay live through GEMM 2. Calibrated with ptxas -v (sm_80, sm_90a, every
+// valid plain and masked/varlen point, head dims 32-256, 2026-11-22): spill-free while the dQ' tile is at most 32
+// registers and persistent + GEMM 2 + dQ' registers stay within 208 with two stages and two m16 rows of dQ' per
+// warp, 184 otherwise.
+constexpr bool fa_bwd_interleave(const FaBwdLayout& L, int stages) {
+  const int dq = L.mt3 * L.np3 * 8;
+  const int total = fa_bwd_persistent_regs(L) + fa_bwd_pipe_g2(L) + dq;
+  return dq <= 32 && total <= (stages >= 2 && L.mt3 >= 2 ? 208 : 184);
+}
+
 #endif  // FA_BWD_MMA_TILING_CUH

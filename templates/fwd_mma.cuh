@@ -118,11 +118,15 @@ FA_DEVICE float elem_to_float(unsigned short x) { return FaElem<fa_cfg::kDtype>:
 
 // Copies a [rows x cols] tile (cols a multiple of 8 elements, padded to pcols) from global to shared memory with
 // 16-byte cp.async; rows >= nrows and columns >= cols are zero-filled.
-template <int ROWS, int COLS, int PCOLS, int STRIDE>
+template <int ROWS, int COLS, int PCOLS, int STRIDE, bool UNROLL = false>
 FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstride, int nrows, int tid) {
-  // Each thread owns one 16-byte column chunk and walks rows with a running pointer (rolled loop: keeps the
-  // per-row addresses out of the registers that live across the main loop). When kThreads is not a multiple of
-  // the chunk count, the last kThreads % kChunks threads stay idle.
+  // Each thread owns one 16-byte column chunk and walks rows with a running pointer. UNROLL (K/V blocks with
+  // kEvenK, no row predicate): the row loop is unrolled, so each cp.async takes its shared address as
+  // [register + immediate] and no register is rewritten right after a cp.async has read it (a rolled loop stalls
+  // there on the long scoreboard until the copy has read its operands: ~5% of the warp's stall samples at d128,
+  // Nsight Compute on H100). Else a rolled loop: keeps the per-row addresses out of the registers that live
+  // across the main loop (the ragged-key variants spill when unrolled). When kThreads is not a multiple of the
+  // chunk count, the last kThreads % kChunks threads stay idle.
   constexpr int kChunks = PCOLS / 8;
   constexpr int kStep = kThreads / kChunks;
   static_assert(kStep >= 1, "fwd_mma: too few threads for a tile row");
@@ -132,12 +136,22 @@ FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstri
   const unsigned short* src = g + (long long)r0 * gstride + ch * 8;
   unsigned dst = sdst + (unsigned)((r0 * STRIDE + ch * 8) * 2);
   const long long gstep = (long long)kStep * gstride;
+  if constexpr (UNROLL) {
+#pragma unroll
+    for (int r = r0; r < ROWS; r += kStep) {
+      const bool ok = col_ok && r < nrows;
+      cp_async16(dst, ok ? src : g, ok ? 16 : 0);
+      src += gstep;
+      dst += (unsigned)(kStep * STRIDE * 2);
+    }
+  } else {
 #pragma unroll 1
-  for (int r = r0; r < ROWS; r += kStep) {
-    const bool ok = col_ok && r < nrows;
-    cp_async16(dst, ok ? src : g, ok ? 16 : 0);
-    src += gstep;
-    dst += (unsigned)(kStep * STRIDE * 2);
+    for (int r = r0; r < ROWS; r += kStep) {
+      const bool ok = col_ok && r < nrows;
+      cp_async16(dst, ok ? src : g, ok ? 16 : 0);
+      src += gstep;
+      dst += (unsigned)(kStep * STRIDE * 2);
+    }
   }
 }
 
@@ -212,10 +226,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         const int slot = it % kStages;
         const int kn = nb * kBN;
         const int rows = fa_cfg::kEvenK ? kBN : min(kBN, sk - kn);
-        load_tile<kBN, kD, kDp, kKStride>(sK + (unsigned)(slot * kKSlot), kg + (long long)kn * args.k_ss, args.k_ss,
+        load_tile<kBN, kD, kDp, kKStride, fa_cfg::kEvenK>(sK + (unsigned)(slot * kKSlot), kg + (long long)kn * args.k_ss, args.k_ss,
                                           rows, tid);
         cp_commit();
-        load_tile<kBN, kDV, kDVp, kVStride>(sV + (unsigned)(slot * kVSlot), vg + (long long)kn * args.v_ss,
+        load_tile<kBN, kDV, kDVp, kVStride, fa_cfg::kEvenK>(sV + (unsigned)(slot * kVSlot), vg + (long long)kn * args.v_ss,
                                             args.v_ss, rows, tid);
         cp_commit();
       } else {
