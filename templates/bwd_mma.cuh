@@ -471,10 +471,14 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       };
       constexpr int KT2 = BM / 16;
       if (kInterleave && !args.deterministic && i0 + BM <= seq.sq) {
-        warp_mma<kPipe2, false, true, NPV * L.wd2 * 16 == DVP, KT2, PS, PV, MT2, NPV>(
-            acc_dv, sP, krow2, sDo, wd2 * NPV * 16, DVP, lane, [&](int kk) { __syncwarp(); reduce(Bool<false>{}, kk, 2 * KT2); });
-        warp_mma<kPipe2, false, true, NPK * L.wd2 * 16 == DP, KT2, PS, PK, MT2, NPK>(
-            acc_dk, sDs, krow2, sQ, wd2 * NPK * 16, DP, lane, [&](int kk) { __syncwarp(); reduce(Bool<false>{}, KT2 + kk, 2 * KT2); });
+        // __syncwarp orders each chunk of red.adds after the ldmatrix of the step that precedes it; without it
+        // ptxas hoists every red.add to the front of GEMM 2 and the burst comes back.
+        auto red_dv = [&](int kk) { __syncwarp(); reduce(Bool<false>{}, kk, 2 * KT2); };
+        auto red_dk = [&](int kk) { __syncwarp(); reduce(Bool<false>{}, KT2 + kk, 2 * KT2); };
+        warp_mma<kPipe2, false, true, NPV * L.wd2 * 16 == DVP, KT2, PS, PV, MT2, NPV>(acc_dv, sP, krow2, sDo,
+                                                                                  wd2 * NPV * 16, DVP, lane, red_dv);
+        warp_mma<kPipe2, false, true, NPK * L.wd2 * 16 == DP, KT2, PS, PK, MT2, NPK>(acc_dk, sDs, krow2, sQ,
+                                                                                 wd2 * NPK * 16, DP, lane, red_dk);
       } else {
         int* sem = nullptr;
         int ticket = 0;

@@ -136,6 +136,8 @@ FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstri
   const unsigned short* src = g + (long long)r0 * gstride + ch * 8;
   unsigned dst = sdst + (unsigned)((r0 * STRIDE + ch * 8) * 2);
   const long long gstep = (long long)kStep * gstride;
+  // Two copies of one loop: a computed `#pragma unroll(N)` gives different code (it spilled 8 bytes at the
+  // FA2 d128 tile), so the full unroll and the rolled loop are spelled out.
   if constexpr (UNROLL) {
 #pragma unroll
     for (int r = r0; r < ROWS; r += kStep) {

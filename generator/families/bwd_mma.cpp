@@ -58,11 +58,13 @@ Tunables defaults(const Semantic& s) {
   std::vector<Tunables> prefs;
   // FA2's backward tiles where they compile without spills (64 x 128 x 8 warps up to d 128, 64 x 64 x 8 above;
   // one stage where two do not fit in shared memory, e.g. d 256 on sm_80), then smaller ones.
-  if (d <= 128) prefs = {{64, 128, 8, 2, 0, 0}, {64, 128, 8, 1, 0, 0}, {128, 64, 8, 2, 0, 0}, {64, 64, 8, 2, 0, 0}, {64, 64, 4, 2, 0, 0}};
+  // FA2's d 64 tile, 128 x 128 x 8 warps, comes first: valid() admits it only on sm_90 for plain problems whose
+  // head dims pad to 64 (measured H100, bf16 4k x 16 heads x 4: 2.90 ms non-causal / 1.62 ms causal against
+  // 3.17 / 1.72 ms for the next tile; tuner, 2026-11-22).
+  if (d <= 128)
+    prefs = {{128, 128, 8, 2, 0, 0}, {64, 128, 8, 2, 0, 0}, {64, 128, 8, 1, 0, 0}, {128, 64, 8, 2, 0, 0},
+             {64, 64, 8, 2, 0, 0},   {64, 64, 4, 2, 0, 0}};
   else prefs = {{64, 64, 8, 2, 0, 0}, {64, 64, 8, 1, 0, 0}, {64, 32, 8, 2, 0, 0}, {64, 32, 8, 1, 0, 0}};
-  // FA2's d 64 tile first where valid() admits it (sm_90, plain, head dims padding to 64): measured H100, bf16
-  // 4k x 16 heads x 4: 2.90 ms non-causal / 1.62 ms causal against 3.17 / 1.72 ms for the next tile (tuner, 2026-11-22).
-  if (s.arch >= 90 && d > 48 && d <= 64) prefs.insert(prefs.begin(), Tunables{128, 128, 8, 2, 0, 0});
   // Then every point of the space, largest tiles first.
   std::vector<Tunables> rest = space(s);
   std::stable_sort(rest.begin(), rest.end(), [](const Tunables& x, const Tunables& y) {
