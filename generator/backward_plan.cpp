@@ -58,7 +58,9 @@ BwdPlan plan_backward(const ProblemDesc& p, int arch, const Tunables& mma) {
   if (plan.uses_mma) {
     plan.off_dq_accum = off;
     plan.accum_q_stride_row = static_cast<long long>(p.heads_q) * p.head_dim;
-    off = align256(off + static_cast<size_t>(rows_q) * static_cast<size_t>(plan.accum_q_stride_row) * sizeof(float));
+    // 8 x 8 tiled (templates/fa_common.cuh, fa_dq_accum_off): rows rounded up to a multiple of 8
+    const size_t rows8 = static_cast<size_t>((rows_q + 7) / 8 * 8);
+    off = align256(off + rows8 * static_cast<size_t>(plan.accum_q_stride_row) * sizeof(float));
     if (p.deterministic) {
       plan.off_dk_accum = off;
       off = align256(off + static_cast<size_t>(rows_q) * static_cast<size_t>(p.heads_q) * sizeof(int));

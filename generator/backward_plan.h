@@ -8,7 +8,8 @@
 //   ref  (everything else, fp32 included):     bwd_pre -> bwd_ref (dQ) -> bwd_ref (dK, dV)
 // Workspace regions (each 256-byte aligned):
 //   delta     float32 [heads_q * rows_q]         indexed like the LSE (args.f.lse_sb / lse_sh)
-//   dq_accum  float32 [rows_q, heads_q, head_dim] mma only; accum_q_stride_row = heads_q * head_dim
+//   dq_accum  float32 [rows_q rounded up to 8, heads_q * head_dim] mma only, 8 x 8 tiled (fa_dq_accum_off in
+//                                               templates/fa_common.cuh); accum_q_stride_row = heads_q * head_dim
 //   dk_accum  int32   [rows_q, heads_q]          mma + deterministic only: the dQ ordering semaphores (the args
 //                                               field dk_accum carries them; no float32 dK/dV buffers are needed,
 //                                               GQA groups are summed inside the CTA)

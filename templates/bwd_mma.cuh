@@ -7,7 +7,7 @@
 //   S^T = K_n Q_m^T,  dP^T = V_n dO_m^T                                  (GEMM 1)
 //   s = scale*S -> softcap c*tanh(s/c) (t) -> + bias - slope|i+Sk-Sq-j|;  P = exp(s - lse_i) (0 where hidden)
 //   dS' = P (dP - Delta_i) (1 - t^2)                                      (P^T, dS'^T stored to shared memory)
-//   dQ'_m += dS' K_n  -> float32 red.add into args.dq_accum               (GEMM 3)
+//   dQ'_m += dS' K_n  -> float32 red.add into args.dq_accum (8 x 8 tiled) (GEMM 3)
 //     (where registers allow, fa_bwd_interleave: the red.adds are spread over GEMM 2's k steps, not one burst)
 //   dV_n += P^T dO_m,  dK_n += dS'^T Q_m                                  (GEMM 2; float32 registers for the CTA)
 // At the end dK = scale * dK_n and dV_n are written in the dtype (GQA summed in-CTA: no float32 dK/dV buffers);
@@ -19,14 +19,17 @@
 // before GEMMs 2 and 3 (P and dS' stored).
 // args.deterministic: the dQ' additions of one (b, h, m) happen in key-block order, ordered by an int32 semaphore
 // per (token row of block m, h) in args.dk_accum (zeroed by bwd_pre): CTA n waits until it reads n - n_lo(m).
-// mma.sync m16n8k16 (float32 accumulate), ldmatrix (.trans for the transposed operands), shared rows padded by 16
-// bytes (conflict-free ldmatrix); head dims that are not multiples of 16 are zero-padded in the reduction.
+// mma.sync m16n8k16 (float32 accumulate), ldmatrix (.trans for the transposed operands). K, V, Q and dO rows are
+// XOR-swizzled in 16-byte chunks where the padded head dim is a multiple of 64, else padded by 16 bytes; P and
+// dS'^T rows are padded (smem_layout.cuh: conflict-free ldmatrix in both, conflict-free cp.async writes in the
+// swizzled one). Head dims that are not multiples of 16 are zero-padded in the reduction.
 // Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kHasBias, kHasAlibi, kHasSoftcap, kBlockM, kBlockN, kWarps,
 // kStages (the mask comes through args' window).
 #ifndef FA_BWD_MMA_CUH
 #define FA_BWD_MMA_CUH
 
 #include "bwd_mma_tiling.cuh"
+#include "smem_layout.cuh"
 
 namespace fa_bwd_mma {
 typedef unsigned short T;
@@ -36,7 +39,9 @@ constexpr FaBwdLayout L = fa_bwd_layout(BM, BN, W, D, DV);
 static_assert(L.ok, "bwd_mma: no warp layout for this tile");
 static_assert(NS == 1 || NS == 2, "bwd_mma: 1 or 2 stages");
 constexpr int DP = L.dp, DVP = L.dvp;
-constexpr int PK = DP + 8, PV = DVP + 8, PS = BM + 8;  // shared row pitches (elements): +16 bytes, no conflicts
+// Shared row pitches (elements): K and Q rows PK, V and dO rows PV (swizzled or padded, smem_layout.cuh); P and
+// dS'^T rows PS (padded: written by 32-bit stores from fragments).
+constexpr int PK = fa_smem_pitch(DP), PV = fa_smem_pitch(DVP), PS = BM + 8;
 constexpr int MT1 = L.mt1, NT1 = L.nt1, MT2 = L.mt2, NPK = L.npk, NPV = L.npv, MT3 = L.mt3, NP3 = L.np3;
 constexpr bool kFeat = fa_cfg::kHasSoftcap || fa_cfg::kHasBias || fa_cfg::kHasAlibi;
 // Which GEMM phases run software-pipelined (bwd_mma_tiling.cuh: register budget per phase).
@@ -50,6 +55,8 @@ constexpr bool kInterleave = kPipe2 && fa_bwd_interleave(L, NS);
 // Shared memory (16-bit elements, then floats).
 constexpr int kOffV = BN * PK, kOffQ = kOffV + BN * PV, kOffDo = kOffQ + NS * BM * PK, kOffP = kOffDo + NS * BM * PV;
 constexpr int kOffDs = kOffP + BN * PS, kEndHalf = kOffDs + BN * PS;
+static_assert(kOffV % 64 == 0 && kOffQ % 64 == 0 && kOffDo % 64 == 0 && (BM * PK) % 64 == 0 && (BM * PV) % 64 == 0,
+              "bwd_mma: tiles 128-byte aligned");
 constexpr float kLog2e = 1.4426950408889634f;
 
 FA_DEVICE unsigned smem_u32(const void* p) {
@@ -111,9 +118,9 @@ FA_DEVICE int ld_acquire(const int* p) {
 FA_DEVICE void st_release(int* p, int v) {
   asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
-// ROWS x (DIM / 8) 16-byte chunks from global (row stride gs elements) into shared (pitch PITCH elements); rows
-// >= valid are zero-filled. When the CTA's threads cover whole rows, each thread keeps one column chunk and steps
-// rows by a fixed stride (unrolled, no divisions); otherwise a generic loop.
+// ROWS x (DIM / 8) 16-byte chunks from global (row stride gs elements) into shared (pitch PITCH elements, row
+// layout from smem_layout.cuh); rows >= valid are zero-filled. When the CTA's threads cover whole rows, each thread
+// keeps one column chunk and steps rows by a fixed stride (unrolled, no divisions); otherwise a generic loop.
 template <int ROWS, int DIM, int PITCH>
 FA_DEVICE void load_tile(unsigned sdst, const T* g, long long gs, int valid, int tid) {
   constexpr int kChunks = DIM / 8, kThreads = W * 32;
@@ -121,50 +128,36 @@ FA_DEVICE void load_tile(unsigned sdst, const T* g, long long gs, int valid, int
     constexpr int kRowStep = kThreads / kChunks, kIters = ROWS * kChunks / kThreads;
     const int r0 = tid / kChunks, c = tid - r0 * kChunks;
     const T* src = g + r0 * gs + c * 8;
-    const unsigned dst = sdst + (unsigned)((r0 * PITCH + c * 8) * 2);
+    const unsigned dst = sdst + fa_smem_off<PITCH>(r0, c);
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const bool ok = r0 + k * kRowStep < valid;
-      cp_async16(dst + (unsigned)(k * kRowStep * PITCH * 2), ok ? (const void*)(src + k * kRowStep * gs) : (const void*)g,
-                 ok ? 16 : 0);
+      // rows step by a multiple of 8: the same swizzled chunk; else recomputed per row
+      const unsigned d = kRowStep % 8 == 0 || !fa_smem_swizzled(PITCH)
+                             ? dst + (unsigned)(k * kRowStep * PITCH * 2)
+                             : sdst + fa_smem_off<PITCH>(r0 + k * kRowStep, c);
+      cp_async16(d, ok ? (const void*)(src + k * kRowStep * gs) : (const void*)g, ok ? 16 : 0);
     }
   } else {
 #pragma unroll 1
     for (int idx = tid; idx < ROWS * kChunks; idx += kThreads) {
       const int r = idx / kChunks, c = idx - r * kChunks;
       const bool ok = r < valid;
-      cp_async16(sdst + (unsigned)((r * PITCH + c * 8) * 2), ok ? (const void*)(g + r * gs + c * 8) : (const void*)g,
-                 ok ? 16 : 0);
+      cp_async16(sdst + fa_smem_off<PITCH>(r, c), ok ? (const void*)(g + r * gs + c * 8) : (const void*)g, ok ? 16 : 0);
     }
   }
-}
-// Byte offset of this lane's ldmatrix row for an m16 x k16 A tile (rows r0.., columns c0..) of a row-major
-// [row][col] array: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
-template <int PITCH>
-FA_DEVICE unsigned a_off(int r0, int c0, int lane) {
-  return (unsigned)(((r0 + (lane & 8) + (lane & 7)) * PITCH + c0 + ((lane >> 4) << 3)) * 2);
-}
-// The same for a transposed A (stored [k][row]) read with .trans: matrices (k 0-7, rows 0-7), (k 0-7, rows 8-15),
-// (k 8-15, rows 0-7), (k 8-15, rows 8-15).
-template <int PITCH>
-FA_DEVICE unsigned at_off(int r0, int k0, int lane) {
-  return (unsigned)(((k0 + ((lane >> 4) << 3) + (lane & 7)) * PITCH + r0 + (lane & 8)) * 2);
-}
-// B operand, two n8 tiles (n0.., n0+8..) x k16, stored [n][k] (non-trans): regs b0,b1 of tile 0 then of tile 1.
-template <int PITCH>
-FA_DEVICE unsigned b_off(int n0, int k0, int lane) {
-  return (unsigned)(((n0 + ((lane >> 4) << 3) + (lane & 7)) * PITCH + k0 + (lane & 8)) * 2);
-}
-// B operand stored [k][n] (read with .trans): matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15,
-// n 8-15), i.e. b0, b1 of tile n0 then b0, b1 of tile n0 + 8.
-template <int PITCH>
-FA_DEVICE unsigned bt_off(int k0, int n0, int lane) {
-  return (unsigned)(((k0 + (lane & 8) + (lane & 7)) * PITCH + n0 + ((lane >> 4) << 3)) * 2);
 }
 template <bool B>
 struct Bool {
   static constexpr bool value = B;
 };
+// ldmatrix lane patterns of one 16 x 16 block (rows, 16-byte chunks; smem_layout.cuh places them):
+//   "R" (lane & 15, lane >> 4): A [row][k] -> matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
+//       (rows 8-15, k 8-15); B stored [k][n] with .trans -> b0, b1 of tile n0, then of tile n0 + 8.
+//   "C" (((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1): A stored [k][row] with .trans -> same register order as
+//       R; B [n][k] -> b0, b1 of tile n0, then of tile n0 + 8.
+// Operands whose k runs along the columns (A, B) keep one lane base and step k by fa_smem_at; those whose k runs
+// down the rows (.trans) keep one base per block column and step k by whole rows (the swizzle repeats every 8 rows).
 // acc[MT][2 NP] += A B over KT k16 steps for one warp: A has MT m16 row tiles from row `ar` (AT: stored [k][row],
 // read with .trans; else [row][k]), B has NP n16 column pairs from column `bc` (BT: stored [k][n], .trans; else
 // [n][k]); pairs at columns >= `blim` are skipped unless EVEN. PIPE: the k loop is unrolled with the fragments of
@@ -179,17 +172,27 @@ template <bool PIPE, bool AT, bool BT, bool EVEN, int KT, int PA, int PB, int MT
 FA_DEVICE void warp_mma(float (&acc)[MT][2 * NP][4], unsigned sA, int ar, unsigned sB, int bc, int blim, int lane,
                         HOOK hook = HOOK{}) {
   unsigned af[PIPE ? 2 : 1][MT][4], bf[PIPE ? 2 : 1][NP][4];
+  const int rr = lane & 15, rc = lane >> 4, cr = ((lane >> 4) << 3) + (lane & 7), cc = (lane >> 3) & 1;
+  const unsigned a_lane = fa_smem_lane<PA>(sA, AT ? cr : ar + rr, AT ? cc : rc);
+  // .trans B: bc is the warp's column block times NP * 16. When NP is a power of two or a multiple of 4, bc / 8 has
+  // no bits in common with the pairs' chunk steps 2 pp inside an 8-chunk group, so the column steps fold into the
+  // lane base's XOR like the k steps of a non-trans operand (fa_smem_at): one base register, not one per pair.
+  constexpr bool kBtFold = BT && ((NP & (NP - 1)) == 0 || NP % 4 == 0);
+  const unsigned b_lane = fa_smem_lane<PB>(sB, BT ? rr : bc + cr, BT ? (kBtFold ? (bc >> 3) + rc : rc) : cc);
   auto load = [&](int buf, int kk) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      if constexpr (AT) ldsm_x4_t(sA + at_off<PA>(ar + mt * 16, kk * 16, lane), af[buf][mt]);
-      else ldsm_x4(sA + a_off<PA>(ar + mt * 16, kk * 16, lane), af[buf][mt]);
+      if constexpr (AT)
+        ldsm_x4_t(fa_smem_lane<PA>(sA, cr, ((ar + mt * 16) >> 3) + cc) + (unsigned)(kk * 16 * PA * 2), af[buf][mt]);
+      else ldsm_x4(fa_smem_at<PA>(a_lane, mt * 16, kk * 16), af[buf][mt]);
     }
 #pragma unroll
     for (int pp = 0; pp < NP; ++pp) {
       if (EVEN || bc + pp * 16 < blim) {
-        if constexpr (BT) ldsm_x4_t(sB + bt_off<PB>(kk * 16, bc + pp * 16, lane), bf[buf][pp]);
-        else ldsm_x4(sB + b_off<PB>(bc + pp * 16, kk * 16, lane), bf[buf][pp]);
+        if constexpr (kBtFold) ldsm_x4_t(fa_smem_at<PB>(b_lane, kk * 16, pp * 16), bf[buf][pp]);
+        else if constexpr (BT)
+          ldsm_x4_t(fa_smem_lane<PB>(sB, rr, ((bc + pp * 16) >> 3) + rc) + (unsigned)(kk * 16 * PB * 2), bf[buf][pp]);
+        else ldsm_x4(fa_smem_at<PB>(b_lane, pp * 16, kk * 16), bf[buf][pp]);
       }
     }
   };
@@ -228,7 +231,7 @@ FA_DEVICE void warp_mma(float (&acc)[MT][2 * NP][4], unsigned sA, int ar, unsign
 // compiles without spills (checked by the NVRTC sweep).
 extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaBwdArgs args) {
   using namespace fa_bwd_mma;
-  extern __shared__ __align__(16) unsigned char fa_smem_raw[];
+  extern __shared__ __align__(128) unsigned char fa_smem_raw[];
   T* sm = reinterpret_cast<T*>(fa_smem_raw);
   float* sLse = reinterpret_cast<float*>(sm + kEndHalf);
   float* sDelta = sLse + NS * BM;
@@ -246,14 +249,16 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   // Zero the padded reduction columns once (cp.async never writes them).
   if constexpr (DP != D) {
     for (int r = tid; r < BN + NS * BM; r += W * 32) {
-      T* row = r < BN ? sm + r * PK : sm + kOffQ + (r - BN) * PK;
-      for (int c = D; c < DP; ++c) row[c] = 0;
+      T* tile = r < BN ? sm : sm + kOffQ;
+      const int lr = r < BN ? r : r - BN;
+      for (int c = D; c < DP; ++c) tile[fa_smem_off<PK>(lr, c >> 3) / 2 + (c & 7)] = 0;
     }
   }
   if constexpr (DVP != DV) {
     for (int r = tid; r < BN + NS * BM; r += W * 32) {
-      T* row = r < BN ? sm + kOffV + r * PV : sm + kOffDo + (r - BN) * PV;
-      for (int c = DV; c < DVP; ++c) row[c] = 0;
+      T* tile = r < BN ? sm + kOffV : sm + kOffDo;
+      const int lr = r < BN ? r : r - BN;
+      for (int c = DV; c < DVP; ++c) tile[fa_smem_off<PV>(lr, c >> 3) / 2 + (c & 7)] = 0;
     }
   }
   {
@@ -445,7 +450,15 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         for (int t = 0; t < 2 * NP3; ++t) dq[mt][t][0] = dq[mt][t][1] = dq[mt][t][2] = dq[mt][t][3] = 0.f;
       warp_mma<kPipe3, true, true, NP3 * L.wd3 * 16 == DP, BN / 16, PS, PK, MT3, NP3>(dq, sDs, qrow3, sK, wd3 * NP3 * 16, DP,
                                                                             lane);
-      float* dqa = args.dq_accum + (row0 + i0) * args.accum_q_stride_row + (long long)h * D;
+      // dq_accum is 8 x 8 tiled (fa_dq_accum_off): this lane's rows R + 8 k (R = its first row) sit k blocks of G
+      // floats apart, its columns (lane & 3) * 2 + 8 t of the warp's range 64 floats apart. The tile's base is
+      // 64-bit and uniform; the lane's part is a 32-bit offset (at most (BM / 8 + 1) * G + DP * 8), which keeps
+      // 64-bit per-lane values out of the registers that live across the tile loop.
+      const long long rb = row0 + i0;
+      const int G = (int)(args.accum_q_stride_row << 3);  // floats per 8-row group (heads * head_dim * 8)
+      const int rl = (int)(rb & 7) + qrow3 + (lane >> 2);
+      float* dqa = args.dq_accum + (rb >> 3) * (long long)G + (long long)h * D * 8 +
+                   ((rl >> 3) * G + ((rl & 7) << 3) + wd3 * NP3 * 128 + (lane & 3) * 2);
       constexpr bool kFullCols = NP3 * L.wd3 * 16 == D && D == DP;
       // The red.adds of chunk c of nc (all when nc == 1); rows past seqlen_q are skipped when kGuarded (only the
       // last query block has any).
@@ -458,14 +471,14 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
           for (int hf = 0; hf < 2; ++hf) {
             const int r = qrow3 + mt * 16 + (lane >> 2) + hf * 8;
             if (kGuarded && i0 + r >= seq.sq) continue;
-            float* row = dqa + r * args.accum_q_stride_row + (wd3 * NP3) * 16 + (lane & 3) * 2;
+            float* row = dqa + (mt * 2 + hf) * G;
 #pragma unroll
             for (int t = 0; t < 2 * NP3; ++t) {
               const int q = (mt * 2 + hf) * 2 * NP3 + t;
               if (q * nc / kReds != c) continue;
               const int col = (wd3 * NP3 + t / 2) * 16 + (t & 1) * 8 + (lane & 3) * 2;
               if (kFullCols || col < D)
-                red_add2(row + (t / 2) * 16 + (t & 1) * 8, dq[mt][t][hf * 2], dq[mt][t][hf * 2 + 1]);
+                red_add2(row + t * 64, dq[mt][t][hf * 2], dq[mt][t][hf * 2 + 1]);
             }
           }
       };

@@ -2,7 +2,7 @@
 //
 // The tensor-core backward (bwd_mma.cuh) accumulates dQ' = sum_j dS'_ij k_j (dS' includes the softcap derivative,
 // not the softmax scale) in float32 in args.dq_accum (token row r = b * seqlen_q + i, or cu_seqlens_q[b] + i;
-// element r * accum_q_stride_row + h * kHeadDim + c); this kernel writes dq[b, i, h, c] = scale * dQ'. The CTA
+// column h * kHeadDim + c, 8 x 8 tiled: fa_dq_accum_off); this kernel writes dq[b, i, h, c] = scale * dQ'. The CTA
 // (b = blockIdx.z, h = blockIdx.y) owns query rows [blockIdx.x * kBlockM, + kBlockM); one warp per row.
 // Reads from the prelude: kDtype, kHeadDim, kBlockM, kWarps.
 #ifndef FA_BWD_POST_CUH
@@ -21,9 +21,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
   for (int r = warp; r < fa_cfg::kBlockM; r += fa_cfg::kWarps) {
     const int i = i0 + r;
     if (i >= seq.sq) break;
-    const float* src = a.dq_accum + (row0 + i) * a.accum_q_stride_row + (long long)h * fa_cfg::kHeadDim;
+    const long long f0 = (long long)h * fa_cfg::kHeadDim;
     T* dst = static_cast<T*>(a.dq) + dqb + (seq.base_q + i) * a.dq_ss + (long long)h * a.dq_sh;
-    for (int c = lane; c < fa_cfg::kHeadDim; c += 32) dst[c] = E::from_float(src[c] * a.f.scale);
+    for (int c = lane; c < fa_cfg::kHeadDim; c += 32)
+      dst[c] = E::from_float(a.dq_accum[fa_dq_accum_off(row0 + i, f0 + c, a.accum_q_stride_row)] * a.f.scale);
   }
 }
 

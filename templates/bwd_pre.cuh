@@ -5,7 +5,8 @@
 // strides args.f.lse_sb / lse_sh index it); rows whose LSE is -inf (every key hidden) get Delta = 0.
 // The CTA (batch b = blockIdx.z, query head h = blockIdx.y) owns query rows [blockIdx.x * kBlockM, + kBlockM);
 // one warp per row. It also zeroes, for its rows, the float32 dQ accumulator (args.dq_accum: row r = token index
-// (b * seqlen_q + i, or cu_seqlens_q[b] + i), element r * accum_q_stride_row + h * kHeadDim + c) when present, and
+// (b * seqlen_q + i, or cu_seqlens_q[b] + i), column h * kHeadDim + c of accum_q_stride_row, 8 x 8 tiled:
+// fa_dq_accum_off in fa_common.cuh) when present, and
 // the int32 deterministic-dQ semaphores (args.dk_accum reinterpreted, element r * heads_q + h) when
 // args.deterministic and present.
 // Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kBlockM, kWarps.
@@ -36,8 +37,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
     if (lane == 0) a.delta[li] = lse == -__int_as_float(0x7f800000) ? 0.f : acc;
     const long long r_tok = row0 + i;
     if (a.dq_accum) {
-      float* dq = a.dq_accum + r_tok * a.accum_q_stride_row + (long long)h * fa_cfg::kHeadDim;
-      for (int c = lane; c < fa_cfg::kHeadDim; c += 32) dq[c] = 0.f;
+      const long long f0 = (long long)h * fa_cfg::kHeadDim;
+      for (int c = lane; c < fa_cfg::kHeadDim; c += 32) a.dq_accum[fa_dq_accum_off(r_tok, f0 + c, a.accum_q_stride_row)] = 0.f;
     }
     if (a.deterministic && a.dk_accum && lane == 0)
       reinterpret_cast<int*>(a.dk_accum)[r_tok * a.f.heads_q + h] = 0;

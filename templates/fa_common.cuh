@@ -65,6 +65,16 @@ FA_DEVICE float fa_warp_sum(float v) {
   return v;
 }
 
+// The float32 dQ accumulator of the tensor-core backward (args.dq_accum: bwd_pre zeroes it, bwd_mma adds into it,
+// bwd_post reads it) is tiled in 8 x 8 blocks of (token row r, flat column f = h * head_dim + c), S = heads_q *
+// head_dim columns: block (r / 8, f / 8) is 64 contiguous floats, row-major. One red.add.v2 of an mma accumulator
+// fragment (8 rows x 4 lanes x 2 columns) then covers 256 contiguous bytes, not eight 32-byte pieces of eight
+// rows (Nsight Compute, H100: the row-major layout left the reds' load/store traffic throttling the ldmatrix of
+// the same warps). The workspace holds rows_q rounded up to 8 rows.
+FA_DEVICE long long fa_dq_accum_off(long long r, long long f, long long S) {
+  return (r >> 3) * (S << 3) + ((f >> 3) << 6) + ((r & 7) << 3) + (f & 7);
+}
+
 // Sequence geometry of one (batch, head) work item, shared by all kernels.
 struct FaSeq {
   int sq, sk;            // lengths of this sequence

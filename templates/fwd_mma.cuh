@@ -13,8 +13,9 @@
 // lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq + win_right + 1 (win_right >= 0). K/V blocks
 // wholly outside the band are never loaded; blocks are visited from the last to the first, and masking code runs
 // only for blocks that cross the band edge or the end of the keys (never when kEvenK and inside the band).
-// Fully masked rows give o = 0, lse = -inf. Head dims are padded to 16 in shared memory (zero-filled); rows are
-// padded by 16 bytes, so ldmatrix and 16-byte cp.async accesses of 8 consecutive rows hit distinct bank groups.
+// Fully masked rows give o = 0, lse = -inf. Head dims are padded to 16 in shared memory (zero-filled). Q, K and V
+// rows are XOR-swizzled in 16-byte chunks where the padded head dim is a multiple of 64, else padded by 16 bytes
+// (smem_layout.cuh): ldmatrix is conflict-free in both, cp.async writes only in the swizzled one.
 // The output tile is staged in shared memory (reusing the Q region) and written with 16-byte stores.
 // Large tiles (kBigTile: S + O accumulators above 160 registers per thread, e.g. FA2's 128x64 / 4-warp tile at
 // d128 and 128x128 / 4 warps at d64) pack P to 16-bit fragments right after exp2 and rescale O only when some row
@@ -28,6 +29,8 @@
 // S = Q K^T overlaps the V copy; 1: K and V waited for together, one barrier per block).
 #ifndef FA_FWD_MMA_CUH
 #define FA_FWD_MMA_CUH
+
+#include "smem_layout.cuh"
 
 namespace fa_mma {
 
@@ -46,15 +49,16 @@ constexpr int kNs = kBN / 8;                // n8 tiles of S per warp
 constexpr int kNo = kDVp / 8;               // n8 tiles of O per warp
 constexpr int kKs = kDp / 16;               // k16 steps of Q K^T
 constexpr bool kBigTile = kMt * (kNs + kNo) * 4 > 160;  // early P packing + conditional O rescale (see above)
-constexpr int kQStride = kDp + 8;           // smem row strides (elements): +16 bytes breaks bank conflicts
-constexpr int kKStride = kDp + 8;
-constexpr int kVStride = kDVp + 8;
-constexpr int kOStride = kDVp + 8;
+constexpr int kQStride = fa_smem_pitch(kDp);    // smem row strides (elements): swizzled or padded rows
+constexpr int kKStride = fa_smem_pitch(kDp);
+constexpr int kVStride = fa_smem_pitch(kDVp);
+constexpr int kOStride = kDVp + 8;              // O staging: padded (32-bit fragment stores, 16-byte reads)
 constexpr int kQBytes = kBM * kQStride * 2;
 constexpr int kOBytes = kBM * kOStride * 2;
 constexpr int kRegion0 = kQBytes > kOBytes ? kQBytes : kOBytes;
 constexpr int kKSlot = kBN * kKStride * 2;
 constexpr int kVSlot = kBN * kVStride * 2;
+static_assert(kRegion0 % 128 == 0 && kKSlot % 128 == 0 && kVSlot % 128 == 0, "fwd_mma: tiles 128-byte aligned");
 constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap;
 constexpr bool kIsBf16 = fa_cfg::kDtype == 2;
 constexpr bool kJoint = fa_cfg::kExtra == 1;  // 1: wait for K and V together, one barrier per block
@@ -117,7 +121,7 @@ FA_DEVICE unsigned pack2(float lo, float hi) {
 FA_DEVICE float elem_to_float(unsigned short x) { return FaElem<fa_cfg::kDtype>::to_float(x); }
 
 // Copies a [rows x cols] tile (cols a multiple of 8 elements, padded to pcols) from global to shared memory with
-// 16-byte cp.async; rows >= nrows and columns >= cols are zero-filled.
+// 16-byte cp.async; rows >= nrows and columns >= cols are zero-filled. Row layout from STRIDE (smem_layout.cuh).
 template <int ROWS, int COLS, int PCOLS, int STRIDE, bool UNROLL = false>
 FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstride, int nrows, int tid) {
   // Each thread owns one 16-byte column chunk and walks rows with a running pointer. UNROLL (K/V blocks with
@@ -134,11 +138,19 @@ FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstri
   if (kThreads % kChunks != 0 && r0 >= kStep) return;
   const bool col_ok = PCOLS == COLS || ch * 8 < COLS;
   const unsigned short* src = g + (long long)r0 * gstride + ch * 8;
-  unsigned dst = sdst + (unsigned)((r0 * STRIDE + ch * 8) * 2);
+  unsigned dst = sdst + fa_smem_off<STRIDE>(r0, ch);
   const long long gstep = (long long)kStep * gstride;
   // Two copies of one loop: a computed `#pragma unroll(N)` gives different code (it spilled 8 bytes at the
   // FA2 d128 tile), so the full unroll and the rolled loop are spelled out.
-  if constexpr (UNROLL) {
+  if constexpr (fa_smem_swizzled(STRIDE) && kStep % 8 != 0) {
+    // Swizzled rows whose thread steps are not a multiple of 8 rows: the chunk's XOR changes from row to row.
+#pragma unroll
+    for (int r = r0; r < ROWS; r += kStep) {
+      const bool ok = col_ok && r < nrows;
+      cp_async16(sdst + fa_smem_off<STRIDE>(r, ch), ok ? src : g, ok ? 16 : 0);
+      src += gstep;
+    }
+  } else if constexpr (UNROLL) {
 #pragma unroll
     for (int r = r0; r < ROWS; r += kStep) {
       const bool ok = col_ok && r < nrows;
@@ -161,7 +173,7 @@ FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstri
 
 extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs args) {
   using namespace fa_mma;
-  extern __shared__ __attribute__((aligned(16))) unsigned char fa_smem[];
+  extern __shared__ __attribute__((aligned(128))) unsigned char fa_smem[];
   typedef unsigned short E;
 
   const int tid = (int)threadIdx.x;
@@ -228,11 +240,11 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         const int slot = it % kStages;
         const int kn = nb * kBN;
         const int rows = fa_cfg::kEvenK ? kBN : min(kBN, sk - kn);
-        load_tile<kBN, kD, kDp, kKStride, fa_cfg::kEvenK>(sK + (unsigned)(slot * kKSlot), kg + (long long)kn * args.k_ss, args.k_ss,
-                                          rows, tid);
+        load_tile<kBN, kD, kDp, kKStride, fa_cfg::kEvenK>(sK + (unsigned)(slot * kKSlot),
+                                                                 kg + (long long)kn * args.k_ss, args.k_ss, rows, tid);
         cp_commit();
-        load_tile<kBN, kDV, kDVp, kVStride, fa_cfg::kEvenK>(sV + (unsigned)(slot * kVSlot), vg + (long long)kn * args.v_ss,
-                                            args.v_ss, rows, tid);
+        load_tile<kBN, kDV, kDVp, kVStride, fa_cfg::kEvenK>(sV + (unsigned)(slot * kVSlot),
+                                                                   vg + (long long)kn * args.v_ss, args.v_ss, rows, tid);
         cp_commit();
       } else {
         cp_commit();
@@ -252,8 +264,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     if constexpr (fa_cfg::kHasBias)
       bias_g = (const E*)args.bias + (long long)b * args.bias_sb + (long long)h * args.bias_sh;
 
-    // ldmatrix lane address parts
-    const int a_row = lane & 15, a_col = (lane >> 4) * 8;                        // A (Q) operand
+    // ldmatrix lane address parts (rows, 16-byte chunks; smem_layout.cuh adds the block's rows and columns)
+    const unsigned q_lane = fa_smem_lane<kQStride>(sQ, wrow0 + (lane & 15), lane >> 4);  // A (Q) operand
     // Q fragments in registers (optional): wait for the Q group only (the K/V prologue groups stay in flight).
     unsigned q_frag[fa_cfg::kQInRegs ? kMt : 1][fa_cfg::kQInRegs ? kKs : 1][4];
     if constexpr (fa_cfg::kQInRegs) {
@@ -263,11 +275,11 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
         for (int ks = 0; ks < kKs; ++ks)
-          ldsm_x4(sQ + (unsigned)(((wrow0 + mt * 16 + a_row) * kQStride + ks * 16 + a_col) * 2), q_frag[mt][ks][0],
-                  q_frag[mt][ks][1], q_frag[mt][ks][2], q_frag[mt][ks][3]);
+          ldsm_x4(fa_smem_at<kQStride>(q_lane, mt * 16, ks * 16), q_frag[mt][ks][0], q_frag[mt][ks][1],
+                  q_frag[mt][ks][2], q_frag[mt][ks][3]);
     }
-    const int bk_row = (lane & 7) + ((lane >> 4) << 3), bk_col = ((lane >> 3) & 1) * 8;  // B = K^T
-    const int bv_row = (lane & 7) + (((lane >> 3) & 1) << 3), bv_col = (lane >> 4) * 8;  // B = V (trans)
+    const unsigned k_lane = fa_smem_lane<kKStride>(0u, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);  // K^T
+    const unsigned v_lane = fa_smem_lane<kVStride>(0u, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);  // V
 
     for (int it = 0; it < n_blocks; ++it) {
       const int nb = nb_hi - 1 - it;
@@ -288,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
         for (int n = 0; n < kNs; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
-      const unsigned kbase = sK + (unsigned)(slot * kKSlot);
+      const unsigned kbase = sK + (unsigned)(slot * kKSlot) + k_lane;
 #pragma unroll
       for (int ks = 0; ks < kKs; ++ks) {
         unsigned a[kMt][4];
@@ -298,14 +310,13 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
             a[mt][0] = q_frag[mt][ks][0]; a[mt][1] = q_frag[mt][ks][1];
             a[mt][2] = q_frag[mt][ks][2]; a[mt][3] = q_frag[mt][ks][3];
           } else {
-            ldsm_x4(sQ + (unsigned)(((wrow0 + mt * 16 + a_row) * kQStride + ks * 16 + a_col) * 2), a[mt][0], a[mt][1],
-                    a[mt][2], a[mt][3]);
+            ldsm_x4(fa_smem_at<kQStride>(q_lane, mt * 16, ks * 16), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
           }
         }
 #pragma unroll
         for (int np = 0; np < kNs / 2; ++np) {
           unsigned b0, b1, b2, b3;
-          ldsm_x4(kbase + (unsigned)(((np * 16 + bk_row) * kKStride + ks * 16 + bk_col) * 2), b0, b1, b2, b3);
+          ldsm_x4(fa_smem_at<kKStride>(kbase, np * 16, ks * 16), b0, b1, b2, b3);
 #pragma unroll
           for (int mt = 0; mt < kMt; ++mt) {
             mma16816(s[mt][2 * np], a[mt], b0, b1);
@@ -420,7 +431,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         if constexpr (kStages == 1) cp_wait<0>(); else cp_wait<2 * kStages - 2>();
         __syncthreads();
       }
-      const unsigned vbase = sV + (unsigned)(slot * kVSlot);
+      const unsigned vbase = sV + (unsigned)(slot * kVSlot) + v_lane;
 #pragma unroll
       for (int kk = 0; kk < kBN / 16; ++kk) {
         unsigned p[kMt][4];
@@ -438,7 +449,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
 #pragma unroll
         for (int dp = 0; dp < kNo / 2; ++dp) {
           unsigned b0, b1, b2, b3;
-          ldsm_x4_t(vbase + (unsigned)(((kk * 16 + bv_row) * kVStride + dp * 16 + bv_col) * 2), b0, b1, b2, b3);
+          ldsm_x4_t(fa_smem_at<kVStride>(vbase, kk * 16, dp * 16), b0, b1, b2, b3);
 #pragma unroll
           for (int mt = 0; mt < kMt; ++mt) {
             mma16816(o_acc[mt][2 * dp], p[mt], b0, b1);

@@ -23,6 +23,7 @@
 
 #include "generator/family.h"
 #include "templates/bwd_mma_tiling.cuh"
+#include "templates/smem_layout.cuh"
 
 namespace fa::gen {
 
@@ -123,13 +124,27 @@ bool valid(const KernelConfig& c, std::string* why) {
                             "{} transient and evenly split columns (no spills)",
                             regs, transient, even_cols ? "" : ", columns split unevenly", kBwdMmaRegBudget,
                             kBwdMmaMaxTransient, kBwdMmaWideTransient, kBwdMmaWideBudget, kBwdMmaWideTransient));
+  // Two plain points that the address registers of the swizzled rows and the tiled dQ accumulator tip into spills
+  // (ptxas -v over every valid point, sm_80 and sm_90a, head dims 32-256, 2026-11-23): 128 x 64 x 8 warps with two
+  // stages at d 64 (4 bytes, both archs) and 64 x 64 x 8 warps with one stage at d 256 on sm_90a (56 bytes; two
+  // stages, the default there, are spill-free).
+  if (!features && t.block_m == 128 && t.block_n == 64 && t.warps == 8 && t.stages == 2 && L.dp == 64 && L.dvp == 64)
+    return fail("tile: 128 x 64 x 8 warps with 2 stages at head dim 64 spills (ptxas); use 1 stage or another tile");
+  if (!features && c.s.arch >= 90 && t.block_m == 64 && t.block_n == 64 && t.warps == 8 && t.stages == 1 &&
+      L.dp == 256 && L.dvp == 256)
+    return fail("tile: 64 x 64 x 8 warps with 1 stage at head dim 256 spills on sm_90 (ptxas); use 2 stages");
+  // With a bias at head dims 113-128, 8 warps over 128 keys spill 4-60 bytes (ptxas -v, sm_80 and sm_90a, bias
+  // alone or with ALiBi / softcap, 2026-11-23): the bias loads' addresses do not fit next to the tile.
+  if (c.s.has_bias && t.block_n == 128 && t.warps == 8 && L.dp == 128)
+    return fail("tile: block_n 128 with 8 warps spills with a bias at head dim 128 (ptxas); use block_n 64");
   return true;
 }
 
 unsigned smem_bytes(const KernelConfig& c) {
   const int bm = c.t.block_m, bn = c.t.block_n, ns = std::max(1, c.t.stages);
   const int dp = (c.s.head_dim + 15) / 16 * 16, dvp = (c.s.head_dim_v + 15) / 16 * 16;
-  const int halves = bn * (dp + 8) + bn * (dvp + 8) + ns * bm * (dp + 8) + ns * bm * (dvp + 8) + 2 * bn * (bm + 8);
+  const int pk = fa_smem_pitch(dp), pv = fa_smem_pitch(dvp);  // K / Q and V / dO row pitches (smem_layout.cuh)
+  const int halves = bn * pk + bn * pv + ns * bm * pk + ns * bm * pv + 2 * bn * (bm + 8);
   return static_cast<unsigned>(halves * 2 + ns * bm * 8);
 }
 

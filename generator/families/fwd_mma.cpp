@@ -12,6 +12,7 @@
 
 #include "../family.h"
 #include "../problem.h"
+#include "templates/smem_layout.cuh"
 
 namespace fa::gen {
 
@@ -77,10 +78,9 @@ constexpr DefaultEntry kDefaults[] = {
 };
 
 // FA2's own d128 tile, 128x64 / 4 warps / 2 stages, preferred for causal d128 on sm_90 where valid() admits it
-// (its accumulator budget of 160 rejects it as of 2026-11-22, and then the table below applies). The template's
-// kBigTile path (early P packing, conditional O rescale) fits it in 255 registers; NVRTC sm_90a sweep: no spills
-// for fp16/bf16, causal and window, even or ragged keys, lse on/off; spills 12-48 bytes without a mask on ragged
-// keys and in varlen mode, hence the conditions. Measured H200 bf16, hidden 2048, 16k tokens, seqlen 2k..16k
+// (where valid() rejects it, the table below applies). The template's kBigTile path (early P packing, conditional
+// O rescale) fits it in 255 registers; valid() admits it on sm_90a with seqlen_k a multiple of 64 outside varlen
+// (the variants ptxas compiles without spills, 2026-11-23); ragged keys and varlen fall back to the table. Measured H200 bf16, hidden 2048, 16k tokens, seqlen 2k..16k
 // (scratch/h2c/NOTES.md), TFLOP/s: causal 280/303/316/327 vs SDPA flash 267/294/312/316 (128x32x4w s3 in the same
 // run: 258/279/294/304); non-causal (even keys) 338/347/354/354 vs SDPA 319/337/342/347.
 // FA2's d128 tile on sm_90a (measured H200 2026-11-22, scratch/h2c/NOTES.md: 1.01-1.05x SDPA flash causal,
@@ -144,12 +144,13 @@ bool valid(const KernelConfig& c, std::string* why) {
   const int budget = feat ? 144 : 160;
   const int live = live_regs(c);
   // FA2's own d128 tile (128x64, 4 warps, Q in shared memory) runs on the template's big-tile path (early P
-  // packing, conditional rescale) in 255 registers without spills where the compile sweep showed it
-  // (2026-11-22, explicit occupancy): with a causal or window mask on sm_80 and sm_90a, and without a mask on
-  // sm_90a when seqlen_k is a multiple of 64. Everywhere else it spills, so it stays outside the budget.
+  // packing, conditional rescale) in 254-255 registers. ptxas -v over its variants (2026-11-23, swizzled rows;
+  // masks none / causal / window, stages 2-3, extra 0-1, fp16 / bf16, with and without LSE): spill-free on sm_90a
+  // when seqlen_k is a multiple of 64 and the problem is not varlen. Ragged keys and varlen spill 4-56 bytes there,
+  // and sm_80 spills 8-48 bytes with a mask (the rule of 2026-11-22 admitted masked ragged / varlen variants that
+  // spilled 12-100 bytes), so everywhere else it stays outside the budget.
   const bool fa2_d128_tile = s.head_dim == 128 && s.head_dim_v == 128 && t.block_m == 128 && t.block_n == 64 &&
-                             t.warps == 4 && t.q_in_regs == 0 && !feat &&
-                             (s.mask != kMaskNone || (s.even_k && s.arch >= 90));
+                             t.warps == 4 && t.q_in_regs == 0 && !feat && s.arch >= 90 && s.even_k && !s.varlen;
   if (live > budget && !fa2_d128_tile) {
     return fail(why, "register pressure: " + std::to_string(live) + " accumulator registers per thread > " +
                          std::to_string(budget));
@@ -160,8 +161,9 @@ bool valid(const KernelConfig& c, std::string* why) {
 unsigned smem_bytes(const KernelConfig& c) {
   const int dp = round16(c.s.head_dim), dvp = round16(c.s.head_dim_v);
   const int bm = c.t.block_m, bn = c.t.block_n;
-  const int region0 = std::max(bm * (dp + 8), bm * (dvp + 8)) * 2;
-  const int kv = c.t.stages * bn * ((dp + 8) + (dvp + 8)) * 2;
+  // Q / O staging region, then the K and V slots (row pitches: templates/smem_layout.cuh; O staging is padded)
+  const int region0 = std::max(bm * fa_smem_pitch(dp), bm * (dvp + 8)) * 2;
+  const int kv = c.t.stages * bn * (fa_smem_pitch(dp) + fa_smem_pitch(dvp)) * 2;
   return static_cast<unsigned>(region0 + kv);
 }
 

@@ -74,7 +74,8 @@ TEST(BackwardPlan, WorkspaceRegionsAreAlignedDisjointAndSized) {
     EXPECT_EQ(plan.off_dv_accum, SIZE_MAX);
     if (plan.uses_mma) {
       EXPECT_EQ(plan.accum_q_stride_row, static_cast<long long>(p.heads_q) * p.head_dim);
-      region(plan.off_dq_accum, rows_q * static_cast<size_t>(p.heads_q) * static_cast<size_t>(p.head_dim) * sizeof(float),
+      const size_t rows8 = (rows_q + 7) / 8 * 8;  // 8 x 8 tiled (fa_dq_accum_off)
+      region(plan.off_dq_accum, rows8 * static_cast<size_t>(p.heads_q) * static_cast<size_t>(p.head_dim) * sizeof(float),
              "dq_accum");
       if (p.deterministic)
         region(plan.off_dk_accum, rows_q * static_cast<size_t>(p.heads_q) * sizeof(int), "semaphores");
