@@ -451,14 +451,13 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       warp_mma<kPipe3, true, true, NP3 * L.wd3 * 16 == DP, BN / 16, PS, PK, MT3, NP3>(dq, sDs, qrow3, sK, wd3 * NP3 * 16, DP,
                                                                             lane);
       // dq_accum is 8 x 8 tiled (fa_dq_accum_off): this lane's rows R + 8 k (R = its first row) sit k blocks of G
-      // floats apart, its columns (lane & 3) * 2 + 8 t of the warp's range 64 floats apart. The tile's base is
-      // 64-bit and uniform; the lane's part is a 32-bit offset (at most (BM / 8 + 1) * G + DP * 8), which keeps
-      // 64-bit per-lane values out of the registers that live across the tile loop.
+      // floats apart, its columns (lane & 3) * 2 + 8 t of the warp's range 64 floats apart. The offset splits into
+      // a 64-bit uniform base (the tile's 8-row group, head h) and a 32-bit lane part (at most (BM / 8 + 1) * G +
+      // DP * 8), which keeps 64-bit per-lane values out of the registers that live across the tile loop.
       const long long rb = row0 + i0;
       const int G = (int)(args.accum_q_stride_row << 3);  // floats per 8-row group (heads * head_dim * 8)
-      const int rl = (int)(rb & 7) + qrow3 + (lane >> 2);
-      float* dqa = args.dq_accum + (rb >> 3) * (long long)G + (long long)h * D * 8 +
-                   ((rl >> 3) * G + ((rl & 7) << 3) + wd3 * NP3 * 128 + (lane & 3) * 2);
+      float* dqa = args.dq_accum + fa_dq_accum_off<long long>(rb & ~7ll, (long long)h * D, G) +
+                   fa_dq_accum_off<int>((int)(rb & 7) + qrow3 + (lane >> 2), wd3 * NP3 * 16 + (lane & 3) * 2, G);
       constexpr bool kFullCols = NP3 * L.wd3 * 16 == D && D == DP;
       // The red.adds of chunk c of nc (all when nc == 1); rows past seqlen_q are skipped when kGuarded (only the
       // last query block has any).

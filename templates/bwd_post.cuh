@@ -21,10 +21,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
   for (int r = warp; r < fa_cfg::kBlockM; r += fa_cfg::kWarps) {
     const int i = i0 + r;
     if (i >= seq.sq) break;
-    const long long f0 = (long long)h * fa_cfg::kHeadDim;
+    const long long f0 = (long long)h * fa_cfg::kHeadDim, G = a.accum_q_stride_row * 8;
     T* dst = static_cast<T*>(a.dq) + dqb + (seq.base_q + i) * a.dq_ss + (long long)h * a.dq_sh;
     for (int c = lane; c < fa_cfg::kHeadDim; c += 32)
-      dst[c] = E::from_float(a.dq_accum[fa_dq_accum_off(row0 + i, f0 + c, a.accum_q_stride_row)] * a.f.scale);
+      dst[c] = E::from_float(a.dq_accum[fa_dq_accum_off(row0 + i, f0 + c, G)] * a.f.scale);
   }
 }
 

@@ -37,8 +37,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
     if (lane == 0) a.delta[li] = lse == -__int_as_float(0x7f800000) ? 0.f : acc;
     const long long r_tok = row0 + i;
     if (a.dq_accum) {
-      const long long f0 = (long long)h * fa_cfg::kHeadDim;
-      for (int c = lane; c < fa_cfg::kHeadDim; c += 32) a.dq_accum[fa_dq_accum_off(r_tok, f0 + c, a.accum_q_stride_row)] = 0.f;
+      const long long f0 = (long long)h * fa_cfg::kHeadDim, G = a.accum_q_stride_row * 8;
+      for (int c = lane; c < fa_cfg::kHeadDim; c += 32) a.dq_accum[fa_dq_accum_off(r_tok, f0 + c, G)] = 0.f;
     }
     if (a.deterministic && a.dk_accum && lane == 0)
       reinterpret_cast<int*>(a.dk_accum)[r_tok * a.f.heads_q + h] = 0;

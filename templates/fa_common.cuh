@@ -70,9 +70,12 @@ FA_DEVICE float fa_warp_sum(float v) {
 // head_dim columns: block (r / 8, f / 8) is 64 contiguous floats, row-major. One red.add.v2 of an mma accumulator
 // fragment (8 rows x 4 lanes x 2 columns) then covers 256 contiguous bytes, not eight 32-byte pieces of eight
 // rows (Nsight Compute, H100: the row-major layout left the reds' load/store traffic throttling the ldmatrix of
-// the same warps). The workspace holds rows_q rounded up to 8 rows.
-FA_DEVICE long long fa_dq_accum_off(long long r, long long f, long long S) {
-  return (r >> 3) * (S << 3) + ((f >> 3) << 6) + ((r & 7) << 3) + (f & 7);
+// the same warps). The workspace holds rows_q rounded up to 8 rows. G = 8 * S floats per 8-row group. The offset
+// is additive over parts aligned to 8 (off(r0 + r, f0 + f) = off(r0, f0) + off(r, f) when r0 and f0 are multiples
+// of 8), so a kernel can keep a 64-bit uniform base and a 32-bit per-lane part (I = int).
+template <class I>
+FA_DEVICE I fa_dq_accum_off(I r, I f, I G) {
+  return (r >> 3) * G + ((f >> 3) << 6) + ((r & 7) << 3) + (f & 7);
 }
 
 // Sequence geometry of one (batch, head) work item, shared by all kernels.

@@ -28,8 +28,10 @@ FA_DEVICE unsigned fa_smem_off(int row, int chunk) {
   return (unsigned)(row * PITCH * 2 + ((fa_smem_swizzled(PITCH) ? (chunk ^ (row & 7)) : chunk) << 4));
 }
 // A lane's ldmatrix row address is split into a lane part and a compile-time step: the lane reads row lrow, chunk
-// lchunk (0 or 1) of a 16 x 16 block at rows r0.., columns c0.. (r0 and c0 multiples of 16).
-// fa_smem_lane(base, lrow, lchunk) is computed once per tile; fa_smem_at(lanebase, r0, c0) per ldmatrix.
+// lchunk of a 16 x 16 block at rows r0.., columns c0.. (r0 a multiple of 8). fa_smem_lane(base, lrow, lchunk) is
+// computed once per tile; fa_smem_at(lanebase, r0, c0) per ldmatrix. On swizzled rows fa_smem_at needs lchunk and
+// c0 / 8 to share no bit inside the 8-chunk group (lchunk 0 or 1 with c0 a multiple of 16, or lchunk carrying a
+// warp's column offset that is a multiple of the steps' span: bwd_mma's kBtFold).
 template <int PITCH>
 FA_DEVICE unsigned fa_smem_lane(unsigned base, int lrow, int lchunk) {
   return base + fa_smem_off<PITCH>(lrow, lchunk);
@@ -38,7 +40,8 @@ template <int PITCH>
 FA_DEVICE unsigned fa_smem_at(unsigned lanebase, int r0, int c0) {
   if constexpr (fa_smem_swizzled(PITCH)) {
     // (r0 + lrow) & 7 == lrow & 7, and the lane's chunk bits sit in bits 4-6 of lanebase (128-byte aligned rows):
-    // chunk (c0/8 + lchunk) ^ (lrow & 7) == ((lchunk ^ (lrow & 7)) ^ (c0/8 & 7)) + 8 * (c0/64), as c0/8 is even.
+    // chunk (c0/8 + lchunk) ^ (lrow & 7) == ((lchunk ^ (lrow & 7)) ^ (c0/8 & 7)) + 8 * (c0/64) when the low bits of
+    // c0/8 and lchunk are disjoint (their sum is then their XOR).
     return (lanebase ^ (unsigned)(((c0 >> 3) & 7) << 4)) + (unsigned)(r0 * PITCH * 2 + ((c0 >> 6) << 7));
   } else {
     return lanebase + (unsigned)((r0 * PITCH + c0) * 2);
