@@ -5,7 +5,9 @@ EFFICIENT_ATTENTION backends, and FlexAttention (torch.compile'd flex_attention)
 Sweep (FlashAttention's standard one): head dim 64, 128, 256; causal and not; seqlen 512..16k with
 batch * seqlen = 16k tokens and hidden 2048 (heads = 2048 / d); plus decode-like shapes (seqlen_q = 1,
 seqlen_k 4k..64k) and odd head dims (80, 96, 112, 160). Every contender gets the same tensors (BSHD storage; SDPA
-and Flex get the [B, H, S, D] transposed views). Times are CUDA-event medians after warm-up;
+and Flex get the [B, H, S, D] transposed views). Each contender runs once first (fa's first-use tuning happens
+there), then all are timed in --rounds interleaved rounds (the order rotating), so clock and thermal drift within
+a cell reaches every contender alike; times are medians of per-call CUDA-event times;
 TFLOP/s = 4 * b * h * sq * sk * d / t, halved for causal, x2.5 for the backward. A contender that fails or is not
 supported prints "n/a". fa's output is checked against the flash backend once per shape (max abs diff printed), so a
 fast but wrong kernel shows.
@@ -71,19 +73,19 @@ def flops(b, h, sq, sk, d, causal, backward):
 
 
 # ---- timing --------------------------------------------------------------------------------------------------------
-def time_ms(fn, warmup, iters):
-    """Median of per-call CUDA-event times. Calls are enqueued back to back and synchronized once at the end, so
-    the host runs ahead and host-side overhead (ctypes, dispatch) is hidden as it is in a real model."""
+def event_times(fn, warmup, iters):
+    """Per-call CUDA-event times (ms) of `iters` calls after `warmup` calls, all enqueued back to back and
+    synchronized once at the end, so the host runs ahead and host-side overhead (ctypes, dispatch) is hidden as it
+    is in a real model."""
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
     for start, end in events:
         start.record()
         fn()
         end.record()
     torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
+    return [start.elapsed_time(end) for start, end in events]
 
 
 def host_us(fn, iters=50):
@@ -156,15 +158,20 @@ def short(exc):
     return text[:160]
 
 
-def bench_one(name, q, k, v, causal, flex, args, do):
-    """{'fwd_ms', 'bwd_ms', 'out', 'grads', 'fwd_err', 'bwd_err'} with None where not available."""
-    res = {"fwd_ms": None, "bwd_ms": None, "out": None, "grads": None, "fwd_err": None, "bwd_err": None}
+def prepare_one(name, q, k, v, causal, flex, args, do):
+    """Runs the contender once (fa: its first-use tuning and compiles happen here, outside the timed rounds).
+    {'fwd', 'bwd' (callables or None), 'out', 'grads', 'fwd_err', 'bwd_err'}."""
+    res = {"fwd": None, "bwd": None, "out": None, "grads": None, "fwd_err": None, "bwd_err": None}
     try:
         call = make_call(name, q, k, v, causal, flex)
         with torch.no_grad():
             res["out"] = call()
             torch.cuda.synchronize()
-            res["fwd_ms"] = time_ms(call, args.warmup, args.iters)
+
+        def fwd():
+            with torch.no_grad():
+                call()
+        res["fwd"] = fwd
     except Exception as exc:  # noqa: BLE001 - a contender that fails shows n/a
         res["fwd_err"] = short(exc)
         if args.verbose:
@@ -174,20 +181,41 @@ def bench_one(name, q, k, v, causal, flex, args, do):
         return res
     try:
         qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-        call = make_call(name, qg, kg, vg, causal, flex)
-        out = call()
-        grads = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+        out = make_call(name, qg, kg, vg, causal, flex)()
+        res["grads"] = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
         torch.cuda.synchronize()
-        res["grads"] = grads
 
         def bwd():
             torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
-        res["bwd_ms"] = time_ms(bwd, args.warmup, args.iters)
+        res["bwd"] = bwd
     except Exception as exc:  # noqa: BLE001
         res["bwd_err"] = short(exc)
         if args.verbose:
             traceback.print_exc()
     return res
+
+
+def time_interleaved(calls, args):
+    """Median per-call time of each contender, measured in args.rounds rounds that visit every contender in turn
+    (the order rotating each round), so clock and thermal drift over the cell reaches all of them alike. A
+    contender whose call raises gets None and its error. {name: (ms or None, error or None)}."""
+    names = [n for n, fn in calls.items() if fn is not None]
+    times = {n: [] for n in names}
+    errors = {}
+    rounds = max(1, args.rounds)
+    per_round = max(1, math.ceil(args.iters / rounds))
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)] if names else []
+        for n in order:
+            if n in errors:
+                continue
+            try:
+                times[n] += event_times(calls[n], args.warmup if r == 0 else 1, per_round)
+            except Exception as exc:  # noqa: BLE001
+                errors[n] = short(exc)
+                if args.verbose:
+                    traceback.print_exc()
+    return {n: (None, errors[n]) if n in errors else (statistics.median(times[n]), None) for n in names}
 
 
 def max_diff(a, b):
@@ -305,6 +333,8 @@ def parse_args(argv=None):
     ap.add_argument("--no-odd", action="store_true", help="skip the odd head dims")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="timing rounds per cell; each visits every contender in turn (--iters split over them)")
     ap.add_argument("--json", default=None, help="write every measurement to this file")
     ap.add_argument("--out", default="bench_out", help="folder for the PNGs")
     ap.add_argument("--fa-tune", default=None, choices=["first_use", "defaults", "require"],
@@ -355,12 +385,16 @@ def main(argv=None):
             do = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
             row = {"group": group, "dtype": dt_name, "d": d, "causal": causal, "b": b, "h": h, "sq": sq, "sk": sk,
                    "ms": {"fwd": {}, "bwd": {}}, "tflops": {"fwd": {}, "bwd": {}}, "errors": {}, "max_diff": {}}
-            results = {}
-            for c in args.contenders:
-                res = bench_one(c, q, k, v, causal, flex, args, do)
-                results[c] = res
+            results = {c: prepare_one(c, q, k, v, causal, flex, args, do) for c in args.contenders}
+            for direction in directions:
+                timed = time_interleaved({c: res[direction] for c, res in results.items()}, args)
+                for c, (ms, err) in timed.items():
+                    results[c][f"{direction}_ms"] = ms
+                    if err:
+                        results[c][f"{direction}_err"] = err
+            for c, res in results.items():
                 for direction in directions:
-                    ms = res[f"{direction}_ms"]
+                    ms = res.get(f"{direction}_ms")
                     row["ms"][direction][c] = ms
                     row["tflops"][direction][c] = tflops(ms, flops(b, h, sq, sk, d, causal, direction == "bwd"))
                     err = res[f"{direction}_err"]

@@ -7,6 +7,7 @@ bwd_post). The tuning policy comes from --tune (default: the heuristic defaults,
 import argparse
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -14,7 +15,34 @@ import torch.nn.functional as F
 import fa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_peers import flops, time_ms  # noqa: E402  (the benchmark's own timer and FLOP count)
+from bench_peers import flops, time_interleaved  # noqa: E402  (the benchmark's own timing and FLOP count)
+
+
+def kernel_table(name, fn, iters):
+    """Mean GPU time per call of each kernel that `fn` launches (torch.profiler), largest first."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None)
+        if t is None:
+            t = getattr(e, "cuda_time_total", 0)
+        if t > 0 and e.count >= iters:
+            rows.append((t / iters, e.count // iters, e.key))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    print(f"  {name} backward kernels (us per call, total {total:.0f}; host {1e6 * (t1 - t0) / iters:.0f} us per call, "
+          f"wall {1e6 * (t2 - t0) / iters:.0f}):")
+    for us, n, key in rows[:8]:
+        print(f"    {us:9.1f}  x{n}  {key[:90]}")
 
 
 def main():
@@ -26,7 +54,10 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=4, help="interleaved timing rounds (as bench_peers.py)")
     ap.add_argument("--tune", default="defaults", choices=["defaults", "first_use"])
+    ap.add_argument("--kernels", action="store_true",
+                    help="also print each backward's per-kernel GPU time (torch.profiler), fa and FA2")
     a = ap.parse_args()
     dt = torch.bfloat16 if a.dtype == "bf16" else torch.float16
     fa.set_default_context(fa.Context(0, tune_policy=a.tune))
@@ -40,16 +71,19 @@ def main():
         return
     f = flops(a.batch, a.heads, a.seqlen, a.seqlen, a.d, a.causal, backward=True)
 
-    def timed(fn):
-        return time_ms(fn, warmup=3, iters=a.iters)
-
     of = fa.attention(q, k, v, causal=a.causal)
-    t_fa = timed(lambda: torch.autograd.grad(of, (q, k, v), do, retain_graph=True))
     qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
         os_ = F.scaled_dot_product_attention(qt, kt, vt, is_causal=a.causal)
     dot = do.transpose(1, 2)
-    t_fa2 = timed(lambda: torch.autograd.grad(os_, (qt, kt, vt), dot, retain_graph=True))
+    # The benchmark's interleaved rounds: whichever runs first on a just-woken GPU reads slower otherwise.
+    timed = time_interleaved({"fa": lambda: torch.autograd.grad(of, (q, k, v), do, retain_graph=True),
+                              "FA2": lambda: torch.autograd.grad(os_, (qt, kt, vt), dot, retain_graph=True)},
+                             argparse.Namespace(rounds=a.rounds, iters=a.iters, warmup=3, verbose=True))
+    t_fa, t_fa2 = timed["fa"][0], timed["FA2"][0]
+    if a.kernels:
+        kernel_table("fa", lambda: torch.autograd.grad(of, (q, k, v), do, retain_graph=True), a.iters)
+        kernel_table("FA2", lambda: torch.autograd.grad(os_, (qt, kt, vt), dot, retain_graph=True), a.iters)
     print(f"bwd d{a.d} s{a.seqlen} b{a.batch} h{a.heads} causal{int(a.causal)} {a.dtype}: fa {t_fa:.3f} ms "
           f"({f / t_fa / 1e9:.0f} TFLOP/s), FA2 {t_fa2:.3f} ms ({f / t_fa2 / 1e9:.0f} TFLOP/s), "
           f"fa/FA2 {t_fa2 / t_fa:.2f}")

@@ -2,8 +2,10 @@
 //
 // One CTA per (key block n = blockIdx.x of kBlockN keys, kv head g = blockIdx.y, batch b = blockIdx.z). K_n, V_n
 // stay in shared memory; the CTA loops over the query heads h of g's GQA group and, for each, over the query
-// blocks m (kBlockM rows) whose tile meets the mask band, with Q_m, dO_m, LSE_m, Delta_m (bwd_pre) landing in
-// shared memory by cp.async (double-buffered when kStages == 2). Per tile, with scores recomputed from the LSE:
+// blocks m (kBlockM rows) whose tile meets the mask band (cyclically from a block rotated by n, so CTAs of one head
+// add into different dQ rows at a time; in order in the deterministic mode), with Q_m, dO_m, LSE_m, Delta_m
+// (bwd_pre) landing in shared memory by cp.async (double-buffered when kStages == 2). Per tile, with scores
+// recomputed from the LSE:
 //   S^T = K_n Q_m^T,  dP^T = V_n dO_m^T                                  (GEMM 1)
 //   s = scale*S -> softcap c*tanh(s/c) (t) -> + bias - slope|i+Sk-Sq-j|;  P = exp(s - lse_i) (0 where hidden)
 //   dS' = P (dP - Delta_i) (1 - t^2)                                      (P^T, dS'^T stored to shared memory)
@@ -52,6 +54,8 @@ constexpr bool kPipe2 = kPipeAny && kPersist + fa_bwd_pipe_g2(L) <= kPipeBudget;
 constexpr bool kPipe3 = kPipeAny && kPersist + fa_bwd_pipe_g3(L) <= kPipeBudget;
 // dQ' red.adds spread over GEMM 2 (bwd_mma_tiling.cuh: fa_bwd_interleave).
 constexpr bool kInterleave = kPipe2 && fa_bwd_interleave(L, NS);
+// Lean per-tile load addressing (see issue_next in the kernel) where registers allow (bwd_mma_tiling.cuh).
+constexpr bool kLeanIssue = fa_bwd_lean_issue(L);
 // Shared memory (16-bit elements, then floats).
 constexpr int kOffV = BN * PK, kOffQ = kOffV + BN * PV, kOffDo = kOffQ + NS * BM * PK, kOffP = kOffDo + NS * BM * PV;
 constexpr int kOffDs = kOffP + BN * PS, kEndHalf = kOffDs + BN * PS;
@@ -93,6 +97,21 @@ FA_DEVICE void mma16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
+// c = A B (no accumulator input: the first k step of a tile, instead of zeroing c first).
+FA_DEVICE void mma16816_first(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+  const float z = 0.f;
+  if constexpr (fa_cfg::kDtype == 2) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};\n"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(z));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};\n"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(z));
+  }
+}
 FA_DEVICE unsigned pack2(float lo, float hi) {
   unsigned r;
   if constexpr (fa_cfg::kDtype == 2) {
@@ -119,9 +138,10 @@ FA_DEVICE void st_release(int* p, int v) {
   asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 // ROWS x (DIM / 8) 16-byte chunks from global (row stride gs elements) into shared (pitch PITCH elements, row
-// layout from smem_layout.cuh); rows >= valid are zero-filled. When the CTA's threads cover whole rows, each thread
-// keeps one column chunk and steps rows by a fixed stride (unrolled, no divisions); otherwise a generic loop.
-template <int ROWS, int DIM, int PITCH>
+// layout from smem_layout.cuh); rows >= valid are zero-filled (FULL: every row is valid, no predicates). When the
+// CTA's threads cover whole rows, each thread keeps one column chunk and steps rows by a fixed stride (unrolled, no
+// divisions); otherwise a generic loop.
+template <int ROWS, int DIM, int PITCH, bool FULL = false>
 FA_DEVICE void load_tile(unsigned sdst, const T* g, long long gs, int valid, int tid) {
   constexpr int kChunks = DIM / 8, kThreads = W * 32;
   if constexpr (kThreads % kChunks == 0 && (ROWS * kChunks) % kThreads == 0) {
@@ -131,7 +151,7 @@ FA_DEVICE void load_tile(unsigned sdst, const T* g, long long gs, int valid, int
     const unsigned dst = sdst + fa_smem_off<PITCH>(r0, c);
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
-      const bool ok = r0 + k * kRowStep < valid;
+      const bool ok = FULL || r0 + k * kRowStep < valid;
       // rows step by a multiple of 8: the same swizzled chunk; else recomputed per row
       const unsigned d = kRowStep % 8 == 0 || !fa_smem_swizzled(PITCH)
                              ? dst + (unsigned)(k * kRowStep * PITCH * 2)
@@ -142,7 +162,7 @@ FA_DEVICE void load_tile(unsigned sdst, const T* g, long long gs, int valid, int
 #pragma unroll 1
     for (int idx = tid; idx < ROWS * kChunks; idx += kThreads) {
       const int r = idx / kChunks, c = idx - r * kChunks;
-      const bool ok = r < valid;
+      const bool ok = FULL || r < valid;
       cp_async16(sdst + fa_smem_off<PITCH>(r, c), ok ? (const void*)(g + r * gs + c * 8) : (const void*)g, ok ? 16 : 0);
     }
   }
@@ -167,8 +187,10 @@ struct NoHook {
   FA_DEVICE void operator()(int) const {}
 };
 // HOOK(kk) runs after the MMAs of k step kk (PIPE only: the loop is fully unrolled there, so kk folds to a
-// constant); the dQ reduction uses it to spread its red.adds over GEMM 2.
-template <bool PIPE, bool AT, bool BT, bool EVEN, int KT, int PA, int PB, int MT, int NP, class HOOK = NoHook>
+// constant); the dQ reduction uses it to spread its red.adds over GEMM 2. ZERO (EVEN only): acc = A B, the first
+// k step writes acc without reading it, so the caller need not zero it.
+template <bool PIPE, bool AT, bool BT, bool EVEN, int KT, int PA, int PB, int MT, int NP, bool ZERO = false,
+          class HOOK = NoHook>
 FA_DEVICE void warp_mma(float (&acc)[MT][2 * NP][4], unsigned sA, int ar, unsigned sB, int bc, int blim, int lane,
                         HOOK hook = HOOK{}) {
   unsigned af[PIPE ? 2 : 1][MT][4], bf[PIPE ? 2 : 1][NP][4];
@@ -196,14 +218,21 @@ FA_DEVICE void warp_mma(float (&acc)[MT][2 * NP][4], unsigned sA, int ar, unsign
       }
     }
   };
-  auto mmas = [&](int buf) {
+  static_assert(!ZERO || EVEN, "warp_mma: ZERO needs every column pair computed");
+  auto mmas = [&](int buf, auto first) {
+    constexpr bool kFirst = decltype(first)::value;
 #pragma unroll
     for (int pp = 0; pp < NP; ++pp) {
       if (EVEN || bc + pp * 16 < blim) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma16816(acc[mt][2 * pp], af[buf][mt], bf[buf][pp][0], bf[buf][pp][1]);
-          mma16816(acc[mt][2 * pp + 1], af[buf][mt], bf[buf][pp][2], bf[buf][pp][3]);
+          if constexpr (kFirst) {
+            mma16816_first(acc[mt][2 * pp], af[buf][mt], bf[buf][pp][0], bf[buf][pp][1]);
+            mma16816_first(acc[mt][2 * pp + 1], af[buf][mt], bf[buf][pp][2], bf[buf][pp][3]);
+          } else {
+            mma16816(acc[mt][2 * pp], af[buf][mt], bf[buf][pp][0], bf[buf][pp][1]);
+            mma16816(acc[mt][2 * pp + 1], af[buf][mt], bf[buf][pp][2], bf[buf][pp][3]);
+          }
         }
       }
     }
@@ -213,14 +242,21 @@ FA_DEVICE void warp_mma(float (&acc)[MT][2 * NP][4], unsigned sA, int ar, unsign
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
       if (kk + 1 < KT) load((kk + 1) & 1, kk + 1);
-      mmas(kk & 1);
+      if (ZERO && kk == 0) mmas(0, Bool<true>{});
+      else mmas(kk & 1, Bool<false>{});
       hook(kk);
     }
   } else {
+    int kk0 = 0;
+    if constexpr (ZERO) {  // the first step peeled: acc = A B
+      load(0, 0);
+      mmas(0, Bool<true>{});
+      kk0 = 1;
+    }
 #pragma unroll 2
-    for (int kk = 0; kk < KT; ++kk) {
+    for (int kk = kk0; kk < KT; ++kk) {
       load(0, kk);
-      mmas(0);
+      mmas(0, Bool<false>{});
     }
   }
 }
@@ -302,33 +338,75 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
 
   const long long qb = varlen ? 0 : (long long)b * a.q_sb, dob = varlen ? 0 : (long long)b * args.do_sb;
   const float pos_inf = __int_as_float(0x7f800000), neg_inf = -pos_inf;
-  // Issues the cp.async loads of iteration `it` into stage `st`: Q, dO, LSE and Delta (rows past seqlen_q: zeros).
-  auto issue = [&](int h, int m, int st) {
-    const int i0 = m * BM;
-    const T* qg = static_cast<const T*>(a.q) + qb + (seq.base_q + i0) * a.q_ss + (long long)h * a.q_sh;
-    const T* dg = static_cast<const T*>(args.dout) + dob + (seq.base_q + i0) * args.do_ss + (long long)h * args.do_sh;
-    load_tile<BM, D, PK>(sbase + (unsigned)((kOffQ + st * BM * PK) * 2), qg, a.q_ss, seq.sq - i0, tid);
-    load_tile<BM, DV, PV>(sbase + (unsigned)((kOffDo + st * BM * PV) * 2), dg, args.do_ss, seq.sq - i0, tid);
-    const long long li = (long long)b * a.lse_sb + (long long)h * a.lse_sh + seq.base_q + i0;
-    const unsigned sl = smem_u32(sLse + st * BM), sd = smem_u32(sDelta + st * BM);
-    for (int r = tid; r < BM; r += W * 32) {
-      const bool ok = i0 + r < seq.sq;
-      cp_async4(sl + r * 4, ok ? (const void*)(a.lse + li + r) : (const void*)a.lse, ok ? 4 : 0);
-      cp_async4(sd + r * 4, ok ? (const void*)(args.delta + li + r) : (const void*)args.delta, ok ? 4 : 0);
-    }
-  };
-  // (h, m) of the tile being computed and of the next one to load: query blocks inner, heads outer.
-  int h = g * a.group, m = m_lo, h_next = h, m_next = m;
-  auto advance = [&](int& hh, int& mm) {
+  // Tile order: the query heads of the group outer; query blocks inner, cyclically from m_first. Outside the
+  // deterministic mode m_first is rotated by the key block, so the CTAs of one head add into different dQ rows at
+  // any moment rather than all into the same ones (the deterministic mode needs the plain order: its semaphores
+  // admit key blocks in order). step() moves (hh, mm) to the next tile and returns the row step of mm (BM, or
+  // BM - nm * BM at the wrap); new_head: the head advanced (mm is back at m_first).
+  const int m_first = args.deterministic || nm == 0 ? m_lo : m_lo + nb % nm;
+  auto step = [&](int& hh, int& mm, bool& new_head) {
+    int rows = BM;
     if (++mm == m_hi) {
       mm = m_lo;
-      ++hh;
+      rows -= nm * BM;
+    }
+    new_head = mm == m_first;
+    if (new_head) ++hh;
+    return rows;
+  };
+  // The loads of the next tile (head h_next, query block m_next). kLeanIssue: the element offsets of its Q, dO rows
+  // and LSE/Delta entries are advanced incrementally and full query blocks skip the row predicates, so the
+  // per-tile address work that sits between the barrier and GEMM 1 (where nothing overlaps it) stays small; else
+  // they are recomputed per tile (fewer live registers).
+  int h = g * a.group, m = m_first, h_next = h, m_next = m;
+  long long q_next = qb + (seq.base_q + (long long)m_first * BM) * a.q_ss + (long long)h * a.q_sh;
+  long long do_next = dob + (seq.base_q + (long long)m_first * BM) * args.do_ss + (long long)h * args.do_sh;
+  long long l_next = (long long)b * a.lse_sb + (long long)h * a.lse_sh + seq.base_q + (long long)m_first * BM;
+  // Issues the cp.async loads of the next tile into stage `st` and moves on to the tile after it: Q, dO, LSE and
+  // Delta (rows past seqlen_q: zeros).
+  auto issue_next = [&](int st) {
+    const int i0 = m_next * BM;
+    if constexpr (!kLeanIssue) {
+      q_next = qb + (seq.base_q + i0) * a.q_ss + (long long)h_next * a.q_sh;
+      do_next = dob + (seq.base_q + i0) * args.do_ss + (long long)h_next * args.do_sh;
+      l_next = (long long)b * a.lse_sb + (long long)h_next * a.lse_sh + seq.base_q + i0;
+    }
+    const T* qg = static_cast<const T*>(a.q) + q_next;
+    const T* dg = static_cast<const T*>(args.dout) + do_next;
+    const unsigned sq_st = sbase + (unsigned)((kOffQ + st * BM * PK) * 2);
+    const unsigned sdo_st = sbase + (unsigned)((kOffDo + st * BM * PV) * 2);
+    const unsigned sl = smem_u32(sLse + st * BM), sd = smem_u32(sDelta + st * BM);
+    const float* lg = a.lse + l_next;
+    const float* dlg = args.delta + l_next;
+    auto rows = [&](auto full) {
+      constexpr bool kFull = decltype(full)::value;
+      load_tile<BM, D, PK, kFull>(sq_st, qg, a.q_ss, seq.sq - i0, tid);
+      load_tile<BM, DV, PV, kFull>(sdo_st, dg, args.do_ss, seq.sq - i0, tid);
+      auto lse_delta = [&](int r) {
+        const bool ok = kFull || i0 + r < seq.sq;
+        cp_async4(sl + r * 4, ok ? (const void*)(lg + r) : (const void*)a.lse, ok ? 4 : 0);
+        cp_async4(sd + r * 4, ok ? (const void*)(dlg + r) : (const void*)args.delta, ok ? 4 : 0);
+      };
+      if constexpr (kLeanIssue) {
+        constexpr int kIt = (BM + W * 32 - 1) / (W * 32);
+#pragma unroll
+        for (int k = 0; k < kIt; ++k)
+          if (BM % (W * 32) == 0 || tid + k * W * 32 < BM) lse_delta(tid + k * W * 32);
+      } else {
+        for (int r = tid; r < BM; r += W * 32) lse_delta(r);
+      }
+    };
+    if (kLeanIssue && i0 + BM <= seq.sq) rows(Bool<kLeanIssue>{});
+    else rows(Bool<false>{});
+    bool new_head;
+    const int rows_step = step(h_next, m_next, new_head);
+    if constexpr (kLeanIssue) {
+      q_next += rows_step * a.q_ss + (new_head ? a.q_sh : 0);
+      do_next += rows_step * args.do_ss + (new_head ? args.do_sh : 0);
+      l_next += rows_step + (new_head ? a.lse_sh : 0);
     }
   };
-  if (total > 0) {
-    issue(h_next, m_next, 0);
-    advance(h_next, m_next);
-  }
+  if (total > 0) issue_next(0);
   cp_commit();
 
 #pragma unroll 1
@@ -337,8 +415,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     if constexpr (NS == 1) {
       if (it > 0) {
         __syncthreads();  // every warp is done with the single stage
-        issue(h_next, m_next, 0);
-        advance(h_next, m_next);
+        issue_next(0);
         cp_commit();
       }
     }
@@ -346,8 +423,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     __syncthreads();  // stage `st` landed for every thread; the previous tile's readers are done
     if constexpr (NS == 2) {
       if (it + 1 < total) {
-        issue(h_next, m_next, st ^ 1);
-        advance(h_next, m_next);
+        issue_next(st ^ 1);
         cp_commit();
       }
     }
@@ -357,26 +433,17 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
 
     // ---- GEMM 1: S^T (keys x queries) and dP^T for this warp's tile, then P and dS' to shared memory.
     {
-      float s[MT1][NT1][4], dp[MT1][NT1][4];
-#pragma unroll
-      for (int mt = 0; mt < MT1; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT1; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] = dp[mt][nt][e] = 0.f;
-      warp_mma<kPipe1, false, false, true, DP / 16, PK, PK, MT1, NT1 / 2>(s, sK, krow1, sQ, qcol1, 0, lane);
-      warp_mma<kPipe1, false, false, true, DVP / 16, PV, PV, MT1, NT1 / 2>(dp, sV, krow1, sDo, qcol1, 0, lane);
-      // Per query column of this thread: lse in base 2 (+inf hides the row: fully masked or past seqlen_q), Delta.
-      float lq[NT1][2], dl[NT1][2];
+      float s[MT1][NT1][4], dp[MT1][NT1][4];  // written whole by their first k step (ZERO)
+      warp_mma<kPipe1, false, false, true, DP / 16, PK, PK, MT1, NT1 / 2, true>(s, sK, krow1, sQ, qcol1, 0, lane);
+      warp_mma<kPipe1, false, false, true, DVP / 16, PV, PV, MT1, NT1 / 2, true>(dp, sV, krow1, sDo, qcol1, 0, lane);
+      // Per query column of this thread: lse in base 2 (+inf hides the row: fully masked or past seqlen_q).
+      float lq[NT1][2];
 #pragma unroll
       for (int nt = 0; nt < NT1; ++nt) {
         const int qc0 = qcol1 + nt * 8 + (lane & 3) * 2;  // two adjacent columns: one 8-byte load each
         const float2 l2 = *reinterpret_cast<const float2*>(sLse + st * BM + qc0);
-        const float2 d2 = *reinterpret_cast<const float2*>(sDelta + st * BM + qc0);
         lq[nt][0] = (l2.x == neg_inf || i0 + qc0 >= seq.sq) ? pos_inf : l2.x * kLog2e;
         lq[nt][1] = (l2.y == neg_inf || i0 + qc0 + 1 >= seq.sq) ? pos_inf : l2.y * kLog2e;
-        dl[nt][0] = d2.x;
-        dl[nt][1] = d2.y;
       }
       // Masking is needed only where the tile crosses the band edge or the end of the keys.
       bool need_mask = keys_cut;
@@ -389,49 +456,53 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       auto p_ds = [&](auto masked) {
         constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-      for (int mt = 0; mt < MT1; ++mt)
+        for (int nt = 0; nt < NT1; ++nt) {
+          // Delta of this thread's two query columns, read here (not live across the GEMMs)
+          const float2 d2 = *reinterpret_cast<const float2*>(sDelta + st * BM + qcol1 + nt * 8 + (lane & 3) * 2);
+          const float dl[2] = {d2.x, d2.y};
 #pragma unroll
-        for (int nt = 0; nt < NT1; ++nt)
+          for (int mt = 0; mt < MT1; ++mt)
 #pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int kr = krow1 + mt * 16 + (lane >> 2) + hf * 8;  // local key row
-            const int j = n0 + kr;
-            float pv[2], dsv[2];
+            for (int hf = 0; hf < 2; ++hf) {
+              const int kr = krow1 + mt * 16 + (lane >> 2) + hf * 8;  // local key row
+              const int j = n0 + kr;
+              float pv[2], dsv[2];
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int qc = qcol1 + nt * 8 + (lane & 3) * 2 + e;  // local query column
-              const int i = i0 + qc;
-              const float x = s[mt][nt][hf * 2 + e];
-              float p, dcap = 1.f;
-              if constexpr (!kFeat) {
-                p = fa_exp2(x * a.scale_log2 - lq[nt][e]);
-              } else {
-                float sv = x * a.scale;
-                if constexpr (fa_cfg::kHasSoftcap) {
-                  const float t = fa_tanh(sv * a.inv_softcap);
-                  sv = a.softcap * t;
-                  dcap = 1.f - t * t;
+              for (int e = 0; e < 2; ++e) {
+                const int qc = qcol1 + nt * 8 + (lane & 3) * 2 + e;  // local query column
+                const int i = i0 + qc;
+                const float x = s[mt][nt][hf * 2 + e];
+                float p, dcap = 1.f;
+                if constexpr (!kFeat) {
+                  p = fa_exp2(x * a.scale_log2 - lq[nt][e]);
+                } else {
+                  float sv = x * a.scale;
+                  if constexpr (fa_cfg::kHasSoftcap) {
+                    const float t = fa_tanh(sv * a.inv_softcap);
+                    sv = a.softcap * t;
+                    dcap = 1.f - t * t;
+                  }
+                  if constexpr (fa_cfg::kHasBias) {
+                    if (i < seq.sq && j < seq.sk)
+                      sv += FaElem<fa_cfg::kDtype>::to_float(bias[(long long)i * a.bias_sq + (long long)j * a.bias_sk]);
+                  }
+                  if constexpr (fa_cfg::kHasAlibi) sv -= slope * fabsf((float)(i + off - j));
+                  p = fa_exp2(sv * kLog2e - lq[nt][e]);
                 }
-                if constexpr (fa_cfg::kHasBias) {
-                  if (i < seq.sq && j < seq.sk)
-                    sv += FaElem<fa_cfg::kDtype>::to_float(bias[(long long)i * a.bias_sq + (long long)j * a.bias_sk]);
+                if constexpr (kMasked) {
+                  bool vis = j < seq.sk;
+                  if (a.win_left >= 0) vis = vis && j >= i + off - a.win_left;
+                  if (a.win_right >= 0) vis = vis && j <= i + off + a.win_right;
+                  p = vis ? p : 0.f;
                 }
-                if constexpr (fa_cfg::kHasAlibi) sv -= slope * fabsf((float)(i + off - j));
-                p = fa_exp2(sv * kLog2e - lq[nt][e]);
+                pv[e] = p;
+                dsv[e] = p * (dp[mt][nt][hf * 2 + e] - dl[e]) * dcap;
               }
-              if constexpr (kMasked) {
-                bool vis = j < seq.sk;
-                if (a.win_left >= 0) vis = vis && j >= i + off - a.win_left;
-                if (a.win_right >= 0) vis = vis && j <= i + off + a.win_right;
-                p = vis ? p : 0.f;
-              }
-              pv[e] = p;
-              dsv[e] = p * (dp[mt][nt][hf * 2 + e] - dl[nt][e]) * dcap;
+              const int qc0 = qcol1 + nt * 8 + (lane & 3) * 2;
+              *reinterpret_cast<unsigned*>(sm + kOffP + kr * PS + qc0) = pack2(pv[0], pv[1]);
+              *reinterpret_cast<unsigned*>(sm + kOffDs + kr * PS + qc0) = pack2(dsv[0], dsv[1]);
             }
-            const int qc0 = qcol1 + nt * 8 + (lane & 3) * 2;
-            *reinterpret_cast<unsigned*>(sm + kOffP + kr * PS + qc0) = pack2(pv[0], pv[1]);
-            *reinterpret_cast<unsigned*>(sm + kOffDs + kr * PS + qc0) = pack2(dsv[0], dsv[1]);
-          }
+        }
       };
       if (need_mask) p_ds(Bool<true>{});
       else p_ds(Bool<false>{});
@@ -443,13 +514,17 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     // deterministic mode (and when GEMM 2 is pipelined), the red.adds are spread over GEMM 2's k steps, a few
     // after each step's MMAs, instead of one burst that fills the load/store queue.
     {
+      // With evenly split columns every accumulator is written by the first k step (ZERO); else zeroed first.
+      constexpr bool kEven3 = NP3 * L.wd3 * 16 == DP;
       float dq[MT3][2 * NP3][4];
+      if constexpr (!kEven3) {
 #pragma unroll
-      for (int mt = 0; mt < MT3; ++mt)
+        for (int mt = 0; mt < MT3; ++mt)
 #pragma unroll
-        for (int t = 0; t < 2 * NP3; ++t) dq[mt][t][0] = dq[mt][t][1] = dq[mt][t][2] = dq[mt][t][3] = 0.f;
-      warp_mma<kPipe3, true, true, NP3 * L.wd3 * 16 == DP, BN / 16, PS, PK, MT3, NP3>(dq, sDs, qrow3, sK, wd3 * NP3 * 16, DP,
-                                                                            lane);
+          for (int t = 0; t < 2 * NP3; ++t) dq[mt][t][0] = dq[mt][t][1] = dq[mt][t][2] = dq[mt][t][3] = 0.f;
+      }
+      warp_mma<kPipe3, true, true, kEven3, BN / 16, PS, PK, MT3, NP3, kEven3>(dq, sDs, qrow3, sK, wd3 * NP3 * 16, DP,
+                                                                          lane);
       // dq_accum is 8 x 8 tiled (fa_dq_accum_off): this lane's rows R + 8 k (R = its first row) sit k blocks of G
       // floats apart, its columns (lane & 3) * 2 + 8 t of the warp's range 64 floats apart. The offset splits into
       // a 64-bit uniform base (the tile's 8-row group, head h) and a 32-bit lane part (at most (BM / 8 + 1) * G +
@@ -520,7 +595,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
                                                                                  wd2 * NPK * 16, DP, lane);
       }
     }
-    advance(h, m);
+    bool new_head;
+    step(h, m, new_head);  // the tile computed next
   }
 
   // ---- Epilogue: dK = scale * acc_dk, dV = acc_dv in the dtype (32-bit stores of column pairs).

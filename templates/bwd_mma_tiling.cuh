@@ -106,4 +106,11 @@ constexpr bool fa_bwd_interleave(const FaBwdLayout& L, int stages) {
   return dq <= 32 && total <= (stages >= 2 && L.mt3 >= 2 ? 208 : 184);
 }
 
+// Whether the kernel's per-tile Q/dO/LSE/Delta loads use incrementally advanced offsets and a predicate-free path
+// for full query blocks (fewer instructions between the barrier and GEMM 1, a few more live registers).
+// Calibrated with ptxas -v (sm_80 and sm_90a, every valid plain, masked/varlen and bias+ALiBi+softcap+window+varlen
+// point, head dims 8-256, 2026-11-23: 1291 kernels, no spills): on where the dK/dV accumulators take at most 64
+// registers; the sm_90a d128 default (128) spills 4 bytes with it.
+constexpr bool fa_bwd_lean_issue(const FaBwdLayout& L) { return fa_bwd_persistent_regs(L) <= 64; }
+
 #endif  // FA_BWD_MMA_TILING_CUH

@@ -3,46 +3,90 @@
 // Algorithm (seed 003, step 1): dP_ij = P_ij (dA_ij - Delta_i) with Delta_i = sum_c O_ic dO_ic, computed once per
 // query row here so the main backward kernels never read O. Delta is float32, laid out like the LSE (the LSE
 // strides args.f.lse_sb / lse_sh index it); rows whose LSE is -inf (every key hidden) get Delta = 0.
-// The CTA (batch b = blockIdx.z, query head h = blockIdx.y) owns query rows [blockIdx.x * kBlockM, + kBlockM);
-// one warp per row. It also zeroes, for its rows, the float32 dQ accumulator (args.dq_accum: row r = token index
-// (b * seqlen_q + i, or cu_seqlens_q[b] + i), column h * kHeadDim + c of accum_q_stride_row, 8 x 8 tiled:
-// fa_dq_accum_off in fa_common.cuh) when present, and
-// the int32 deterministic-dQ semaphores (args.dk_accum reinterpreted, element r * heads_q + h) when
+// The CTA (batch b = blockIdx.z, query head h = blockIdx.y) owns query rows [blockIdx.x * kBlockM, + kBlockM).
+// Delta: where O and dO rows are 16-byte aligned (base pointers and strides), eight lanes share a row, each reading
+// 16-byte chunks, and a warp covers four rows at a time; else one warp per row, element by element. It also zeroes,
+// for its rows, the float32 dQ accumulator (args.dq_accum: row r = token index (b * seqlen_q + i, or
+// cu_seqlens_q[b] + i), column h * kHeadDim + c of accum_q_stride_row, 8 x 8 tiled: fa_dq_accum_off in
+// fa_common.cuh; the 8 columns of one row in one block are 32 contiguous bytes: two 16-byte stores) when present,
+// and the int32 deterministic-dQ semaphores (args.dk_accum reinterpreted, element r * heads_q + h) when
 // args.deterministic and present.
-// Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kBlockM, kWarps.
 #ifndef FA_BWD_PRE_CUH
 #define FA_BWD_PRE_CUH
 
 extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(const FaBwdArgs a) {
   typedef FaElem<fa_cfg::kDtype> E;
   typedef typename E::T T;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int kThreads = fa_cfg::kWarps * 32, kVec = 16 / (int)sizeof(T), kChunks = fa_cfg::kHeadDimV / kVec;
+  static_assert(fa_cfg::kHeadDimV % kVec == 0 && fa_cfg::kHeadDim % 8 == 0, "bwd_pre: head dims multiples of 8");
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int b = blockIdx.z, h = blockIdx.y;
   const FaSeq seq = fa_seq(a.f, b);
   const bool varlen = a.f.cu_seqlens_q != nullptr;
   const long long row0 = varlen ? seq.base_q : (long long)b * a.f.seqlen_q;
   const int i0 = blockIdx.x * fa_cfg::kBlockM;
-  for (int r = warp; r < fa_cfg::kBlockM; r += fa_cfg::kWarps) {
-    const int i = i0 + r;
-    if (i >= seq.sq) break;
-    const long long ob = varlen ? 0 : (long long)b * a.f.o_sb;
-    const long long db = varlen ? 0 : (long long)b * a.do_sb;
-    const T* o = static_cast<const T*>(a.f.o) + ob + (seq.base_q + i) * a.f.o_ss + (long long)h * a.f.o_sh;
-    const T* dout = static_cast<const T*>(a.dout) + db + (seq.base_q + i) * a.do_ss + (long long)h * a.do_sh;
-    float acc = 0.f;
-    for (int c = lane; c < fa_cfg::kHeadDimV; c += 32) acc += E::to_float(o[c]) * E::to_float(dout[c]);
-    acc = fa_warp_sum(acc);
-    const long long li = (long long)b * a.f.lse_sb + (long long)h * a.f.lse_sh + seq.base_q + i;
-    const float lse = a.f.lse[li];
-    if (lane == 0) a.delta[li] = lse == -__int_as_float(0x7f800000) ? 0.f : acc;
-    const long long r_tok = row0 + i;
-    if (a.dq_accum) {
-      const long long f0 = (long long)h * fa_cfg::kHeadDim, G = a.accum_q_stride_row * 8;
-      for (int c = lane; c < fa_cfg::kHeadDim; c += 32) a.dq_accum[fa_dq_accum_off(r_tok, f0 + c, G)] = 0.f;
+  const long long ob = varlen ? 0 : (long long)b * a.f.o_sb;
+  const long long db = varlen ? 0 : (long long)b * a.do_sb;
+  const T* o0 = static_cast<const T*>(a.f.o) + ob + seq.base_q * a.f.o_ss + (long long)h * a.f.o_sh;
+  const T* d0 = static_cast<const T*>(a.dout) + db + seq.base_q * a.do_ss + (long long)h * a.do_sh;
+  const long long lb = (long long)b * a.f.lse_sb + (long long)h * a.f.lse_sh + seq.base_q;
+  auto store_delta = [&](int i, float sum) {
+    a.delta[lb + i] = a.f.lse[lb + i] == -__int_as_float(0x7f800000) ? 0.f : sum;
+  };
+  // Every row start 16-byte aligned: the base pointers and the row strides (in bytes) are multiples of 16.
+  const unsigned long long align = reinterpret_cast<unsigned long long>(o0) | reinterpret_cast<unsigned long long>(d0) |
+                                   (unsigned long long)(a.f.o_ss * (long long)sizeof(T)) |
+                                   (unsigned long long)(a.do_ss * (long long)sizeof(T));
+  if ((align & 15) == 0) {
+    const int sub = lane >> 3, l8 = lane & 7;  // row of the four, lane within its eight
+    for (int rb = warp * 4; rb < fa_cfg::kBlockM; rb += fa_cfg::kWarps * 4) {
+      const int i = i0 + rb + sub;
+      float acc = 0.f;
+      if (i < seq.sq) {
+        const uint4* o = reinterpret_cast<const uint4*>(o0 + i * a.f.o_ss);
+        const uint4* d = reinterpret_cast<const uint4*>(d0 + i * a.do_ss);
+#pragma unroll
+        for (int c = l8; c < kChunks; c += 8) {
+          const uint4 ov = o[c], dv = d[c];
+          const T* ot = reinterpret_cast<const T*>(&ov);
+          const T* dt = reinterpret_cast<const T*>(&dv);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) acc += E::to_float(ot[e]) * E::to_float(dt[e]);
+        }
+      }
+      acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+      acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+      acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+      if (l8 == 0 && i < seq.sq) store_delta(i, acc);
     }
-    if (a.deterministic && a.dk_accum && lane == 0)
-      reinterpret_cast<int*>(a.dk_accum)[r_tok * a.f.heads_q + h] = 0;
+  } else {
+    for (int r = warp; r < fa_cfg::kBlockM; r += fa_cfg::kWarps) {
+      const int i = i0 + r;
+      if (i >= seq.sq) break;
+      const T* o = o0 + i * a.f.o_ss;
+      const T* d = d0 + i * a.do_ss;
+      float acc = 0.f;
+      for (int c = lane; c < fa_cfg::kHeadDimV; c += 32) acc += E::to_float(o[c]) * E::to_float(d[c]);
+      acc = fa_warp_sum(acc);
+      if (lane == 0) store_delta(i, acc);
+    }
   }
+  // Zeroing: one item = 8 columns of one row (32 contiguous bytes); consecutive threads take consecutive rows of an
+  // 8-row group, so a warp's stores cover contiguous 256-byte blocks.
+  const int rows = min(fa_cfg::kBlockM, seq.sq - i0);
+  if (a.dq_accum) {
+    const long long f0 = (long long)h * fa_cfg::kHeadDim, G = a.accum_q_stride_row * 8;
+    constexpr int kC8 = fa_cfg::kHeadDim / 8;
+    for (int idx = tid; idx < fa_cfg::kBlockM * kC8; idx += kThreads) {
+      const int r = (idx & 7) + ((idx >> 3) / kC8) * 8, c8 = (idx >> 3) % kC8;
+      if (r >= rows) continue;
+      float4* p = reinterpret_cast<float4*>(a.dq_accum + fa_dq_accum_off(row0 + i0 + r, f0 + c8 * 8, G));
+      p[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+      p[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  if (a.deterministic && a.dk_accum)
+    for (int r = tid; r < rows; r += kThreads) reinterpret_cast<int*>(a.dk_accum)[(row0 + i0 + r) * a.f.heads_q + h] = 0;
 }
 
 #endif  // FA_BWD_PRE_CUH
