@@ -4,13 +4,15 @@
 // query row here so the main backward kernels never read O. Delta is float32, laid out like the LSE (the LSE
 // strides args.f.lse_sb / lse_sh index it); rows whose LSE is -inf (every key hidden) get Delta = 0.
 // The CTA (batch b = blockIdx.z, query head h = blockIdx.y) owns query rows [blockIdx.x * kBlockM, + kBlockM).
-// Delta: where O and dO rows are 16-byte aligned (base pointers and strides), eight lanes share a row, each reading
-// 16-byte chunks, and a warp covers four rows at a time; else one warp per row, element by element. It also zeroes,
+// Delta: for fp16/bf16 rows that are 16-byte aligned (base pointers and strides), eight lanes share a row, each
+// reading 16-byte chunks, and a warp covers four rows at a time; else (and for fp32, where the reference backward
+// sums dP in the same order) one warp per row, lane l summing elements l, l + 32, ... It also zeroes,
 // for its rows, the float32 dQ accumulator (args.dq_accum: row r = token index (b * seqlen_q + i, or
 // cu_seqlens_q[b] + i), column h * kHeadDim + c of accum_q_stride_row, 8 x 8 tiled: fa_dq_accum_off in
 // fa_common.cuh; the 8 columns of one row in one block are 32 contiguous bytes: two 16-byte stores) when present,
 // and the int32 deterministic-dQ semaphores (args.dk_accum reinterpreted, element r * heads_q + h) when
 // args.deterministic and present.
+// Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kBlockM, kWarps.
 #ifndef FA_BWD_PRE_CUH
 #define FA_BWD_PRE_CUH
 
@@ -37,7 +39,9 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
   const unsigned long long align = reinterpret_cast<unsigned long long>(o0) | reinterpret_cast<unsigned long long>(d0) |
                                    (unsigned long long)(a.f.o_ss * (long long)sizeof(T)) |
                                    (unsigned long long)(a.do_ss * (long long)sizeof(T));
-  if ((align & 15) == 0) {
+  // 16-bit dtypes only: fp32 runs the reference backward, whose dP = dO.v sums in the element order below, so
+  // with seqlen_k = 1 (O = v) dP - Delta cancels exactly there as it does in the float64 oracle.
+  if (fa_cfg::kDtype != 3 && (align & 15) == 0) {
     const int sub = lane >> 3, l8 = lane & 7;  // row of the four, lane within its eight
     for (int rb = warp * 4; rb < fa_cfg::kBlockM; rb += fa_cfg::kWarps * 4) {
       const int i = i0 + rb + sub;
