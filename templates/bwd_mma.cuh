@@ -387,6 +387,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         cp_async4(sl + r * 4, ok ? (const void*)(lg + r) : (const void*)a.lse, ok ? 4 : 0);
         cp_async4(sd + r * 4, ok ? (const void*)(dlg + r) : (const void*)args.delta, ok ? 4 : 0);
       };
+      // Unrolled on the lean path; the plain loop elsewhere (unrolling it alone tipped the d 128 default into spills)
       if constexpr (kLeanIssue) {
         constexpr int kIt = (BM + W * 32 - 1) / (W * 32);
 #pragma unroll

@@ -42,6 +42,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
   // 16-bit dtypes only: fp32 runs the reference backward, whose dP = dO.v sums in the element order below, so
   // with seqlen_k = 1 (O = v) dP - Delta cancels exactly there as it does in the float64 oracle.
   if (fa_cfg::kDtype != 3 && (align & 15) == 0) {
+    static_assert(fa_cfg::kBlockM % (fa_cfg::kWarps * 4) == 0, "bwd_pre: warps x 4 rows tile the block");
     const int sub = lane >> 3, l8 = lane & 7;  // row of the four, lane within its eight
     for (int rb = warp * 4; rb < fa_cfg::kBlockM; rb += fa_cfg::kWarps * 4) {
       const int i = i0 + rb + sub;

@@ -80,8 +80,8 @@ constexpr DefaultEntry kDefaults[] = {
 // FA2's own d128 tile, 128x64 / 4 warps / 2 stages, preferred for causal d128 on sm_90 where valid() admits it
 // (where valid() rejects it, the table below applies). The template's kBigTile path (early P packing, conditional
 // O rescale) fits it in 255 registers; valid() admits it on sm_90a with seqlen_k a multiple of 64 outside varlen
-// (the variants ptxas compiles without spills, 2026-11-23); ragged keys and varlen fall back to the table. Measured H200 bf16, hidden 2048, 16k tokens, seqlen 2k..16k
-// (scratch/h2c/NOTES.md), TFLOP/s: causal 280/303/316/327 vs SDPA flash 267/294/312/316 (128x32x4w s3 in the same
+// (the variants ptxas compiles without spills, 2026-11-23); ragged keys and varlen fall back to the table.
+// Measured H200 bf16, hidden 2048, 16k tokens, seqlen 2k..16k (scratch/h2c/NOTES.md), TFLOP/s: causal 280/303/316/327 vs SDPA flash 267/294/312/316 (128x32x4w s3 in the same
 // run: 258/279/294/304); non-causal (even keys) 338/347/354/354 vs SDPA 319/337/342/347.
 // FA2's d128 tile on sm_90a (measured H200 2026-11-22, scratch/h2c/NOTES.md: 1.01-1.05x SDPA flash causal,
 // 1.02-1.06x without a mask when seqlen_k is a multiple of 64, against 0.90-0.95x for 128x32).

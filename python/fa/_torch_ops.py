@@ -69,16 +69,8 @@ def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
                            max_seqlen_k, mask, window_left, window_right, softcap, scale)
     bp = build_bwd_params(p, dout, dq, dk, dv, cu_seqlens_q is not None, deterministic)
     with torch.cuda.device(q.device):
-        ctx = default_context(_device_index(q.device))
-        # The workspace (dQ accumulators, Delta) comes from torch's caching allocator, stream-ordered on the current
-        # stream like every other tensor here: without it the library would take it from the driver's pool
-        # (cuMemAllocAsync), which returns memory to the system at each synchronization and re-maps it later.
-        ws_bytes = ctx.backward_workspace_size(bp)
-        ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes > 0 else None
-        if ws is not None:
-            bp.workspace, bp.workspace_size = ws.data_ptr(), ws_bytes
-        ctx.run_backward(bp, _stream(q.device))
-    del keep, ws
+        default_context(_device_index(q.device)).run_backward(bp, _stream(q.device))
+    del keep
     return dq, dk, dv
 
 
