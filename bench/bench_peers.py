@@ -17,6 +17,7 @@ fast but wrong kernel shows.
 """
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -49,8 +50,10 @@ def make_shapes(args):
     """(group, b, h, sq, sk, d, causal) tuples."""
     shapes = []
     seqlens = [512, 2048, 8192] if args.quick else SEQLENS
+    if args.seqlens:
+        seqlens = args.seqlens
     for d in args.hdims:
-        for causal in (False, True):
+        for causal in args.causal:
             for s in seqlens:
                 shapes.append(("standard", TOKENS // s, HIDDEN // d, s, s, d, causal))
     if not args.no_decode:
@@ -195,27 +198,52 @@ def prepare_one(name, q, k, v, causal, flex, args, do):
     return res
 
 
+def round_orders(names, how="balanced"):
+    """The contender orders of successive rounds: every permutation for up to 3 contenders, else the rotations of
+    the list and of its reverse. A contender runs hot on the heels of its predecessor (clocks and power lag behind
+    the load by milliseconds), so a plain rotation, where each contender always follows the same one (on H100 fa
+    followed cuDNN, the heaviest, in every round), is not enough: here each follows each other equally often."""
+    if how == "rotate":  # the plain rotation (kept to measure what it costs)
+        return [names[i:] + names[:i] for i in range(len(names))]
+    if len(names) <= 3:
+        return [list(p) for p in itertools.permutations(names)]
+    rev = names[::-1]
+    return [names[i:] + names[:i] for i in range(len(names))] + [rev[i:] + rev[:i] for i in range(len(rev))]
+
+
 def time_interleaved(calls, args):
     """Median per-call time of each contender, measured in args.rounds rounds that visit every contender in turn
-    (the order rotating each round), so clock and thermal drift over the cell reaches all of them alike. A
-    contender whose call raises gets None and its error. {name: (ms or None, error or None)}."""
+    (in the orders of round_orders), so clock and thermal drift over the cell reaches all of them alike. A
+    contender whose call raises gets None and its error. Also each round's median, from which the report derives
+    the spread of a ratio over the rounds. {name: (ms or None, error or None, [per-round ms])}."""
     names = [n for n, fn in calls.items() if fn is not None]
+    orders = round_orders(names, getattr(args, "order", "balanced")) if names else [[]]
     times = {n: [] for n in names}
+    rounds_ms = {n: [] for n in names}
     errors = {}
     rounds = max(1, args.rounds)
     per_round = max(1, math.ceil(args.iters / rounds))
     for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)] if names else []
+        order = orders[r % len(orders)]
         for n in order:
             if n in errors:
                 continue
             try:
-                times[n] += event_times(calls[n], args.warmup if r == 0 else 1, per_round)
+                got = event_times(calls[n], args.warmup if r == 0 else 1, per_round)
+                times[n] += got
+                rounds_ms[n].append(statistics.median(got))
             except Exception as exc:  # noqa: BLE001
                 errors[n] = short(exc)
                 if args.verbose:
                     traceback.print_exc()
-    return {n: (None, errors[n]) if n in errors else (statistics.median(times[n]), None) for n in names}
+    return {n: (None, errors[n], []) if n in errors else (statistics.median(times[n]), None, rounds_ms[n])
+            for n in names}
+
+
+def round_ratio_range(fa_rounds, peer_rounds):
+    """[min, max] over the rounds of fa's speed over the peer's (peer time / fa time), or None."""
+    pairs = [(p / f) for f, p in zip(fa_rounds or [], peer_rounds or []) if f and p]
+    return [min(pairs), max(pairs)] if pairs else None
 
 
 def max_diff(a, b):
@@ -264,9 +292,13 @@ def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
+def spread(rng):
+    return "n/a" if not rng else f"{rng[0]:.2f}-{rng[1]:.2f}"
+
+
 def print_table(rows, directions):
     cols = ["group", "dtype", "d", "causal", "b", "h", "sq", "sk", "dir"] + [f"{c} TF/s" for c in CONTENDERS] + \
-        ["fa/FA2", "fa/cuDNN", "fa vs FA2 max|diff|"]
+        ["fa/FA2", "fa/FA2 over rounds", "fa/cuDNN", "fa vs FA2 max|diff|"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
     for r in rows:
@@ -275,7 +307,8 @@ def print_table(rows, directions):
             diff = r["max_diff"].get(direction)
             cells = [r["group"], r["dtype"], str(r["d"]), "Y" if r["causal"] else "N", str(r["b"]), str(r["h"]),
                      str(r["sq"]), str(r["sk"]), direction] + [fmt(tf[c]) for c in CONTENDERS] + \
-                [fmt(ratio(tf["fa"], tf["FA2"]), 2), fmt(ratio(tf["fa"], tf["cuDNN"]), 2),
+                [fmt(ratio(tf["fa"], tf["FA2"]), 2), spread(r.get("fa_fa2_rounds", {}).get(direction)),
+                 fmt(ratio(tf["fa"], tf["cuDNN"]), 2),
                  "n/a" if diff is None else f"{diff:.2e}"]
             print("| " + " | ".join(cells) + " |")
 
@@ -333,8 +366,13 @@ def parse_args(argv=None):
     ap.add_argument("--no-odd", action="store_true", help="skip the odd head dims")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=5,
-                    help="timing rounds per cell; each visits every contender in turn (--iters split over them)")
+    ap.add_argument("--rounds", type=int, default=6,
+                    help="timing rounds per cell; each visits every contender in turn (--iters split over them); "
+                         "a multiple of 6 gives every order of 3 contenders equally often")
+    ap.add_argument("--order", default="balanced", choices=["balanced", "rotate"],
+                    help="contender order over the rounds (round_orders); rotate: the plain rotation")
+    ap.add_argument("--seqlens", default=None, help="comma list: only these lengths of the standard sweep")
+    ap.add_argument("--causal", default="0,1", help="comma list of 0 (full), 1 (causal) for the standard sweep")
     ap.add_argument("--json", default=None, help="write every measurement to this file")
     ap.add_argument("--out", default="bench_out", help="folder for the PNGs")
     ap.add_argument("--fa-tune", default=None, choices=["first_use", "defaults", "require"],
@@ -344,6 +382,8 @@ def parse_args(argv=None):
     args.dtypes = [x.strip() for x in args.dtypes.split(",") if x.strip()]
     args.hdims = [int(x) for x in args.hdims.split(",") if x.strip()]
     args.contenders = [x.strip() for x in args.contenders.split(",") if x.strip()]
+    args.seqlens = [int(x) for x in args.seqlens.split(",") if x.strip()] if args.seqlens else None
+    args.causal = [bool(int(x)) for x in args.causal.split(",") if x.strip()]
     for c in args.contenders:
         if c not in CONTENDERS:
             ap.error(f"unknown contender {c}")
@@ -384,12 +424,14 @@ def main(argv=None):
             v = torch.randn(b, sk, h, d, device="cuda", dtype=dtype)
             do = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
             row = {"group": group, "dtype": dt_name, "d": d, "causal": causal, "b": b, "h": h, "sq": sq, "sk": sk,
-                   "ms": {"fwd": {}, "bwd": {}}, "tflops": {"fwd": {}, "bwd": {}}, "errors": {}, "max_diff": {}}
+                   "ms": {"fwd": {}, "bwd": {}}, "tflops": {"fwd": {}, "bwd": {}}, "errors": {}, "max_diff": {},
+                   "fa_fa2_rounds": {}}
             results = {c: prepare_one(c, q, k, v, causal, flex, args, do) for c in args.contenders}
             for direction in directions:
                 timed = time_interleaved({c: res[direction] for c, res in results.items()}, args)
-                for c, (ms, err) in timed.items():
+                for c, (ms, err, per_round) in timed.items():
                     results[c][f"{direction}_ms"] = ms
+                    results[c][f"{direction}_rounds"] = per_round
                     if err:
                         results[c][f"{direction}_err"] = err
             for c, res in results.items():
@@ -402,6 +444,10 @@ def main(argv=None):
                         row["errors"][f"{c}.{direction}"] = err
                         failures.setdefault(f"{c}.{direction}: {err}", 0)
                         failures[f"{c}.{direction}: {err}"] += 1
+            if "fa" in results and "FA2" in results:
+                for direction in directions:
+                    row["fa_fa2_rounds"][direction] = round_ratio_range(results["fa"].get(f"{direction}_rounds"),
+                                                                        results["FA2"].get(f"{direction}_rounds"))
             ref_name = next((c for c in ("FA2", "cuDNN", "efficient") if c in results and results[c]["out"] is not None),
                             None)
             if "fa" in results and ref_name is not None:

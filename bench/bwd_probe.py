@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import fa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_peers import flops, time_interleaved  # noqa: E402  (the benchmark's own timing and FLOP count)
+from bench_peers import flops, round_ratio_range, time_interleaved  # noqa: E402  (the benchmark's own timing and FLOP count)
 
 
 def kernel_table(name, fn, iters):
@@ -81,12 +81,13 @@ def main():
                               "FA2": lambda: torch.autograd.grad(os_, (qt, kt, vt), dot, retain_graph=True)},
                              argparse.Namespace(rounds=a.rounds, iters=a.iters, warmup=3, verbose=True))
     t_fa, t_fa2 = timed["fa"][0], timed["FA2"][0]
+    rng = round_ratio_range(timed["fa"][2], timed["FA2"][2])
     if a.kernels:
         kernel_table("fa", lambda: torch.autograd.grad(of, (q, k, v), do, retain_graph=True), a.iters)
         kernel_table("FA2", lambda: torch.autograd.grad(os_, (qt, kt, vt), dot, retain_graph=True), a.iters)
     print(f"bwd d{a.d} s{a.seqlen} b{a.batch} h{a.heads} causal{int(a.causal)} {a.dtype}: fa {t_fa:.3f} ms "
           f"({f / t_fa / 1e9:.0f} TFLOP/s), FA2 {t_fa2:.3f} ms ({f / t_fa2 / 1e9:.0f} TFLOP/s), "
-          f"fa/FA2 {t_fa2 / t_fa:.2f}")
+          f"fa/FA2 {t_fa2 / t_fa:.2f} (rounds {'-'.join(f'{x:.2f}' for x in rng) if rng else 'n/a'})")
 
 
 if __name__ == "__main__":

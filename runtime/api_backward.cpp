@@ -1,12 +1,15 @@
 // api_backward.cpp -- fa_backward_workspace_size, fa_run_backward, fa_prepare_backward; rt::run_backward_at (tests).
 // The plan (generator/backward_plan.h) lists the kernels; this file binds them to the caller's buffers and stream.
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "fa/fa.h"
 #include "generator/backward_plan.h"
 #include "runtime/backward_at.h"
 #include "runtime/launch.h"
 #include "runtime/validate.h"
+#include "templates/bwd_mma_tiling.cuh"
 
 using namespace fa::rt;
 
@@ -76,6 +79,20 @@ FaBwdArgs make_bwd_args(const Prepared& P, char* ws) {
   return a;
 }
 
+// CTAs of kernel k resident on one SM at launch l: shared memory (1 KB reserved per CTA), threads and, where
+// ptxas reported them, registers (allocated per warp in units of 256).
+int resident_ctas(const Kernel& k, const fa::gen::Launch& l, const fa::gen::DeviceLimits& lim) {
+  const int threads = static_cast<int>(l.block);
+  if (threads <= 0) return 1;
+  int n = ((lim.arch == 80 || lim.arch == 90) ? 2048 : 1536) / threads;
+  n = std::min<int>(n, (lim.max_smem_optin + 1024) / (static_cast<int>(l.smem) + 1024));
+  if (k.ptxas.registers > 0) {
+    const int per_warp = (k.ptxas.registers * 32 + 255) / 256 * 256;
+    n = std::min(n, 65536 / (per_warp * (threads / 32)));
+  }
+  return std::max(1, n);
+}
+
 // Enqueues every step of P.plan on `stream` with workspace `ws` (or a stream-ordered allocation when null).
 Status enqueue(fa_context c, const Prepared& P, bool allow_compile, CUstream stream, void* ws_in, size_t ws_size) {
   std::vector<std::shared_ptr<Kernel>> kernels;
@@ -100,11 +117,23 @@ Status enqueue(fa_context c, const Prepared& P, bool allow_compile, CUstream str
   }
   FaBwdArgs args = make_bwd_args(P, reinterpret_cast<char*>(ws));
   const fa::gen::LaunchShape shape = fa::gen::launch_shape(P.d);
-  Status st;
-  for (size_t i = 0; i < P.plan.steps.size() && st.ok(); ++i) {
+  std::vector<fa::gen::Launch> launches;
+  for (size_t i = 0; i < P.plan.steps.size(); ++i) {
     const auto& step = P.plan.steps[i];
-    st = launch_kernel(c, *kernels[i], fa::gen::family(step.s.kind).launch(step, shape), &args, sizeof args, stream);
+    launches.push_back(fa::gen::family(step.s.kind).launch(step, shape));
+    // Causal (fa_bwd_cta_order): the grid's last pairs go heaviest key block first (fa_bwd_cta), two waves' worth.
+    if (step.s.kind == fa::gen::Kind::BwdMma && fa_bwd_cta_order(step.s.mask, step.t.block_m, step.t.block_n)) {
+      const fa::gen::Launch& l = launches.back();
+      const int slots = c->limits.sm_count * resident_ctas(*kernels[i], l, c->limits);
+      args.lpt_tail = fa_bwd_lpt_tail(static_cast<int>(l.grid[1]), static_cast<int>(l.grid[2]),
+                                      static_cast<int>(l.grid[0]), slots, 2);
+      args.lpt_magic_tail = args.lpt_tail > 0 ? fa_div_magic(static_cast<unsigned>(args.lpt_tail)) : 0;
+      args.lpt_magic_heads = fa_div_magic(l.grid[1]);
+    }
   }
+  Status st;
+  for (size_t i = 0; i < P.plan.steps.size() && st.ok(); ++i)
+    st = launch_kernel(c, *kernels[i], launches[i], &args, sizeof args, stream);
   if (owned) c->drv->cuMemFreeAsync(ws, stream);
   return st;
 }

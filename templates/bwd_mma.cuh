@@ -1,7 +1,8 @@
 // bwd_mma.cuh -- the tensor-core backward (FlashAttention-2 backward, seed 003 step 2), fp16/bf16, sm_80+.
 //
-// One CTA per (key block n = blockIdx.x of kBlockN keys, kv head g = blockIdx.y, batch b = blockIdx.z). K_n, V_n
-// stay in shared memory; the CTA loops over the query heads h of g's GQA group and, for each, over the query
+// One CTA per (key block n of kBlockN keys, kv head g, batch b): blockIdx.x, .y, .z, except that under a causal mask
+// (fa_bwd_cta_order) the last args.lpt_tail (g, b) pairs go key-block-major, heaviest blocks first (fa_bwd_cta).
+// K_n, V_n stay in shared memory; the CTA loops over the query heads h of g's GQA group and, for each, over the query
 // blocks m (kBlockM rows) whose tile meets the mask band (cyclically from a block rotated by n, so CTAs of one head
 // add into different dQ rows at a time; in order in the deterministic mode), with Q_m, dO_m, LSE_m, Delta_m
 // (bwd_pre) landing in shared memory by cp.async (double-buffered when kStages == 2). Per tile, with scores
@@ -25,8 +26,8 @@
 // XOR-swizzled in 16-byte chunks where the padded head dim is a multiple of 64, else padded by 16 bytes; P and
 // dS'^T rows are padded (smem_layout.cuh: conflict-free ldmatrix in both, conflict-free cp.async writes in the
 // swizzled one). Head dims that are not multiples of 16 are zero-padded in the reduction.
-// Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kHasBias, kHasAlibi, kHasSoftcap, kBlockM, kBlockN, kWarps,
-// kStages (the mask comes through args' window).
+// Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kMask (causal: the CTA order above; the band itself comes
+// through args' window), kHasBias, kHasAlibi, kHasSoftcap, kBlockM, kBlockN, kWarps, kStages.
 #ifndef FA_BWD_MMA_CUH
 #define FA_BWD_MMA_CUH
 
@@ -56,7 +57,7 @@ constexpr bool kPipe3 = kPipeAny && kPersist + fa_bwd_pipe_g3(L) <= kPipeBudget;
 constexpr bool kInterleave = kPipe2 && fa_bwd_interleave(L, NS);
 // Lean per-tile load addressing (see issue_next in the kernel) where registers allow (bwd_mma_tiling.cuh).
 constexpr bool kLeanIssue = fa_bwd_lean_issue(L);
-// Shared memory (16-bit elements, then floats).
+// Shared memory (16-bit elements, then floats: LSE and Delta per stage; causal: then the CTA mailbox, 4 ints).
 constexpr int kOffV = BN * PK, kOffQ = kOffV + BN * PV, kOffDo = kOffQ + NS * BM * PK, kOffP = kOffDo + NS * BM * PV;
 constexpr int kOffDs = kOffP + BN * PS, kEndHalf = kOffDs + BN * PS;
 static_assert(kOffV % 64 == 0 && kOffQ % 64 == 0 && kOffDo % 64 == 0 && (BM * PK) % 64 == 0 && (BM * PV) % 64 == 0,
@@ -260,6 +261,20 @@ FA_DEVICE void warp_mma(float (&acc)[MT][2 * NP][4], unsigned sA, int ar, unsign
     }
   }
 }
+// The CTA's (key block, kv head, batch). Causal (fa_bwd_cta_order): decoded once from the block index (fa_bwd_cta)
+// and kept in a shared-memory mailbox of 4 ints after Delta (every thread writes the same values before its first read, so no
+// barrier is needed); the tile loop and the epilogue re-read it (volatile: one shared load per coordinate used)
+// instead of holding it: the decoded values held in registers tipped 4-8 byte spills at the tightest points, where
+// the plain order's blockIdx reads cost nothing (ptxas re-reads them). Other masks: blockIdx itself.
+constexpr bool kCtaMailbox = fa_bwd_cta_order(fa_cfg::kMask, BM, BN);
+// One coordinate (0: key block, 1: kv head, 2: batch), one shared load.
+__device__ __forceinline__ int cta_coord(const volatile int* mailbox, int i) {
+  if constexpr (kCtaMailbox) {
+    return mailbox[i];
+  } else {
+    return i == 0 ? (int)blockIdx.x : i == 1 ? (int)blockIdx.y : (int)blockIdx.z;
+  }
+}
 }  // namespace fa_bwd_mma
 
 // Register discipline: minBlocksPerSM = 1 is explicit (ptxas gets the whole register file of one CTA), the
@@ -273,7 +288,19 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   float* sDelta = sLse + NS * BM;
   const FaFwdArgs& a = args.f;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int nb = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+  // Causal grids: the last args.lpt_tail pairs key-block-major (fa_bwd_cta); other masks keep the plain order (their
+  // key blocks carry even work). Used in the prologue; the loop and the epilogue read cta_coord(mailbox, i).
+  int* mailbox = reinterpret_cast<int*>(sDelta + NS * BM);
+  FaBwdCta cta{(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
+  if constexpr (kCtaMailbox) {
+    cta = fa_bwd_cta(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z, args.lpt_tail,
+                     args.lpt_magic_tail, args.lpt_magic_heads);
+    volatile int* mb = mailbox;
+    mb[0] = cta.nb;
+    mb[1] = cta.g;
+    mb[2] = cta.b;
+  }
+  const int nb = cta.nb, g = cta.g, b = cta.b;
   const FaSeq seq = fa_seq(a, b);
   const int n0 = nb * BN;
   if (n0 >= seq.sk) return;
@@ -369,7 +396,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     if constexpr (!kLeanIssue) {
       q_next = qb + (seq.base_q + i0) * a.q_ss + (long long)h_next * a.q_sh;
       do_next = dob + (seq.base_q + i0) * args.do_ss + (long long)h_next * args.do_sh;
-      l_next = (long long)b * a.lse_sb + (long long)h_next * a.lse_sh + seq.base_q + i0;
+      l_next = (long long)cta_coord(mailbox, 2) * a.lse_sb + (long long)h_next * a.lse_sh + seq.base_q + i0;
     }
     const T* qg = static_cast<const T*>(a.q) + q_next;
     const T* dg = static_cast<const T*>(args.dout) + do_next;
@@ -447,11 +474,13 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         lq[nt][1] = (l2.y == neg_inf || i0 + qc0 + 1 >= seq.sq) ? pos_inf : l2.y * kLog2e;
       }
       // Masking is needed only where the tile crosses the band edge or the end of the keys.
+      const int n0t = cta_coord(mailbox, 0) * BN;
       bool need_mask = keys_cut;
-      if (a.win_left >= 0) need_mask = need_mask || n0 < i0 + BM - 1 + off - a.win_left;
-      if (a.win_right >= 0) need_mask = need_mask || n0 + BN - 1 > i0 + off + a.win_right;
+      if (a.win_left >= 0) need_mask = need_mask || n0t < i0 + BM - 1 + off - a.win_left;
+      if (a.win_right >= 0) need_mask = need_mask || n0t + BN - 1 > i0 + off + a.win_right;
       const float slope = fa_cfg::kHasAlibi ? a.alibi[h] : 0.f;
-      const T* bias = fa_cfg::kHasBias ? static_cast<const T*>(a.bias) + (long long)b * a.bias_sb + (long long)h * a.bias_sh
+      const T* bias = fa_cfg::kHasBias ? static_cast<const T*>(a.bias) + (long long)cta_coord(mailbox, 2) * a.bias_sb +
+                                             (long long)h * a.bias_sh
                                        : nullptr;
       // P and dS' of this warp's tile to shared memory; MASKED: apply the band and the end of the keys.
       auto p_ds = [&](auto masked) {
@@ -466,7 +495,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
               const int kr = krow1 + mt * 16 + (lane >> 2) + hf * 8;  // local key row
-              const int j = n0 + kr;
+              const int j = n0t + kr;
               float pv[2], dsv[2];
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
@@ -577,7 +606,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
             const int y = i0 + off - a.win_left;
             n_lo = y > 0 ? y / BN : 0;
           }
-          ticket = nb - n_lo;
+          ticket = cta_coord(mailbox, 0) - n_lo;
           if (tid == 0)
             while (ld_acquire(sem) != ticket) {
             }
@@ -603,15 +632,16 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   // ---- Epilogue: dK = scale * acc_dk, dV = acc_dv in the dtype (32-bit stores of column pairs).
   cp_wait_all();
   {
-    const long long dkb = varlen ? 0 : (long long)b * args.dk_sb, dvb = varlen ? 0 : (long long)b * args.dv_sb;
-    T* dkg = static_cast<T*>(args.dk) + dkb + (seq.base_k + n0) * args.dk_ss + (long long)g * args.dk_sh;
-    T* dvg = static_cast<T*>(args.dv) + dvb + (seq.base_k + n0) * args.dv_ss + (long long)g * args.dv_sh;
+    const int n0e = cta_coord(mailbox, 0) * BN, ge = cta_coord(mailbox, 1), be = cta_coord(mailbox, 2);
+    const long long dkb = varlen ? 0 : (long long)be * args.dk_sb, dvb = varlen ? 0 : (long long)be * args.dv_sb;
+    T* dkg = static_cast<T*>(args.dk) + dkb + (seq.base_k + n0e) * args.dk_ss + (long long)ge * args.dk_sh;
+    T* dvg = static_cast<T*>(args.dv) + dvb + (seq.base_k + n0e) * args.dv_ss + (long long)ge * args.dv_sh;
 #pragma unroll
     for (int mt = 0; mt < MT2; ++mt)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int r = krow2 + mt * 16 + (lane >> 2) + hf * 8;
-        if (n0 + r >= seq.sk) continue;
+        if (n0e + r >= seq.sk) continue;
 #pragma unroll
         for (int t = 0; t < 2 * NPK; ++t) {
           const int col = (wd2 * NPK + t / 2) * 16 + (t & 1) * 8 + (lane & 3) * 2;

@@ -113,4 +113,54 @@ constexpr bool fa_bwd_interleave(const FaBwdLayout& L, int stages) {
 // registers; the sm_90a d128 default (128) spills 4 bytes with it.
 constexpr bool fa_bwd_lean_issue(const FaBwdLayout& L) { return fa_bwd_persistent_regs(L) <= 64; }
 
+// Which CTA takes which work. The grid is (key blocks nbk, kv heads, batch) and CTAs start roughly in linear order
+// lin = x + nbk * (y + heads_kv * z). In the plain order CTA (x, y, z) takes key block x of kv head y, batch z: the
+// key blocks of one (head, batch) pair run side by side and share its Q, dO and dQ' rows in L2. Under a causal
+// mask key block n meets nbk - n query blocks, so in the plain order the last pairs start their heaviest blocks in
+// the last wave and the grid ends on a tail. The last `tail` pairs therefore go key-block-major (all their block 0s,
+// then all their block 1s, ...): heaviest first, the grid ends on light blocks. Every key block of a pair still
+// starts after the pair's lower key blocks (the deterministic mode's dQ' order relies on it).
+// The decode divides by multiplying (fa_div_magic), so it stays in integer ops that the compiler keeps in uniform
+// registers like blockIdx itself (a hardware-division decode costs vector registers: 4-20 bytes of spills at the
+// tightest points).
+// n / d for 1 <= d < 2^15 and n < 2^16: umulhi(2n, ceil(2^31 / d)) (n d < 2^31 keeps the error below 1/d).
+constexpr unsigned fa_div_magic(unsigned d) { return static_cast<unsigned>(((1ull << 31) + d - 1) / d); }
+constexpr unsigned fa_div_by_magic(unsigned n, unsigned magic) {
+  return static_cast<unsigned>((static_cast<unsigned long long>(2u * n) * magic) >> 32);
+}
+struct FaBwdCta {
+  int nb, g, b;  // key block, kv head, batch
+};
+// x, y, z: the CTA's block index; nbk, heads, batches: the grid; tail, magic_tail = fa_div_magic(tail), magic_heads
+// = fa_div_magic(heads): from the host (fa_bwd_lpt_tail), tail 0 for the plain order.
+constexpr FaBwdCta fa_bwd_cta(unsigned x, unsigned y, unsigned z, unsigned nbk, unsigned heads, unsigned batches,
+                              unsigned tail, unsigned magic_tail, unsigned magic_heads) {
+  FaBwdCta c{static_cast<int>(x), static_cast<int>(y), static_cast<int>(z)};
+  if (tail > 0) {
+    const unsigned lin = x + nbk * (y + heads * z), head = (heads * batches - tail) * nbk;
+    if (lin >= head) {
+      const unsigned r = lin - head, nb = fa_div_by_magic(r, magic_tail);
+      const unsigned pair = heads * batches - tail + (r - nb * tail), b = fa_div_by_magic(pair, magic_heads);
+      c = FaBwdCta{static_cast<int>(nb), static_cast<int>(pair - b * heads), static_cast<int>(b)};
+    }
+  }
+  return c;
+}
+// Which kernels decode the order: causal ones, except the 128 x 128 tile (FA2's d 64 tile, no register to spare:
+// ptxas spilled 24 bytes with the decode, and the plain order costs it less than a smaller tile would).
+constexpr bool fa_bwd_cta_order(int mask, int block_m, int block_n) {
+  return mask == 1 && !(block_m == 128 && block_n == 128);
+}
+// Host side: the pairs that go key-block-major, enough for `waves` waves of `slots` resident CTAs (<= pairs); 0
+// where the grid fits in one wave, or where the decode's ranges (pairs and tail CTAs < 2^16, heads < 2^15) do not
+// hold.
+constexpr int fa_bwd_lpt_tail(int heads, int batches, int nbk, int slots, int waves) {
+  const long long pairs = static_cast<long long>(heads) * batches;
+  if (pairs <= 0 || nbk <= 1 || slots <= 0 || pairs * nbk <= slots) return 0;
+  long long t = fa_ceil_div(waves * slots, nbk);
+  if (t > pairs) t = pairs;
+  if (pairs >= (1 << 16) || t * nbk >= (1 << 16) || heads >= (1 << 15)) return 0;
+  return static_cast<int>(t);
+}
+
 #endif  // FA_BWD_MMA_TILING_CUH

@@ -47,7 +47,9 @@ struct FaBwdArgs {
   long long accum_kv_stride_row;
   int total_q, total_k;           // varlen totals (fixed: batch*seqlen)
   int deterministic;
-  int pad0;
+  int lpt_tail;                   // bwd_mma: the last lpt_tail (kv head, batch) pairs run key-block-major (fa_bwd_cta)
+  unsigned lpt_magic_tail;        // fa_div_magic(lpt_tail), fa_div_magic(heads_kv)
+  unsigned lpt_magic_heads;
 };
 
 #endif  // FA_ARGS_CUH

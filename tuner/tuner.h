@@ -1,6 +1,7 @@
 // tuner.h -- the autotuner: candidates from THE validity predicate, compiled in parallel through the context's
 // KernelCache (so cubins persist), pruned by ptxas (spills, registers), timed on the device, the winner verified
-// once against the reference, every candidate's time stored in cache_db under the tuning key (bucket.h).
+// once against the reference, every candidate's time stored in cache_db under the tuning key (bucket.h). The fastest
+// few of the first pass and the default are re-timed in interleaved rounds (the finals, tuner.cpp) before one wins.
 //
 // Used by the context's chooser (first-use tuning inside fa_run / fa_prepare) and by the fa-tune command.
 #pragma once
@@ -32,6 +33,10 @@ struct TuneOptions {
   bool store = true;             // write every candidate's row to the context's cache_db
   double verify_tolerance = -1;  // < 0: by dtype (fp32 1e-4, fp16 5e-3, bf16 2e-2)
   int max_candidates = 0;        // > 0: only the first N candidates (plus the default); for quick runs and tests
+  // Finals (tuner.cpp): the first pass's fastest `finalists` candidates plus the default, re-timed in
+  // `final_rounds` interleaved rounds. < 0: the defaults (3 and 3); 0 rounds: no finals.
+  int finalists = -1;
+  int final_rounds = -1;
   // Called (from compile threads, serialised by the caller if needed) as each candidate's compile finishes.
   std::function<void(size_t index, const CandidateResult& r)> on_compiled;
 };
@@ -39,7 +44,8 @@ struct TuneOptions {
 struct CandidateResult {
   gen::Tunables t;
   std::string key;               // tunables_key
-  std::string status;            // ok, compile_error, spill, registers, launch_error, verify_failed, not_timed
+  std::string status;            // ok, compile_error, spill, registers, launch_error, verify_failed, not_timed,
+                                 // eliminated (timed in the first pass, not re-timed in the finals)
   double median_ms = std::nan("");
   rt::PtxasInfo ptxas;
   std::string detail;            // why it was rejected
@@ -66,6 +72,8 @@ struct TuneOutcome {
   int rejected = 0;              // compile errors + ptxas rejections
   double compile_seconds = 0.0;  // wall time of the parallel compile
   double timing_seconds = 0.0;
+  int finalists = 0;             // candidates re-timed in the finals (0: no finals ran)
+  int final_rounds = 0;
 };
 
 // Forward FLOPs of a problem (2 GEMMs, counting only visible (i, j) pairs under the mask); x2.5 for backward.

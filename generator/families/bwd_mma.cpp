@@ -35,6 +35,10 @@ constexpr int kBwdMmaWideBudget = 192;     // 8 warps with a transient tile of <
 constexpr int kBwdMmaWideTransient = 64;
 constexpr int kBwdMmaMaxTransient = 96;    // S^T/dP^T or dQ' tile floats per thread at the narrow budget
 constexpr int kBwdMmaFeatUnevenBudget = 96;  // bias/ALiBi/softcap with unevenly split head columns
+constexpr int kBwdMmaBiasSTile = 64;         // with a bias, S^T/dP^T floats per thread and dK/dV registers from
+constexpr int kBwdMmaBiasPersistent = 64;    // which only 8 warps, 2 stages and exactly 64 dK/dV registers are clean
+constexpr int kBwdMmaBiasPaddedBudget = 144; // with a bias and a head dim that is not a multiple of 16
+constexpr int kBwdMmaCausalBudget = 144;     // with a bias and a causal mask (the CTA-order decode)
 
 FaBwdLayout layout(const KernelConfig& c) {
   return fa_bwd_layout(c.t.block_m, c.t.block_n, std::max(1, c.t.warps), c.s.head_dim, c.s.head_dim_v);
@@ -133,10 +137,39 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (!features && c.s.arch >= 90 && t.block_m == 64 && t.block_n == 64 && t.warps == 8 && t.stages == 1 &&
       L.dp == 256 && L.dvp == 256)
     return fail("tile: 64 x 64 x 8 warps with 1 stage at head dim 256 spills on sm_90 (ptxas); use 2 stages");
-  // With a bias at head dims 113-128, 8 warps over 128 keys spill 4-60 bytes (ptxas -v, sm_80 and sm_90a, bias
-  // alone or with ALiBi / softcap, 2026-11-23): the bias loads' addresses do not fit next to the tile.
-  if (c.s.has_bias && t.block_n == 128 && t.warps == 8 && L.dp == 128)
-    return fail("tile: block_n 128 with 8 warps spills with a bias at head dim 128 (ptxas); use block_n 64");
+  // A bias costs registers that the estimate does not count: the addresses and guarded loads of its elements live
+  // next to GEMM 1's S^T/dP^T tile. ptxas -v over the valid points with a bias (alone, with ALiBi, with softcap;
+  // sm_80 and sm_90a; fp16 and bf16; head dims 8-256; 2026-11-23):
+  //   - that tile at 64 floats per thread with dK/dV at 64 or more registers spilled 4-32 bytes (one stage at d 64
+  //     64 x 64 x 4 and 64 x 128 x 8 and at d 128 128 x 64 x 8; d 96 64 x 64 x 4 and d 24 32 x 128 x 4 even with
+  //     two stages), except 8 warps with 2 stages and exactly 64 dK/dV registers; with fewer dK/dV registers
+  //     (d 8-16 64 x 64 x 4) it is clean;
+  //   - above the narrow budget it spilled 4-60 bytes (d 256 64 x 64 x 8 on sm_90a, d 128 64 x 128 x 8);
+  //   - head dims padded to 16 (guarded columns) spilled 4-8 bytes at estimate 160 (d 56 16 x 128 x 4, d 120
+  //     32 x 64 x 4 and 32 x 128 x 8) and in the 8-warp 2-stage exception (d 56 64 x 128 x 8, d 120 128 x 64 x 8);
+  //     144 was clean (d 120 16 x 128 x 8, d 184 64 x 64 x 8).
+  // A causal kernel decodes its CTA order (bwd_mma.cuh: cta_coords) and re-reads the result from shared memory
+  // where used. ptxas -v over the valid causal points (2026-11-23, sm_90a; see the commit): with a bias it spilled
+  // 8-20 bytes at estimate 160 (d 128 32 x 64 x 4 and 32 x 128 x 8); 144 was clean. So a causal bias is held to 144.
+  const bool causal = c.s.mask == kMaskCausal;
+  const bool padded = L.dp != c.s.head_dim || L.dvp != c.s.head_dim_v;  // head dims padded to 16 (guarded)
+  if (c.s.has_bias) {
+    const int s_tile = 2 * L.mt1 * L.nt1 * 4;  // S^T and dP^T floats per thread (the GEMM 1 part of the estimate)
+    const int dkdv = fa_bwd_persistent_regs(L);
+    const int budget = padded ? kBwdMmaBiasPaddedBudget : causal ? kBwdMmaCausalBudget : kBwdMmaRegBudget;
+    if (regs > budget)
+      return fail(fmt::format("registers: estimated {} float32 accumulators per thread with a bias{}, expected <= {} "
+                              "(no spills)",
+                              regs, padded ? " and head dims padded to 16" : causal ? " and a causal mask" : "",
+                              budget));
+    if (s_tile >= kBwdMmaBiasSTile && dkdv >= kBwdMmaBiasPersistent &&
+        !(t.warps == 8 && t.stages == 2 && dkdv == kBwdMmaBiasPersistent && !padded))
+      return fail(fmt::format("tile: a {} x {} tile with {} warps and {} stage(s) holds {} S/dP floats per thread; "
+                              "with a bias and {} dK/dV registers (>= {}) it needs 8 warps, 2 stages, exactly {} "
+                              "dK/dV registers and head dims that are multiples of 16 to compile without spills",
+                              t.block_m, t.block_n, t.warps, t.stages, s_tile, dkdv, kBwdMmaBiasPersistent,
+                              kBwdMmaBiasPersistent));
+  }
   return true;
 }
 
@@ -145,7 +178,8 @@ unsigned smem_bytes(const KernelConfig& c) {
   const int dp = (c.s.head_dim + 15) / 16 * 16, dvp = (c.s.head_dim_v + 15) / 16 * 16;
   const int pk = fa_smem_pitch(dp), pv = fa_smem_pitch(dvp);  // K / Q and V / dO row pitches (smem_layout.cuh)
   const int halves = bn * pk + bn * pv + ns * bm * pk + ns * bm * pv + 2 * bn * (bm + 8);
-  return static_cast<unsigned>(halves * 2 + ns * bm * 8);
+  const unsigned mailbox = fa_bwd_cta_order(c.s.mask, bm, bn) ? 16 : 0;  // the CTA mailbox (bwd_mma.cuh: cta_coord)
+  return static_cast<unsigned>(halves * 2 + ns * bm * 8) + mailbox;
 }
 
 Launch launch(const KernelConfig& c, const LaunchShape& sh) {

@@ -167,20 +167,25 @@ TEST(GpuBackward, CallerWorkspaceAndSizeQuery) {
 namespace fa::test {
 namespace {
 
-// A large backward (seqlen 4k, d128, causal and not) through the tensor-core plan, checked against the reference
-// backward plan on the same inputs (the float64 oracle is too slow at this size).
+// A large backward (seqlen 4k, 16 heads, d128, causal and not) through the tensor-core plan, plain and
+// deterministic, checked against the reference backward plan on the same inputs (the float64 oracle is too slow at
+// this size); the deterministic run twice, bitwise equal. 16 x 32 key blocks exceed one wave of CTAs, so the causal
+// grid's last pairs run key-block-major (templates/bwd_mma_tiling.cuh: fa_bwd_cta) in both modes.
 TEST(GpuBackward, LargeProblemMatchesTheReferencePath) {
   Gpu& gp = gpu();
   if (!gp.ok()) GTEST_SKIP() << "no GPU: " << gp.why;
   std::mt19937_64 rng(test_seed() + 17);
   double worst = 0;
   for (int causal : {0, 1}) {
-    const int S = 4096, H = 4, D = 128, dt = FA_DTYPE_BF16;
+    const int S = 4096, H = 16, D = 128, dt = FA_DTYPE_BF16;
     const size_t n = size_t(S) * H * D;
     std::vector<double> host(n);
     std::uniform_real_distribution<double> u(-1, 1);
     DevBuf q(n * 2), k(n * 2), v(n * 2), o(n * 2), dout(n * 2), lse(size_t(S) * H * 4);
-    DevBuf dq[2] = {DevBuf(n * 2), DevBuf(n * 2)}, dk[2] = {DevBuf(n * 2), DevBuf(n * 2)}, dv[2] = {DevBuf(n * 2), DevBuf(n * 2)};
+    // path 0: tensor-core, 1: reference, 2 and 3: tensor-core deterministic (twice)
+    DevBuf dq[4] = {DevBuf(n * 2), DevBuf(n * 2), DevBuf(n * 2), DevBuf(n * 2)};
+    DevBuf dk[4] = {DevBuf(n * 2), DevBuf(n * 2), DevBuf(n * 2), DevBuf(n * 2)};
+    DevBuf dv[4] = {DevBuf(n * 2), DevBuf(n * 2), DevBuf(n * 2), DevBuf(n * 2)};
     for (DevBuf* b : {&q, &k, &v, &dout}) {
       for (auto& x : host) x = u(rng);
       b->upload(encode(dt, host).data(), n * 2);
@@ -195,7 +200,7 @@ TEST(GpuBackward, LargeProblemMatchesTheReferencePath) {
     p.q_stride_head = p.k_stride_head = p.v_stride_head = p.o_stride_head = D;
     p.mask = causal ? FA_MASK_CAUSAL : FA_MASK_NONE;
     ASSERT_EQ(fa_run(gp.ctx, &p, gp.stream), FA_OK) << fa_last_error();
-    for (int path = 0; path < 2; ++path) {
+    for (int path = 0; path < 4; ++path) {
       fa_bwd_params b;
       fa_bwd_params_init(&b);
       b.fwd = &p;
@@ -204,22 +209,28 @@ TEST(GpuBackward, LargeProblemMatchesTheReferencePath) {
       b.dq_stride_batch = b.dk_stride_batch = b.dv_stride_batch = int64_t(n);
       b.dq_stride_seq = b.dk_stride_seq = b.dv_stride_seq = int64_t(H) * D;
       b.dq_stride_head = b.dk_stride_head = b.dv_stride_head = D;
+      b.deterministic = path >= 2 ? 1 : 0;
       if (path == 1) setenv("FA_FORCE_REFERENCE_BWD", "1", 1);
       ASSERT_EQ(fa_run_backward(gp.ctx, &b, gp.stream), FA_OK) << fa_last_error();
       unsetenv("FA_FORCE_REFERENCE_BWD");
     }
     gp.d->cuStreamSynchronize(gp.stream);
-    for (DevBuf* pair : {dq, dk, dv}) {
-      std::vector<uint8_t> a(n * 2), r(n * 2);
-      pair[0].download(a.data(), a.size());
-      pair[1].download(r.data(), r.size());
-      const auto da = decode(dt, a), dr = decode(dt, r);
-      const double e = oracle::relative_error(std::span<const double>(da), std::span<const double>(dr));
-      worst = std::max(worst, e);
-      EXPECT_LE(e, 3e-2) << "causal " << causal;
+    for (DevBuf* grad : {dq, dk, dv}) {
+      std::vector<uint8_t> r(n * 2), a(n * 2), again(n * 2);
+      grad[1].download(r.data(), r.size());
+      const auto dr = decode(dt, r);
+      for (int path : {0, 2}) {
+        grad[path].download(a.data(), a.size());
+        const auto da = decode(dt, a);
+        const double e = oracle::relative_error(std::span<const double>(da), std::span<const double>(dr));
+        worst = std::max(worst, e);
+        EXPECT_LE(e, 3e-2) << "causal " << causal << (path == 2 ? " deterministic" : "");
+      }
+      grad[3].download(again.data(), again.size());
+      EXPECT_EQ(std::memcmp(a.data(), again.data(), a.size()), 0) << "causal " << causal << ": deterministic runs differ";
     }
   }
-  std::printf("GPU SUMMARY backward large: tensor-core vs reference backward at seqlen 4k d128, worst rel err %.3g\n", worst);
+  std::printf("GPU SUMMARY backward large: tensor-core (plain, deterministic) vs reference backward at seqlen 4k d128 h16, worst rel err %.3g\n", worst);
 }
 
 }  // namespace
