@@ -118,10 +118,11 @@ bool valid(const KernelConfig& c, std::string* why) {
                             "unevenly split head columns, expected <= {} (no spills)",
                             regs, kBwdMmaFeatUnevenBudget));
   // FA2's own d 64 tile, 128 x 128 with 8 warps (estimate 192, transient 128): spill-free on sm_90a without
-  // bias/ALiBi/softcap when both head dims pad to 64 (NVRTC 13, plain, masked and varlen, fp16 and bf16; 2026-11-22).
-  // It spills 12 bytes on sm_80 and 24-84 bytes at head dims 32-48, so it stays outside the rule elsewhere.
+  // bias/ALiBi/softcap at head dims 64 (NVRTC 13, plain, masked and varlen, fp16 and bf16; 2026-11-22). It spills
+  // 12 bytes on sm_80, 24-84 bytes at head dims 32-48 and 12 bytes at 56 (padded to 64, one stage; 2026-11-23, also
+  // before this session's changes), so it stays outside the rule elsewhere.
   const bool fa2_d64_tile = c.s.arch >= 90 && !features && t.block_m == 128 && t.block_n == 128 && t.warps == 8 &&
-                            L.dp == 64 && L.dvp == 64;
+                            c.s.head_dim == 64 && c.s.head_dim_v == 64;
   if (!narrow && !wide && !fa2_d64_tile)
     return fail(fmt::format("registers: estimated {} float32 accumulators per thread ({} transient{}), expected <= {} "
                             "with <= {} transient (<= {} unless the columns split evenly), or <= {} with 8 warps, <= "
@@ -148,11 +149,21 @@ bool valid(const KernelConfig& c, std::string* why) {
   //   - head dims padded to 16 (guarded columns) spilled 4-8 bytes at estimate 160 (d 56 16 x 128 x 4, d 120
   //     32 x 64 x 4 and 32 x 128 x 8) and in the 8-warp 2-stage exception (d 56 64 x 128 x 8, d 120 128 x 64 x 8);
   //     144 was clean (d 120 16 x 128 x 8, d 184 64 x 64 x 8).
-  // A causal kernel decodes its CTA order (bwd_mma.cuh: cta_coords) and re-reads the result from shared memory
-  // where used. ptxas -v over the valid causal points (2026-11-23, sm_90a; see the commit): with a bias it spilled
-  // 8-20 bytes at estimate 160 (d 128 32 x 64 x 4 and 32 x 128 x 8); 144 was clean. So a causal bias is held to 144.
+  // A causal kernel decodes its CTA order (bwd_mma_tiling.cuh: fa_bwd_cta_order) and re-reads it from shared
+  // memory where used. ptxas -v over every valid causal point, one compile at a time (2026-11-23, sm_90a, bf16, head
+  // dims 8-256, plain: 416 kernels): 3 spilled, d 56 128 x 128 x 8 one stage (12 bytes, also before the change; see
+  // fa2_d64_tile), d 120 64 x 128 x 8 two stages (4 bytes) and d 64 64 x 64 x 4 one stage (8 bytes); with a bias
+  // (bias + ALiBi + softcap, varlen) estimate 160 spilled 4-20 bytes (d 128 32 x 64 x 4, 32 x 128 x 8) and 144 was
+  // clean. So: a causal bias is held to 144, and the two plain points are out.
   const bool causal = c.s.mask == kMaskCausal;
   const bool padded = L.dp != c.s.head_dim || L.dvp != c.s.head_dim_v;  // head dims padded to 16 (guarded)
+  if (causal && !features && padded && t.block_n == 128 && t.warps == 8 && regs > kBwdMmaRegBudget)
+    return fail(fmt::format("tile: {} x 128 x 8 warps (estimate {}) with a causal mask and head dims padded to 16 "
+                            "spills (ptxas); use another tile",
+                            t.block_m, regs));
+  if (causal && !features && t.block_m == 64 && t.block_n == 64 && t.warps == 4 && t.stages == 1 && L.dp == 64 &&
+      L.dvp == 64)
+    return fail("tile: 64 x 64 x 4 warps with 1 stage at head dim 64 spills with a causal mask (ptxas); use 2 stages");
   if (c.s.has_bias) {
     const int s_tile = 2 * L.mt1 * L.nt1 * 4;  // S^T and dP^T floats per thread (the GEMM 1 part of the estimate)
     const int dkdv = fa_bwd_persistent_regs(L);
