@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import fa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_peers import flops, round_ratio_range, time_interleaved  # noqa: E402  (the benchmark's own timing and FLOP count)
+from bench_peers import flops, round_ratio_range, spread, time_interleaved  # noqa: E402  (the benchmark's own)
 
 
 def kernel_table(name, fn, iters):
@@ -87,7 +87,7 @@ def main():
         kernel_table("FA2", lambda: torch.autograd.grad(os_, (qt, kt, vt), dot, retain_graph=True), a.iters)
     print(f"bwd d{a.d} s{a.seqlen} b{a.batch} h{a.heads} causal{int(a.causal)} {a.dtype}: fa {t_fa:.3f} ms "
           f"({f / t_fa / 1e9:.0f} TFLOP/s), FA2 {t_fa2:.3f} ms ({f / t_fa2 / 1e9:.0f} TFLOP/s), "
-          f"fa/FA2 {t_fa2 / t_fa:.2f} (rounds {'-'.join(f'{x:.2f}' for x in rng) if rng else 'n/a'})")
+          f"fa/FA2 {t_fa2 / t_fa:.2f} (rounds {spread(rng)})")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 // The plan (generator/backward_plan.h) lists the kernels; this file binds them to the caller's buffers and stream.
 #include <algorithm>
 #include <cstdlib>
-#include <vector>
 
 #include "fa/fa.h"
 #include "generator/backward_plan.h"
@@ -117,23 +116,21 @@ Status enqueue(fa_context c, const Prepared& P, bool allow_compile, CUstream str
   }
   FaBwdArgs args = make_bwd_args(P, reinterpret_cast<char*>(ws));
   const fa::gen::LaunchShape shape = fa::gen::launch_shape(P.d);
-  std::vector<fa::gen::Launch> launches;
-  for (size_t i = 0; i < P.plan.steps.size(); ++i) {
+  Status st;
+  for (size_t i = 0; i < P.plan.steps.size() && st.ok(); ++i) {
     const auto& step = P.plan.steps[i];
-    launches.push_back(fa::gen::family(step.s.kind).launch(step, shape));
+    const fa::gen::Launch l = fa::gen::family(step.s.kind).launch(step, shape);
     // Causal (fa_bwd_cta_order): the grid's last pairs go heaviest key block first (fa_bwd_cta), two waves' worth.
+    // The launch copies `args`, so setting the field here reaches this step only.
     if (step.s.kind == fa::gen::Kind::BwdMma && fa_bwd_cta_order(step.s.mask, step.t.block_m, step.t.block_n)) {
-      const fa::gen::Launch& l = launches.back();
       const int slots = c->limits.sm_count * resident_ctas(*kernels[i], l, c->limits);
       args.lpt_tail = fa_bwd_lpt_tail(static_cast<int>(l.grid[1]), static_cast<int>(l.grid[2]),
                                       static_cast<int>(l.grid[0]), slots, 2);
       args.lpt_magic_tail = args.lpt_tail > 0 ? fa_div_magic(static_cast<unsigned>(args.lpt_tail)) : 0;
       args.lpt_magic_heads = fa_div_magic(l.grid[1]);
     }
+    st = launch_kernel(c, *kernels[i], l, &args, sizeof args, stream);
   }
-  Status st;
-  for (size_t i = 0; i < P.plan.steps.size() && st.ok(); ++i)
-    st = launch_kernel(c, *kernels[i], launches[i], &args, sizeof args, stream);
   if (owned) c->drv->cuMemFreeAsync(ws, stream);
   return st;
 }

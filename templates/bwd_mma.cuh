@@ -262,10 +262,10 @@ FA_DEVICE void warp_mma(float (&acc)[MT][2 * NP][4], unsigned sA, int ar, unsign
   }
 }
 // The CTA's (key block, kv head, batch). Causal (fa_bwd_cta_order): decoded once from the block index (fa_bwd_cta)
-// and kept in a shared-memory mailbox of 4 ints after Delta (every thread writes the same values before its first read, so no
-// barrier is needed); the tile loop and the epilogue re-read it (volatile: one shared load per coordinate used)
-// instead of holding it: the decoded values held in registers tipped 4-8 byte spills at the tightest points, where
-// the plain order's blockIdx reads cost nothing (ptxas re-reads them). Other masks: blockIdx itself.
+// and kept in a shared-memory mailbox of 4 ints after Delta (every thread writes the same values before its first
+// read, so no barrier is needed); the tile loop and the epilogue re-read it (volatile: one shared load per
+// coordinate used) instead of holding it: the decoded values held in registers tipped 4-24 byte spills at the
+// tightest points, where the plain order's blockIdx reads cost nothing (ptxas re-reads them). Other masks: blockIdx.
 constexpr bool kCtaMailbox = fa_bwd_cta_order(fa_cfg::kMask, BM, BN);
 // One coordinate (0: key block, 1: kv head, 2: batch), one shared load.
 __device__ __forceinline__ int cta_coord(const volatile int* mailbox, int i) {

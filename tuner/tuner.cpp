@@ -139,6 +139,21 @@ std::vector<CandidateResult> compile_candidates(fa_context c, const std::vector<
 
 namespace {
 
+// One timing of one candidate: false (with `detail`) when the launch fails, throws or reads a non-finite time.
+bool time_candidate(Timer& timer, const gen::KernelConfig& cfg, const rt::TuneRequest& req, const TimingPlan& plan,
+                    double* ms, std::string* detail) {
+  *ms = std::nan("");
+  rt::Status st;
+  try {
+    st = timer.time(cfg, req, plan, ms);
+  } catch (const std::exception& e) {
+    st = rt::error(FA_ERROR_INTERNAL, e.what());
+  }
+  if (st.ok() && std::isfinite(*ms) && *ms >= 0) return true;
+  *detail = st.ok() ? "non-finite time" : st.message.substr(0, 2000);
+  return false;
+}
+
 // Finals. The first pass times one candidate after another in a fixed order, so drift in between (clocks, power,
 // temperature, a co-tenant) can decide a close race. On H100 (d 128 forward, 16k, 2026-11-23) the first pass put
 // the top eight tiles within 2% for fp16 and picked 128 x 128 x 8 warps, which then ran 7% behind FA2 in the
@@ -170,17 +185,12 @@ void run_finals(const std::vector<gen::KernelConfig>& configs, const TuneOptions
     for (size_t k = 0; k < fin.size(); ++k) {
       const size_t j = (k + static_cast<size_t>(r)) % fin.size();
       if (dead[j]) continue;
-      double t = std::nan("");
-      rt::Status st;
-      try {
-        st = timer.time(configs[fin[j]], req, plan, &t);
-      } catch (const std::exception& e) {
-        st = rt::error(FA_ERROR_INTERNAL, e.what());
-      }
-      if (!st.ok() || !std::isfinite(t) || t < 0) {
+      double t;
+      std::string why;
+      if (!time_candidate(timer, configs[fin[j]], req, plan, &t, &why)) {
         dead[j] = true;
         out->candidates[fin[j]].status = "launch_error";
-        out->candidates[fin[j]].detail = st.ok() ? "non-finite time in the finals" : st.message.substr(0, 2000);
+        out->candidates[fin[j]].detail = "in the finals: " + why;
         continue;
       }
       times[j].push_back(t);
@@ -264,16 +274,9 @@ rt::Status tune(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p,
   for (size_t i = 0; i < configs.size(); ++i) {
     CandidateResult& r = out->candidates[i];
     if (r.status != "ok") continue;
-    double ms = std::nan("");
-    rt::Status st;
-    try {
-      st = timer->time(configs[i], req, plan, &ms);
-    } catch (const std::exception& e) {
-      st = rt::error(FA_ERROR_INTERNAL, e.what());
-    }
-    if (!st.ok() || !std::isfinite(ms) || ms < 0) {
+    double ms;
+    if (!time_candidate(*timer, configs[i], req, plan, &ms, &r.detail)) {
       r.status = "launch_error";
-      r.detail = st.ok() ? "non-finite time" : st.message.substr(0, 2000);
       if (first_failure.empty()) first_failure = gen::canonical_key(configs[i]) + ": " + r.detail;
       continue;
     }
