@@ -30,6 +30,14 @@ def kernel_table(name, fn, iters):
         t1 = time.perf_counter()
         torch.cuda.synchronize()
         t2 = time.perf_counter()
+    # fa launches three kernels of one name (fa_kernel) per backward: bwd_pre, bwd_mma, bwd_post; split them by
+    # launch order.
+    kern = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and e.name == "fa_kernel"),
+                  key=lambda e: e.time_range.start)
+    if kern and len(kern) % 3 == 0:
+        for i, part in enumerate(("bwd_pre", "bwd_mma", "bwd_post")):
+            ts = [e.time_range.elapsed_us() for e in kern[i::3]]
+            print(f"    {part}: {sum(ts) / len(ts):.1f} us per call (min {min(ts):.1f})")
     rows = []
     for e in prof.key_averages():
         t = getattr(e, "device_time_total", None)

@@ -5,9 +5,10 @@
 // strides args.f.lse_sb / lse_sh index it); rows whose LSE is -inf (every key hidden) get Delta = 0.
 // The CTA (batch b = blockIdx.z, query head h = blockIdx.y) owns query rows [blockIdx.x * kBlockM, + kBlockM).
 // Delta: for fp16/bf16 rows that are 16-byte aligned (base pointers and strides), eight lanes share a row, each
-// reading 16-byte chunks, and a warp covers four rows at a time; else (and for fp32, where the reference backward
-// sums dP in the same order) one warp per row, lane l summing elements l, l + 32, ... It also zeroes,
-// for its rows, the float32 dQ accumulator (args.dq_accum: row r = token index (b * seqlen_q + i, or
+// reading 16-byte chunks, and a warp covers four rows at a time, the loads of up to eight chunks per lane (several
+// row groups where the head dim is small) issued before any of them is summed; else (and for fp32, where the
+// reference backward sums dP in the same order) one warp per row, lane l summing elements l, l + 32, ... It also
+// zeroes, for its rows, the float32 dQ accumulator (args.dq_accum: row r = token index (b * seqlen_q + i, or
 // cu_seqlens_q[b] + i), column h * kHeadDim + c of accum_q_stride_row, 8 x 8 tiled: fa_dq_accum_off in
 // fa_common.cuh; the 8 columns of one row in one block are 32 contiguous bytes: two 16-byte stores) when present,
 // and the int32 deterministic-dQ semaphores (args.dk_accum reinterpreted, element r * heads_q + h) when
@@ -44,25 +45,42 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
   if (fa_cfg::kDtype != 3 && (align & 15) == 0) {
     static_assert(fa_cfg::kBlockM % (fa_cfg::kWarps * 4) == 0, "bwd_pre: warps x 4 rows tile the block");
     const int sub = lane >> 3, l8 = lane & 7;  // row of the four, lane within its eight
-    for (int rb = warp * 4; rb < fa_cfg::kBlockM; rb += fa_cfg::kWarps * 4) {
-      const int i = i0 + rb + sub;
-      float acc = 0.f;
-      if (i < seq.sq) {
-        const uint4* o = reinterpret_cast<const uint4*>(o0 + i * a.f.o_ss);
-        const uint4* d = reinterpret_cast<const uint4*>(d0 + i * a.do_ss);
+    // kIters row groups of four per warp, taken kGroup at a time: kGroup * kPer 16-byte chunks of O and of dO per
+    // lane in flight (at most 8 each), loaded before the sums (the Delta stores in between would otherwise keep
+    // the compiler from hoisting the next group's loads).
+    constexpr int kIters = fa_cfg::kBlockM / (fa_cfg::kWarps * 4), kPer = (kChunks + 7) / 8;
+    constexpr int kGroup = kPer >= 8 ? 1 : (8 / kPer < kIters ? 8 / kPer : kIters);
+    for (int k0 = 0; k0 < kIters; k0 += kGroup) {
+      uint4 ov[kGroup][kPer], dv[kGroup][kPer];
 #pragma unroll
-        for (int c = l8; c < kChunks; c += 8) {
-          const uint4 ov = o[c], dv = d[c];
-          const T* ot = reinterpret_cast<const T*>(&ov);
-          const T* dt = reinterpret_cast<const T*>(&dv);
+      for (int u = 0; u < kGroup; ++u) {
+        const int i = i0 + warp * 4 + (k0 + u) * fa_cfg::kWarps * 4 + sub;
+        const bool ok = k0 + u < kIters && i < seq.sq;
+        const uint4* o = reinterpret_cast<const uint4*>(o0 + (ok ? i : 0) * a.f.o_ss);
+        const uint4* d = reinterpret_cast<const uint4*>(d0 + (ok ? i : 0) * a.do_ss);
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) {
+          const bool okc = ok && l8 + 8 * c < kChunks;
+          ov[u][c] = okc ? o[l8 + 8 * c] : make_uint4(0, 0, 0, 0);
+          dv[u][c] = okc ? d[l8 + 8 * c] : make_uint4(0, 0, 0, 0);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kGroup; ++u) {
+        const int i = i0 + warp * 4 + (k0 + u) * fa_cfg::kWarps * 4 + sub;
+        float acc = 0.f;
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) {
+          const T* ot = reinterpret_cast<const T*>(&ov[u][c]);
+          const T* dt = reinterpret_cast<const T*>(&dv[u][c]);
 #pragma unroll
           for (int e = 0; e < kVec; ++e) acc += E::to_float(ot[e]) * E::to_float(dt[e]);
         }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+        if (l8 == 0 && k0 + u < kIters && i < seq.sq) store_delta(i, acc);
       }
-      acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-      acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-      acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-      if (l8 == 0 && i < seq.sq) store_delta(i, acc);
     }
   } else {
     for (int r = warp; r < fa_cfg::kBlockM; r += fa_cfg::kWarps) {
