@@ -63,7 +63,14 @@ rt::Status TuningChooser::choose(fa_context c, const gen::Semantic& s, const gen
   }
   if (c->tune_policy == FA_TUNE_DEFAULTS_ONLY || tune == nullptr) {
     record_untuned(c, key);
-    return defaults_for(c, s, p, out);
+    rt::Status st = defaults_for(c, s, p, out);
+    // DEFAULTS_ONLY never tunes: remember the defaults, so later calls skip the database query (a cache miss cost
+    // a SQLite query on every call). Capture under ON_FIRST_USE does not: the next call outside capture tunes.
+    if (st.ok() && c->tune_policy == FA_TUNE_DEFAULTS_ONLY) {
+      std::lock_guard<std::mutex> lock(mu_);
+      memory_[key] = *out;
+    }
+    return st;
   }
   std::lock_guard<std::mutex> serial(tune_mu_);
   if (lookup(c, s, p, key, out)) return rt::Status::Ok();  // another thread tuned it meanwhile

@@ -3,7 +3,7 @@
 //   memory map hit                      -> that entry (any policy)
 //   cache_db best row for the key       -> that entry, remembered in memory
 //   FA_TUNE_REQUIRE_TUNED               -> FA_ERROR_NOT_TUNED
-//   FA_TUNE_DEFAULTS_ONLY               -> family defaults (key recorded in c->untuned)
+//   FA_TUNE_DEFAULTS_ONLY               -> family defaults (key recorded in c->untuned), remembered in memory
 //   FA_TUNE_ON_FIRST_USE, tune != null  -> tune now (tuner.h), remember and store the winner; a failed tuning falls
 //                                          back to the defaults with a warning
 //   FA_TUNE_ON_FIRST_USE, tune == null  -> defaults (stream capture), key recorded in c->untuned

@@ -3,7 +3,9 @@
 The ops take the op-level views (see _tensor_params) and plain int/float arguments only, derive every size from the
 tensor shapes, and have fake (meta) implementations with the exact output shapes, so torch.compile(dynamic=True,
 fullgraph=True) traces them without graph breaks or specialisation on sequence length. Autograd wires the backward
-op to fa_run_backward; bias, alibi slopes and cu_seqlens get no gradient, lse is not differentiable.
+op to fa_run_backward; bias, alibi slopes and cu_seqlens get no gradient, lse is not differentiable. In eager mode
+fa.attention calls the same implementations through a plain autograd.Function (_EagerAttention), which skips the
+custom-op dispatcher's per-call host cost; the ops themselves stay as they are for torch.compile and opcheck.
 Work is enqueued on torch.cuda.current_stream() of the tensors' device with that device's default fa.Context.
 """
 
@@ -26,8 +28,7 @@ def _device_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
-@torch.library.custom_op("fa::attention_fwd", mutates_args=())
-def attention_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], alibi_slopes: Optional[Tensor],
+def _fwd_impl(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], alibi_slopes: Optional[Tensor],
                   cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
                   max_seqlen_k: int, mask: int, window_left: int, window_right: int, softcap: float,
                   scale: float) -> Tuple[Tensor, Tensor]:
@@ -46,6 +47,9 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], alibi
     return o, lse
 
 
+attention_fwd = torch.library.custom_op("fa::attention_fwd", mutates_args=())(_fwd_impl)
+
+
 @attention_fwd.register_fake
 def _attention_fwd_fake(q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
                         window_left, window_right, softcap, scale):
@@ -53,8 +57,7 @@ def _attention_fwd_fake(q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
     return q.new_empty(o_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
 
-@torch.library.custom_op("fa::attention_bwd", mutates_args=())
-def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, bias: Optional[Tensor],
+def _bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, bias: Optional[Tensor],
                   alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
                   max_seqlen_q: int, max_seqlen_k: int, mask: int, window_left: int, window_right: int,
                   softcap: float, scale: float, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
@@ -72,6 +75,9 @@ def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
         default_context(_device_index(q.device)).run_backward(bp, _stream(q.device))
     del keep
     return dq, dk, dv
+
+
+attention_bwd = torch.library.custom_op("fa::attention_bwd", mutates_args=())(_bwd_impl)
 
 
 @attention_bwd.register_fake
@@ -97,6 +103,35 @@ def _backward(ctx, dout, _dlse):
 
 
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """Eager mode: the ops' own implementations under a plain autograd.Function. The dispatcher path of a
+    torch.library.custom_op costs a few hundred microseconds of host time per call (H200, torch 2.11: backward
+    312 us through torch.ops.fa.attention_bwd against 88 us for the library call it wraps), which is more than the
+    GPU time of a small problem; torch.compile still sees the ops (attention() picks them while compiling)."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        o, lse = _fwd_impl(*inputs)
+        _setup_context(ctx, inputs, (o, lse))
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+        dq, dk, dv = _bwd_impl(dout, q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *ctx.fa_args,
+                               torch.are_deterministic_algorithms_enabled())
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
+
+
+def _forward(q, k, v, rest):
+    """(o, lse): the op while torch.compile traces; else the implementation, under autograd only when needed."""
+    if torch.compiler.is_compiling():
+        return torch.ops.fa.attention_fwd(q, k, v, *rest)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _EagerAttention.apply(q, k, v, *rest)
+    return _fwd_impl(q, k, v, *rest)
 
 
 # ---- user-facing -----------------------------------------------------------------------------------------------------
@@ -157,7 +192,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
     """
     q2, k2, v2, rest, bhsd = _op_args(q, k, v, causal, window, bias, alibi_slopes, softcap, scale, layout,
                                       cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    o, lse = torch.ops.fa.attention_fwd(q2, k2, v2, *rest)
+    o, lse = _forward(q2, k2, v2, rest)
     if bhsd:
         o = o.transpose(1, 2)
     return (o, lse) if return_lse else o

@@ -316,6 +316,13 @@ TEST(TunerChooser, PoliciesWithoutADevice) {
     const gen::Tunables def = gen::family(s.kind).defaults(s);
     EXPECT_EQ(t, def);
     EXPECT_EQ(c->untuned.count(tune::tuning_key(s, p)), 1u);
+    // Remembered: a second call is a memory hit (no database query).
+    auto* chooser = dynamic_cast<tune::TuningChooser*>(c->chooser.get());
+    ASSERT_NE(chooser, nullptr);
+    EXPECT_EQ(chooser->remembered(), 1u);
+    ASSERT_TRUE(c->chooser->choose(c, s, p, &req, &t).ok());
+    EXPECT_EQ(t, def);
+    EXPECT_EQ(chooser->remembered(), 1u);
     fa_context_destroy(c);
   }
   // REQUIRE_TUNED: FA_ERROR_NOT_TUNED with nothing cached; ok once a row is seeded.
