@@ -95,11 +95,16 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse)
 
 
-def _backward(ctx, dout, _dlse):
+def _grads(bwd, ctx, dout):
+    """The gradients of the forward's 14 inputs through `bwd` (the op, or its implementation in eager mode)."""
     q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
-    dq, dk, dv = torch.ops.fa.attention_bwd(dout, q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
-                                            *ctx.fa_args, torch.are_deterministic_algorithms_enabled())
+    dq, dk, dv = bwd(dout, q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *ctx.fa_args,
+                     torch.are_deterministic_algorithms_enabled())
     return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
+
+
+def _backward(ctx, dout, _dlse):
+    return _grads(torch.ops.fa.attention_bwd, ctx, dout)
 
 
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -119,10 +124,7 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
-        dq, dk, dv = _bwd_impl(dout, q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *ctx.fa_args,
-                               torch.are_deterministic_algorithms_enabled())
-        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
+        return _grads(_bwd_impl, ctx, dout)
 
 
 def _forward(q, k, v, rest):

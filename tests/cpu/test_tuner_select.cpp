@@ -82,6 +82,31 @@ struct Fixture {
   std::string cache = dir + "/cache.sqlite";
 };
 
+// Fresh random times in [1, 2) ms for every candidate, set on `timer`; returns (time, tunables key), fastest first.
+std::vector<std::pair<double, std::string>> random_times(const std::vector<gen::KernelConfig>& cands,
+                                                         FakeTimer* timer) {
+  std::mt19937 rng(std::random_device{}());
+  std::vector<std::pair<double, std::string>> sorted;
+  for (const auto& cfg : cands) {
+    const double t = std::uniform_real_distribution<double>(1.0, 2.0)(rng);
+    timer->ms[gen::tunables_key(cfg.t)] = t;
+    sorted.emplace_back(t, gen::tunables_key(cfg.t));
+  }
+  std::sort(sorted.begin(), sorted.end());
+  return sorted;
+}
+
+// Options that time with `timer` and compile every candidate cleanly (64 registers, no spill).
+tune::TuneOptions clean_compile_options(FakeTimer* timer) {
+  tune::TuneOptions o;
+  o.timer = timer;
+  o.compile = [](const gen::KernelConfig&, rt::PtxasInfo* info) {
+    info->registers = 64;
+    return rt::Status::Ok();
+  };
+  return o;
+}
+
 }  // namespace
 
 TEST(TunerSelect, FastestValidCandidateWinsAndEveryRowIsStored) {
@@ -209,20 +234,8 @@ TEST(TunerSelect, WinnerFailingTheReferenceCheckIsReplacedByTheNextBest) {
   const auto cands = tune::candidate_configs(s, p, c->limits);
   ASSERT_GE(cands.size(), 2u);
   FakeTimer timer;
-  std::mt19937 rng(std::random_device{}());
-  std::vector<std::pair<double, std::string>> sorted;
-  for (const auto& cfg : cands) {
-    const double t = std::uniform_real_distribution<double>(1.0, 2.0)(rng);
-    timer.ms[gen::tunables_key(cfg.t)] = t;
-    sorted.emplace_back(t, gen::tunables_key(cfg.t));
-  }
-  std::sort(sorted.begin(), sorted.end());
-  tune::TuneOptions o;
-  o.timer = &timer;
-  o.compile = [](const gen::KernelConfig&, rt::PtxasInfo* info) {
-    info->registers = 64;
-    return rt::Status::Ok();
-  };
+  const auto sorted = random_times(cands, &timer);
+  tune::TuneOptions o = clean_compile_options(&timer);
   rt::TuneRequest req;
   int verifies = 0;
   req.verify = [&](const gen::KernelConfig& cfg, double* err) {
@@ -253,23 +266,11 @@ TEST(TunerSelect, FinalsOverruleAFlukeInTheFirstPass) {
   const gen::Semantic s = gen::select_forward(p, c->arch);
   const auto cands = tune::candidate_configs(s, p, c->limits);
   ASSERT_GE(cands.size(), 4u);
-  std::mt19937 rng(std::random_device{}());
   FakeTimer timer;
-  std::vector<std::pair<double, std::string>> sorted;
-  for (const auto& cfg : cands) {
-    const double t = std::uniform_real_distribution<double>(1.0, 2.0)(rng);
-    timer.ms[gen::tunables_key(cfg.t)] = t;
-    sorted.emplace_back(t, gen::tunables_key(cfg.t));
-  }
-  std::sort(sorted.begin(), sorted.end());
+  const auto sorted = random_times(cands, &timer);
   const std::string fastest = sorted[0].second, fluke = sorted.back().second;  // the slowest, once fast
   timer.lucky[fluke] = 0.6 * sorted[0].first;
-  tune::TuneOptions o;
-  o.timer = &timer;
-  o.compile = [](const gen::KernelConfig&, rt::PtxasInfo* info) {
-    info->registers = 64;
-    return rt::Status::Ok();
-  };
+  tune::TuneOptions o = clean_compile_options(&timer);
   rt::TuneRequest req;
   tune::TuneOutcome out;
   ASSERT_TRUE(tune::tune(c, s, p, req, o, &out).ok());
