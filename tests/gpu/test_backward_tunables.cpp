@@ -11,7 +11,7 @@
 
 #include "generator/backward_plan.h"
 #include "generator/family.h"
-#include "runtime/backward_at.h"
+#include "api/backward_at.h"
 #include "runtime/context.h"
 #include "runtime/launch.h"
 #include "runtime/validate.h"

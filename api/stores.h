@@ -1,4 +1,4 @@
-// stores.h -- factories for a context's persistent cubin store and its tunable chooser.
+// stores.h -- where the runtime core meets the tuner: factories for a context's cubin store and its chooser.
 #pragma once
 
 #include <memory>
@@ -11,12 +11,5 @@ namespace fa::rt {
 std::unique_ptr<CubinStore> make_cubin_store(fa_context c, const char* path);
 // The chooser implementing the context's tune policy.
 std::unique_ptr<TunableChooser> make_chooser(fa_context c);
-
-// Heuristic defaults only (the family's constexpr table).
-class DefaultChooser : public TunableChooser {
- public:
-  Status choose(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, const TuneRequest* tune,
-                gen::Tunables* out) override;
-};
 
 }  // namespace fa::rt

@@ -1,6 +1,6 @@
 // stores.cpp -- the context's persistent store (a CubinStore over cache_db/) and its chooser (the tune policy over
 // the tuner); both live in tuner/ (cache_store.h, chooser.h).
-#include "runtime/stores.h"
+#include "api/stores.h"
 
 #include "tuner/cache_store.h"
 #include "tuner/chooser.h"

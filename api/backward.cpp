@@ -1,11 +1,11 @@
-// api_backward.cpp -- fa_backward_workspace_size, fa_run_backward, fa_prepare_backward; rt::run_backward_at (tests).
+// backward.cpp -- fa_backward_workspace_size, fa_run_backward, fa_prepare_backward; rt::run_backward_at (tests).
 // The plan (generator/backward_plan.h) lists the kernels; this file binds them to the caller's buffers and stream.
 #include <algorithm>
 #include <cstdlib>
 
 #include "fa/fa.h"
 #include "generator/backward_plan.h"
-#include "runtime/backward_at.h"
+#include "api/backward_at.h"
 #include "runtime/launch.h"
 #include "runtime/validate.h"
 #include "templates/bwd_mma_tiling.cuh"

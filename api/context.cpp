@@ -1,10 +1,10 @@
-// api_context.cpp -- fa_context_* and the *_init functions of the C API.
+// context.cpp -- fa_context_* and the *_init functions of the C API.
 #include <cstdlib>
 #include <cstring>
 
 #include "fa/fa.h"
 #include "runtime/context.h"
-#include "runtime/stores.h"
+#include "api/stores.h"
 
 namespace fa::rt {
 Status bind_device(fa_context c);

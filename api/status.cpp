@@ -1,4 +1,4 @@
-// status_api.cpp -- fa_status_string, fa_last_error, fa_version_string.
+// status.cpp -- fa_status_string, fa_last_error, fa_version_string.
 #include "runtime/status.h"
 
 extern "C" FA_API const char* fa_status_string(fa_status status) {

@@ -1,4 +1,4 @@
-// api_forward.cpp -- fa_run, fa_prepare, fa_is_supported, fa_problem_key.
+// forward.cpp -- fa_run, fa_prepare, fa_is_supported, fa_problem_key.
 #include <cstring>
 
 #include "fa/fa.h"
