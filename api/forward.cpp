@@ -1,18 +1,18 @@
-// forward.cpp -- fa_run, fa_prepare, fa_is_supported, fa_problem_key.
+// forward.cpp -- fa_run, fa_prepare, fa_is_supported, fa_problem_key: validation, then the forward plan (the
+// selector's family, the chooser's tunables, the family's launches) enqueued on the caller's stream.
 #include <cstring>
 
+#include "api/guarded.h"
 #include "fa/fa.h"
 #include "runtime/launch.h"
 #include "runtime/validate.h"
+#include "tuner/bucket.h"
 
 using namespace fa::rt;
+using fa::api::check_context;
+using fa::api::guarded;
 
 namespace {
-
-Status check_context(fa_context c) {
-  if (c == nullptr) return invalid("context", "a context from fa_context_create", "NULL");
-  return Status::Ok();
-}
 
 Status run(fa_context c, const fa_params* in, CUstream stream) {
   Status st = check_context(c);
@@ -25,14 +25,24 @@ Status run(fa_context c, const fa_params* in, CUstream stream) {
   bool capturing = false;
   st = stream_capturing(c, stream, &capturing);
   if (!st.ok()) return st;
-  std::shared_ptr<Kernel> k;
-  fa::gen::KernelConfig cfg;
   const TuneRequest tune = forward_tune_request(c, p, d, stream);
-  st = forward_kernel(c, d, !capturing, c->tune_policy == FA_TUNE_ON_FIRST_USE ? &tune : nullptr, &k, &cfg);
+  fa::gen::Plan plan;
+  st = plan_for(c, fa::gen::Role::Forward, d,
+                !capturing && c->tune_policy == FA_TUNE_ON_FIRST_USE ? &tune : nullptr, &plan);
   if (!st.ok()) return st;
   FaFwdArgs args = make_fwd_args(p, d);
-  const fa::gen::Launch l = fa::gen::family(cfg.s.kind).launch(cfg, fa::gen::launch_shape(d));
-  return launch_kernel(c, *k, l, &args, sizeof args, stream);
+  return enqueue_plan(c, plan, fa::gen::launch_shape(d), PlanArgs{&args, sizeof args, {}}, !capturing, stream,
+                      nullptr, 0);
+}
+
+// Compiles and loads every kernel of a plan.
+Status load_plan(fa_context c, const fa::gen::Plan& plan) {
+  for (const auto& step : plan.steps) {
+    std::shared_ptr<Kernel> k;
+    Status st = kernel_for(c, step, true, &k);
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
 }
 
 Status prepare(fa_context c, const fa_params* in) {
@@ -42,20 +52,22 @@ Status prepare(fa_context c, const fa_params* in) {
   fa::gen::ProblemDesc d;
   st = validate_forward(in, &p, &d);
   if (!st.ok()) return st;
-  std::shared_ptr<Kernel> k;
-  fa::gen::KernelConfig cfg;
   const TuneRequest tune = forward_tune_request(c, p, d, nullptr);
-  st = forward_kernel(c, d, true, c->has_device && c->tune_policy == FA_TUNE_ON_FIRST_USE ? &tune : nullptr, &k, &cfg);
-  if (!st.ok()) return st;
-  if (cfg.s.kind == fa::gen::Kind::FwdMma && !d.varlen) {
-    // Both shape classes of the chosen config (seqlen_k a multiple of block_n or not), so that no later sequence
-    // length in this bucket compiles anything, inside or outside graph capture.
-    fa::gen::KernelConfig other = cfg;
-    other.s.even_k = !cfg.s.even_k;
-    std::shared_ptr<Kernel> k2;
-    st = kernel_for(c, other, true, &k2);
-    if (!st.ok()) return st;
+  fa::gen::Plan plan;
+  st = plan_for(c, fa::gen::Role::Forward, d,
+                c->has_device && c->tune_policy == FA_TUNE_ON_FIRST_USE ? &tune : nullptr, &plan);
+  if (st.ok()) st = load_plan(c, plan);
+  if (st.ok() && !d.varlen) {
+    // The other shape class of the same tuning bucket (seqlen_k a multiple of every block_n, or of none), so that
+    // no later sequence length in this bucket compiles anything, inside or outside graph capture.
+    fa::gen::ProblemDesc other = d;
+    other.seqlen_k = d.seqlen_k % 128 == 0 ? d.seqlen_k - 1 : static_cast<int>(fa::tune::pow2_ceil(d.seqlen_k));
+    if (other.seqlen_k > 0) {
+      st = plan_for(c, fa::gen::Role::Forward, other, nullptr, &plan);
+      if (st.ok()) st = load_plan(c, plan);
+    }
   }
+  if (!st.ok()) return st;
   if (!c->has_device) return error(FA_ERROR_NO_DEVICE, "kernel compiled, but it cannot be loaded: " + c->no_device_reason);
   return Status::Ok();
 }
@@ -76,15 +88,19 @@ Status key(fa_context c, const fa_params* in, char* buf, size_t size) {
   return Status::Ok();
 }
 
-template <class F>
-fa_status guarded(const char* fn, F&& f) {
-  try {
-    return finish(f());
-  } catch (const std::bad_alloc&) {
-    return finish(error(FA_ERROR_OUT_OF_MEMORY, std::string(fn) + ": host allocation failed"));
-  } catch (const std::exception& e) {
-    return finish(error(FA_ERROR_INTERNAL, std::string(fn) + ": " + e.what()));
-  }
+Status supported(fa_context c, const fa_params* params) {
+  Status st = check_context(c);
+  if (!st.ok()) return st;
+  fa_params p;
+  fa::gen::ProblemDesc d;
+  st = validate_forward(params, &p, &d);
+  if (!st.ok()) return st;
+  const fa::gen::Plan plan = fa::gen::make_plan(fa::gen::select_forward(d, context_arch(c)), d);
+  std::string why;
+  for (const auto& step : plan.steps)
+    if (!fa::gen::is_valid(step, c->limits, &why))
+      return error(FA_ERROR_NOT_SUPPORTED, fa::gen::canonical_key(step) + ": " + why);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -98,21 +114,7 @@ extern "C" FA_API fa_status fa_prepare(fa_context c, const fa_params* params) {
 }
 
 extern "C" FA_API int fa_is_supported(fa_context c, const fa_params* params) {
-  fa_status s = guarded("fa_is_supported", [&] {
-    Status st = check_context(c);
-    if (!st.ok()) return st;
-    fa_params p;
-    fa::gen::ProblemDesc d;
-    st = validate_forward(params, &p, &d);
-    if (!st.ok()) return st;
-    const fa::gen::Semantic sem = fa::gen::select_forward(d, context_arch(c));
-    fa::gen::KernelConfig cfg = fa::gen::finalize(sem, fa::gen::family(sem.kind).defaults(sem), d);
-    std::string why;
-    if (!fa::gen::is_valid(cfg, c->limits, &why))
-      return error(FA_ERROR_NOT_SUPPORTED, fa::gen::canonical_key(cfg) + ": " + why);
-    return Status::Ok();
-  });
-  return s == FA_OK ? 1 : 0;
+  return guarded("fa_is_supported", [&] { return supported(c, params); }) == FA_OK ? 1 : 0;
 }
 
 extern "C" FA_API fa_status fa_problem_key(fa_context c, const fa_params* params, char* buf, size_t size) {

@@ -268,7 +268,7 @@ std::string outcome_line(const fa::tune::TuneOutcome& o) {
   if (!o.has_winner) return "no winner (tuning failed: defaults used)";
   const double speedup = o.default_ms > 0 ? o.default_ms / o.winner_ms : std::nan("");
   return fmt::format("winner {} {:.4f} ms ({:.1f} TFLOP/s) vs default {} {:.4f} ms ({:.1f} TFLOP/s) -> {:.2f}x{}",
-                     fa::gen::tunables_key(o.winner), o.winner_ms, o.winner_tflops, fa::gen::tunables_key(o.defaults),
+                     fa::gen::tunables_key(o.semantic, o.winner), o.winner_ms, o.winner_tflops, fa::gen::tunables_key(o.semantic, o.defaults),
                      o.default_ms, o.default_tflops, speedup, o.verified ? ", verified" : "");
 }
 

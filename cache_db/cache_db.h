@@ -57,7 +57,7 @@ struct Env {
   int driver_version = 0;        // cuDriverGetVersion()
   std::string library_version;   // fa_version_string()
   std::string nvrtc_version;     // e.g. "13.0"
-  uint64_t templates_hash = 0;   // hash of the embedded template texts
+  uint64_t templates_hash = 0;   // hash of the templates every kernel includes (gen::shared_templates_hash)
   int generator_version = 0;     // fa::gen::kGeneratorVersion
 };
 

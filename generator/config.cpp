@@ -4,24 +4,18 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string_view>
+#include <tuple>
 
 #include "generator/family.h"
 #include "templates/embedded.h"
 
 namespace fa::gen {
 
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::FwdRef: return "fwd_ref";
-    case Kind::FwdMma: return "fwd_mma";
-    case Kind::BwdPre: return "bwd_pre";
-    case Kind::BwdRefDq: return "bwd_ref_dq";
-    case Kind::BwdRefDkDv: return "bwd_ref_dkdv";
-    case Kind::BwdMma: return "bwd_mma";
-    case Kind::BwdPost: return "bwd_post";
-  }
-  return "unknown";
-}
+const char* family_name(const Semantic& s) { return s.family != nullptr ? s.family->name : "none"; }
 
 const char* dtype_name(int dtype) {
   switch (dtype) {
@@ -42,36 +36,107 @@ const char* mask_name(int mask) {
 }
 
 std::string semantic_key(const Semantic& s) {
-  return fmt::format("{}.sm{}.{}.d{}.dv{}.{}.b{}a{}s{}v{}e{}l{}", kind_name(s.kind), s.arch, dtype_name(s.dtype),
+  return fmt::format("{}.sm{}.{}.d{}.dv{}.{}.b{}a{}s{}v{}e{}l{}", family_name(s), s.arch, dtype_name(s.dtype),
                      s.head_dim, s.head_dim_v, mask_name(s.mask), int(s.has_bias), int(s.has_alibi),
                      int(s.has_softcap), int(s.varlen), int(s.even_k), int(s.has_lse));
 }
 
-std::string tunables_key(const Tunables& t) {
-  return fmt::format("m{}.n{}.w{}.s{}.qr{}.x{}", t.block_m, t.block_n, t.warps, t.stages, t.q_in_regs, t.extra);
+std::string tunables_key(const Semantic& s, const Tunables& t) {
+  std::string out;
+  if (s.family == nullptr) return out;
+  const auto& knobs = s.family->knobs;
+  for (size_t i = 0; i < knobs.size(); ++i) {
+    if (i) out += '.';
+    out += knobs[i].tag;
+    out += std::to_string(t[static_cast<int>(i)]);
+  }
+  return out;
 }
 
-bool parse_tunables_key(const std::string& text, Tunables* out) {
+namespace {
+
+// "tag<int>" pieces split on '.'; false on any malformed piece.
+bool split_pieces(const std::string& text, std::vector<std::pair<std::string, int>>* out) {
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find('.', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string_view piece(text.data() + pos, end - pos);
+    size_t digit = 0;
+    while (digit < piece.size() && (piece[digit] < '0' || piece[digit] > '9') && piece[digit] != '-') ++digit;
+    if (digit == 0 || digit == piece.size()) return false;
+    int value = 0;
+    int consumed = 0;
+    const std::string num(piece.substr(digit));
+    if (std::sscanf(num.c_str(), "%d%n", &value, &consumed) != 1 || consumed != static_cast<int>(num.size()))
+      return false;
+    out->emplace_back(std::string(piece.substr(0, digit)), value);
+    pos = end + 1;
+  }
+  return !out->empty();
+}
+
+bool parse_legacy(const Family& f, const std::string& text, Tunables* out) {
+  int m, n, w, st, qr, x, consumed = 0;
+  if (std::sscanf(text.c_str(), "m%d.n%d.w%d.s%d.qr%d.x%d%n", &m, &n, &w, &st, &qr, &x, &consumed) != 6 ||
+      consumed != static_cast<int>(text.size()))
+    return false;
+  if (fmt::format("m{}.n{}.w{}.s{}.qr{}.x{}", m, n, w, st, qr, x) != text) return false;  // canonical only
+  const std::pair<const char*, int> fields[] = {{"block_m", m}, {"block_n", n}, {"warps", w},
+                                                {"stages", st}, {"q_in_regs", qr}, {f.legacy_x, x}};
   Tunables t;
-  int consumed = 0;
-  int n = std::sscanf(text.c_str(), "m%d.n%d.w%d.s%d.qr%d.x%d%n", &t.block_m, &t.block_n, &t.warps, &t.stages,
-                      &t.q_in_regs, &t.extra, &consumed);
-  if (n != 6 || consumed != static_cast<int>(text.size())) return false;
-  if (tunables_key(t) != text) return false;  // canonical form only
+  std::vector<bool> set(f.knobs.size(), false);
+  for (const auto& [name, value] : fields) {
+    if (name == nullptr) continue;
+    const int i = f.knob_index(name);
+    if (i < 0) continue;  // a field this family has no knob for (it was a fixed filler before the schema)
+    t[i] = value;
+    set[static_cast<size_t>(i)] = true;
+  }
+  for (bool b : set)
+    if (!b) return false;  // a knob the old key cannot fill: a clean miss
   *out = t;
   return true;
 }
 
-std::string canonical_key(const KernelConfig& c) { return semantic_key(c.s) + "|" + tunables_key(c.t); }
+}  // namespace
+
+bool parse_tunables_key(const Semantic& s, const std::string& text, Tunables* out) {
+  if (s.family == nullptr) return false;
+  const Family& f = *s.family;
+  std::vector<std::pair<std::string, int>> pieces;
+  if (split_pieces(text, &pieces) && pieces.size() == f.knobs.size()) {
+    Tunables t;
+    bool ok = true;
+    for (size_t i = 0; i < pieces.size() && ok; ++i) {
+      ok = pieces[i].first == f.knobs[i].tag;
+      t[static_cast<int>(i)] = pieces[i].second;
+    }
+    if (ok && tunables_key(s, t) == text) {
+      *out = t;
+      return true;
+    }
+  }
+  return parse_legacy(f, text, out);
+}
+
+bool ConfigLess::operator()(const KernelConfig& a, const KernelConfig& b) const {
+  auto tie = [](const KernelConfig& c) {
+    const Semantic& s = c.s;
+    return std::tie(s.family, s.arch, s.dtype, s.head_dim, s.head_dim_v, s.mask, s.has_bias, s.has_alibi,
+                    s.has_softcap, s.varlen, s.even_k, s.has_lse, c.t.v);
+  };
+  return tie(a) < tie(b);
+}
+
+std::string canonical_key(const KernelConfig& c) { return semantic_key(c.s) + "|" + tunables_key(c.s, c.t); }
 
 std::string render_source(const KernelConfig& c) {
   const Semantic& s = c.s;
-  const Tunables& t = c.t;
   auto b = [](bool v) { return v ? "true" : "false"; };
   std::string src;
   src += fmt::format("// fa generated kernel (generator v{})\n// key: {}\n", kGeneratorVersion, canonical_key(c));
   src += "namespace fa_cfg {\n";
-  src += fmt::format("constexpr int kKind = {};\n", static_cast<int>(s.kind));
   src += fmt::format("constexpr int kArch = {};\n", s.arch);
   src += fmt::format("constexpr int kDtype = {};\n", s.dtype);
   src += fmt::format("constexpr int kHeadDim = {};\n", s.head_dim);
@@ -83,15 +148,18 @@ std::string render_source(const KernelConfig& c) {
   src += fmt::format("constexpr bool kVarlen = {};\n", b(s.varlen));
   src += fmt::format("constexpr bool kEvenK = {};\n", b(s.even_k));
   src += fmt::format("constexpr bool kHasLse = {};\n", b(s.has_lse));
-  src += fmt::format("constexpr int kBlockM = {};\n", t.block_m);
-  src += fmt::format("constexpr int kBlockN = {};\n", t.block_n);
-  src += fmt::format("constexpr int kWarps = {};\n", t.warps);
-  src += fmt::format("constexpr int kStages = {};\n", t.stages);
-  src += fmt::format("constexpr bool kQInRegs = {};\n", b(t.q_in_regs != 0));
-  src += fmt::format("constexpr int kExtra = {};\n", t.extra);
+  if (s.family != nullptr) {
+    const auto& knobs = s.family->knobs;
+    for (size_t i = 0; i < knobs.size(); ++i) {
+      const int v = c.t[static_cast<int>(i)];
+      if (knobs[i].boolean) src += fmt::format("constexpr bool {} = {};\n", knobs[i].cname, b(v != 0));
+      else src += fmt::format("constexpr int {} = {};\n", knobs[i].cname, v);
+    }
+    if (s.family->render_constants != nullptr) s.family->render_constants(c, &src);
+  }
   src += "}  // namespace fa_cfg\n";
   src += "#include \"fa_args.cuh\"\n#include \"fa_common.cuh\"\n";
-  src += fmt::format("#include \"{}\"\n", family(s.kind).template_name);
+  if (s.family != nullptr) src += fmt::format("#include \"{}\"\n", s.family->template_name);
   return src;
 }
 
@@ -105,15 +173,51 @@ uint64_t fnv1a64(const void* data, size_t n, uint64_t seed) {
   return h;
 }
 
-uint64_t templates_hash() {
+namespace {
+
+// Adds `name` and every embedded template it #includes (transitively) to `seen`.
+void include_closure(std::string_view name, std::set<std::string>* seen) {
+  const templates::Template* t = templates::find(name);
+  if (t == nullptr || !seen->insert(std::string(name)).second) return;
+  std::string_view src = t->source;
+  size_t pos = 0;
+  while ((pos = src.find("#include \"", pos)) != std::string_view::npos) {
+    pos += 10;
+    const size_t end = src.find('"', pos);
+    if (end == std::string_view::npos) break;
+    include_closure(src.substr(pos, end - pos), seen);
+    pos = end;
+  }
+}
+
+uint64_t hash_files(const std::set<std::string>& files) {
+  uint64_t acc = fnv1a64("fa-templates", 12);
+  for (const std::string& name : files) {
+    const templates::Template* t = templates::find(name);
+    acc = fnv1a64(name.data(), name.size(), acc);
+    acc = fnv1a64(t->source, std::char_traits<char>::length(t->source), acc);
+  }
+  return acc;
+}
+
+}  // namespace
+
+uint64_t templates_hash(const Family& f) {
+  static std::mutex mu;
+  static std::map<const Family*, uint64_t> memo;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = memo.find(&f);
+  if (it != memo.end()) return it->second;
+  std::set<std::string> files;  // sorted: the hash does not depend on include order
+  for (const char* root : {"fa_args.cuh", "fa_common.cuh", f.template_name}) include_closure(root, &files);
+  return memo[&f] = hash_files(files);
+}
+
+uint64_t shared_templates_hash() {
   static const uint64_t h = [] {
-    uint64_t acc = fnv1a64("fa-templates", 12);
-    for (int i = 0; i < templates::kCount; ++i) {
-      std::string_view name = templates::kAll[i].name, src = templates::kAll[i].source;
-      acc = fnv1a64(name.data(), name.size(), acc);
-      acc = fnv1a64(src.data(), src.size(), acc);
-    }
-    return acc;
+    std::set<std::string> files;
+    for (const char* root : {"fa_args.cuh", "fa_common.cuh"}) include_closure(root, &files);
+    return hash_files(files);
   }();
   return h;
 }
@@ -121,7 +225,7 @@ uint64_t templates_hash() {
 uint64_t compile_hash(const KernelConfig& c, const std::string& extra) {
   std::string src = render_source(c);
   uint64_t h = fnv1a64(src.data(), src.size());
-  const uint64_t th = templates_hash();
+  const uint64_t th = c.s.family != nullptr ? templates_hash(*c.s.family) : 0;
   h = fnv1a64(&th, sizeof th, h);
   const int gv = kGeneratorVersion;
   h = fnv1a64(&gv, sizeof gv, h);

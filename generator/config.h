@@ -1,35 +1,32 @@
 // config.h -- a kernel configuration: what the generator renders, the runtime compiles and the tuner searches.
 //
 // A KernelConfig is a Semantic part (changes results: which kernel family, arch, dtype, head dims, mask, features)
-// plus a Tunables part (never changes results: tiles, warps, stages, where Q lives). render_source() turns it into a
-// CUDA translation unit: a block of constexpr values in namespace fa_cfg, then #includes of the fixed templates.
-// Nothing in this module depends on CUDA.
+// plus a Tunables part (never changes results: the values of the family's named knobs -- tiles, warps, stages...,
+// declared by the family's schema in family.h). render_source() turns it into a CUDA translation unit: a block of
+// constexpr values in namespace fa_cfg (the semantic constants, then each knob under its constexpr name, then the
+// family's own constants), then #includes of the fixed templates. Nothing in this module depends on CUDA.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
 namespace fa::gen {
 
-// Bumped whenever rendering or any template's meaning changes; part of every compile key.
-inline constexpr int kGeneratorVersion = 1;
+struct Family;  // family.h
 
-enum class Kind : int {
-  FwdRef = 0,      // reference forward, any dtype (templates/fwd_ref.cuh)
-  FwdMma = 1,      // tensor-core forward, fp16/bf16, sm_80+ (templates/fwd_mma.cuh)
-  BwdPre = 2,      // Delta = rowsum(O * dO) and accumulator clearing (templates/bwd_pre.cuh)
-  BwdRefDq = 3,    // reference backward, dQ per query row (templates/bwd_ref.cuh)
-  BwdRefDkDv = 4,  // reference backward, dK/dV per key row, summed over the GQA group (templates/bwd_ref.cuh)
-  BwdMma = 5,      // tensor-core backward: K/V blocks outer, Q blocks inner (templates/bwd_mma.cuh)
-  BwdPost = 6,     // float32 accumulators -> dtype (templates/bwd_post.cuh)
-};
-inline constexpr int kNumKinds = 7;
+// Bumped whenever rendering or any template's meaning changes; part of every compile key.
+inline constexpr int kGeneratorVersion = 2;
 
 enum Dtype : int { kFp16 = 1, kBf16 = 2, kFp32 = 3 };  // values equal fa_dtype
 enum Mask : int { kMaskNone = 0, kMaskCausal = 1, kMaskWindow = 2 };  // values equal fa_mask
 
+// Head dims a kernel may be asked for: multiples of 8 in [8, kMaxHeadDim] (the API validates the same rule).
+inline constexpr int kMaxHeadDim = 256;
+inline bool head_dim_ok(int d) { return d >= 8 && d <= kMaxHeadDim && d % 8 == 0; }
+
 struct Semantic {
-  Kind kind = Kind::FwdRef;
+  const Family* family = nullptr;  // which kernel family (registered in family.h's registry)
   int arch = 80;          // SM version: 80, 86, 89, 90 (90 compiles for sm_90a)
   int dtype = kFp16;
   int head_dim = 128;     // of q, k: multiple of 8 in [8, 256]
@@ -44,14 +41,14 @@ struct Semantic {
   bool operator==(const Semantic&) const = default;
 };
 
+// The values of a family's knobs, in the order of its schema (Family::knobs); unused slots are 0.
 struct Tunables {
-  int block_m = 0;     // query rows per CTA
-  int block_n = 0;     // keys per inner iteration
-  int warps = 0;       // warps per CTA
-  int stages = 1;      // shared-memory pipeline depth for K/V
-  int q_in_regs = 0;   // 1: Q fragments held in registers for the whole CTA
-  int extra = 0;       // family-specific knob (documented by the family); 0 = default
+  static constexpr int kMaxKnobs = 8;
+  std::array<int, kMaxKnobs> v{};
+  int& operator[](int i) { return v[static_cast<size_t>(i)]; }
+  int operator[](int i) const { return v[static_cast<size_t>(i)]; }
   bool operator==(const Tunables&) const = default;
+  auto operator<=>(const Tunables&) const = default;
 };
 
 struct KernelConfig {
@@ -60,26 +57,37 @@ struct KernelConfig {
   bool operator==(const KernelConfig&) const = default;
 };
 
-const char* kind_name(Kind k);        // "fwd_ref", "fwd_mma", ...
+// A strict weak order over configs (for maps keyed by config, e.g. the memo of compile keys).
+struct ConfigLess {
+  bool operator()(const KernelConfig& a, const KernelConfig& b) const;
+};
+
+const char* family_name(const Semantic& s);  // "fwd_ref", "fwd_mma", ... ("none" without a family)
 const char* dtype_name(int dtype);    // "fp16", "bf16", "fp32"
 const char* mask_name(int mask);      // "none", "causal", "window"
 
-// "fwd_mma.sm90.bf16.d128.dv128.causal.b0a0s0v0e1l1|m128.n64.w4.s2.qr1.x0" -- stable, human-readable, complete.
+// "fwd_mma.sm90.bf16.d128.dv128.causal.b0a0s0v0e1l1|m128.n64.w4.s2.qr0.kj1" -- stable, human-readable, complete.
 std::string canonical_key(const KernelConfig& c);
 std::string semantic_key(const Semantic& s);
-std::string tunables_key(const Tunables& t);
-// Parses canonical_key / tunables_key back; false on any malformed input (used when reading caches).
-bool parse_tunables_key(const std::string& text, Tunables* out);
+// The knobs of s's family by their key tags, in schema order ("m128.n64.w4.s2.qr0.kj1").
+std::string tunables_key(const Semantic& s, const Tunables& t);
+// Parses tunables_key back for s's family; false on any malformed input (used when reading caches). Keys written
+// before the knob schema ("m%d.n%d.w%d.s%d.qr%d.x%d") still parse: their fields map to the knobs named block_m,
+// block_n, warps, stages, q_in_regs and the family's legacy `x` knob; fields the family has no knob for are dropped.
+bool parse_tunables_key(const Semantic& s, const std::string& text, Tunables* out);
 
 // The translation unit: a header comment with the key, namespace fa_cfg { constexpr ... }, then the includes.
 std::string render_source(const KernelConfig& c);
 // The name of the __global__ entry point in the rendered source (extern "C"): always "fa_kernel".
 inline constexpr const char* kEntryName = "fa_kernel";
 
-// FNV-1a 64 of the rendered source, every embedded template, the generator version and `extra` (NVRTC version,
-// options): the compile key of the persistent cache.
+// FNV-1a 64 of the rendered source, the templates the family's template includes (transitively), the generator
+// version and `extra` (NVRTC version, options): the compile key of the persistent cache.
 uint64_t fnv1a64(const void* data, size_t n, uint64_t seed = 1469598103934665603ull);
-uint64_t templates_hash();  // hash of all embedded templates
+uint64_t templates_hash(const Family& f);  // hash of the embedded templates f's kernels include (cached per family)
+// Hash of the templates every kernel includes (the kernel ABI and the common helpers): the persistent cache's
+// environment. A family's own template is covered by its compile keys, so editing it invalidates only its cubins.
+uint64_t shared_templates_hash();
 uint64_t compile_hash(const KernelConfig& c, const std::string& extra);
 std::string hex64(uint64_t v);
 

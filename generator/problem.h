@@ -1,4 +1,4 @@
-// problem.h -- a validated attention problem in host terms (no CUDA types), and the one selector.
+// problem.h -- a validated attention problem in host terms (no CUDA types), THE selector and the plans.
 #pragma once
 
 #include <cstdint>
@@ -25,13 +25,29 @@ struct ProblemDesc {
   bool deterministic = false;
 };
 
-// Whether a fast (tensor-core) forward family covers the problem on this arch; the reason when not.
-bool fwd_mma_covers(const ProblemDesc& p, int arch, std::string* why);
+// The semantic part of problem p for family f on arch: the problem's dtype, head dims, mask and features. Forward
+// families get p's has_lse and, as a hint for their default tables (a shape class, not a length), whether seqlen_k
+// is a multiple of 64 (finalize() replaces it with the real flag); backward families and steps read the LSE
+// (has_lse) and have no even_k.
+Semantic semantic_for(const Family& f, const ProblemDesc& p, int arch);
 
-// THE selector: which family runs the forward (fwd_mma where it covers, else fwd_ref) and its semantic part.
-Semantic select_forward(const ProblemDesc& p, int arch);
+// THE selector: the covering family of `role` with the highest priority on arch (FA_FORCE_REFERENCE=1 for the
+// forward, FA_FORCE_REFERENCE_BWD=1 for the backward: only reference families), and the problem's semantic part
+// for it. fa_run, fa_run_backward, fa_is_supported, fa_problem_key, the tuner and fa-tune all go through it.
+// *why (optional) lists why each higher-ranked family passed.
+Semantic select(Role role, const ProblemDesc& p, int arch, std::string* why = nullptr);
+inline Semantic select_forward(const ProblemDesc& p, int arch) { return select(Role::Forward, p, arch); }
+inline Semantic select_backward(const ProblemDesc& p, int arch) { return select(Role::Backward, p, arch); }
+// Whether family f (by name) covers p on arch: in its arch range and its coverage predicate holds.
+bool family_covers(const Family& f, const ProblemDesc& p, int arch, std::string* why);
+
 // Completes a config for a concrete problem: fills the shape-class flags that depend on the tunables (even_k).
 KernelConfig finalize(const Semantic& s, const Tunables& t, const ProblemDesc& p);
+
+// The plan of a call whose top-level family is s.family, its own step at tunables t (Family::plan).
+Plan make_plan(const Semantic& s, const Tunables& t, const ProblemDesc& p);
+// The same at the family's default tunables.
+Plan make_plan(const Semantic& s, const ProblemDesc& p);
 
 LaunchShape launch_shape(const ProblemDesc& p);
 

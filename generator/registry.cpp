@@ -1,38 +1,86 @@
-// registry.cpp -- the family table, per-arch limits, THE validity predicate and the valid tunable space.
+// registry.cpp -- the family registry, per-arch limits, THE validity predicate and the tunable spaces.
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
 
 #include "generator/family.h"
 
+// Every folder of generator/families/ (the list CMake generates: FA_FAMILY_FOLDER(name) per folder).
+#include "generator/families_list.inc"
+
 namespace fa::gen {
 
-extern const Family kFwdRefFamily;
-extern const Family kFwdMmaFamily;
-extern const Family kBwdPreFamily;
-extern const Family kBwdRefDqFamily;
-extern const Family kBwdRefDkDvFamily;
-extern const Family kBwdMmaFamily;
-extern const Family kBwdPostFamily;
-
 namespace {
-const Family* lookup(Kind k) {
-  switch (k) {
-    case Kind::FwdRef: return &kFwdRefFamily;
-    case Kind::FwdMma: return &kFwdMmaFamily;
-    case Kind::BwdPre: return &kBwdPreFamily;
-    case Kind::BwdRefDq: return &kBwdRefDqFamily;
-    case Kind::BwdRefDkDv: return &kBwdRefDkDvFamily;
-    case Kind::BwdMma: return &kBwdMmaFamily;
-    case Kind::BwdPost: return &kBwdPostFamily;
-  }
-  return nullptr;
+
+std::vector<const Family*>& registry() {
+  static std::vector<const Family*> r;
+  return r;
 }
+
+void ensure_registered() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+#define FA_FAMILY_FOLDER_ENTRY(folder) fa_register_family_##folder();
+    FA_FAMILY_FOLDERS(FA_FAMILY_FOLDER_ENTRY)
+#undef FA_FAMILY_FOLDER_ENTRY
+  });
+}
+
+bool fail(std::string* why, std::string msg) {
+  if (why) *why = std::move(msg);
+  return false;
+}
+
 }  // namespace
 
-bool family_available(Kind k) { return lookup(k) != nullptr && lookup(k)->template_name != nullptr; }
+void register_family(const Family* f) {
+  if (f == nullptr || f->name == nullptr || f->template_name == nullptr) return;
+  for (const Family* g : registry())
+    if (std::strcmp(g->name, f->name) == 0) return;  // registered once
+  registry().push_back(f);
+}
 
-const Family& family(Kind k) {
-  const Family* f = lookup(k);
-  return f ? *f : kFwdRefFamily;  // callers check family_available() / is_valid() first
+const std::vector<const Family*>& all_families() {
+  ensure_registered();
+  return registry();
+}
+
+const Family* find_family(std::string_view name) {
+  for (const Family* f : all_families())
+    if (name == f->name) return f;
+  return nullptr;
+}
+
+std::vector<const Family*> ranked_families(Role role, int arch) {
+  std::vector<const Family*> out;
+  for (const Family* f : all_families())
+    if (f->role == role && arch >= f->arch_min && arch <= f->arch_max) out.push_back(f);
+  std::stable_sort(out.begin(), out.end(), [](const Family* a, const Family* b) { return a->priority > b->priority; });
+  return out;
+}
+
+int Family::knob_index(std::string_view knob_name) const {
+  for (size_t i = 0; i < knobs.size(); ++i)
+    if (knob_name == knobs[i].name) return static_cast<int>(i);
+  return -1;
+}
+
+int knob_value(const Semantic& s, const Tunables& t, std::string_view knob, int fallback) {
+  if (s.family == nullptr) return fallback;
+  const int i = s.family->knob_index(knob);
+  return i < 0 ? fallback : t[i];
+}
+
+bool KernelParams::add(const void* data, size_t size, size_t align) {
+  if (count >= kMax || align == 0 || align > 64 || (align & (align - 1)) != 0) return false;
+  const size_t at = (used_ + align - 1) & ~(align - 1);
+  if (at + size > sizeof storage_) return false;
+  std::memcpy(storage_ + at, data, size);
+  ptrs[count++] = storage_ + at;
+  used_ = at + size;
+  return true;
 }
 
 DeviceLimits limits_for_arch(int arch) {
@@ -51,39 +99,71 @@ DeviceLimits limits_for_arch(int arch) {
   return l;
 }
 
-static bool fail(std::string* why, std::string msg) {
-  if (why) *why = std::move(msg);
-  return false;
+unsigned smem_of(const KernelConfig& c) {
+  return c.s.family != nullptr && c.s.family->smem_bytes != nullptr ? c.s.family->smem_bytes(c) : 0u;
+}
+
+Launch launch_of(const KernelConfig& c, const LaunchShape& shape) {
+  Launch l = c.s.family->launch(c, shape);
+  l.smem = smem_of(c);
+  return l;
 }
 
 bool is_valid(const KernelConfig& c, const DeviceLimits& lim, std::string* why) {
   const Semantic& s = c.s;
-  const Tunables& t = c.t;
-  const int kind = static_cast<int>(s.kind);
-  if (kind < 0 || kind >= kNumKinds) return fail(why, fmt::format("kind: expected 0..{}, got {}", kNumKinds - 1, kind));
-  if (!family_available(s.kind)) return fail(why, fmt::format("kind: family {} is not built in", kind_name(s.kind)));
+  if (s.family == nullptr) return fail(why, "family: none set");
+  const Family& f = *s.family;
   if (s.arch < 80) return fail(why, fmt::format("arch: expected >= 80 (Ampere or newer), got sm_{}", s.arch));
+  if (s.arch < f.arch_min || s.arch > f.arch_max)
+    return fail(why, fmt::format("arch: family {} runs on sm_{}..sm_{}, got sm_{}", f.name, f.arch_min,
+                                 f.arch_max == INT_MAX ? 999 : f.arch_max, s.arch));
   if (s.arch != lim.arch) return fail(why, fmt::format("arch: config is sm_{} but device limits are sm_{}", s.arch, lim.arch));
   if (s.dtype < kFp16 || s.dtype > kFp32) return fail(why, fmt::format("dtype: expected 1..3, got {}", s.dtype));
   for (int d : {s.head_dim, s.head_dim_v})
-    if (d < 8 || d > 256 || d % 8 != 0)
-      return fail(why, fmt::format("head_dim: expected a multiple of 8 in [8, 256], got {}", d));
+    if (!head_dim_ok(d))
+      return fail(why, fmt::format("head_dim: expected a multiple of 8 in [8, {}], got {}", kMaxHeadDim, d));
   if (s.mask < kMaskNone || s.mask > kMaskWindow) return fail(why, fmt::format("mask: expected 0..2, got {}", s.mask));
   if (s.varlen && s.even_k) return fail(why, "even_k: expected false in varlen mode, got true");
-  if (t.warps < 1 || t.warps > 16) return fail(why, fmt::format("warps: expected 1..16, got {}", t.warps));
-  if (t.stages < 1 || t.stages > 4) return fail(why, fmt::format("stages: expected 1..4, got {}", t.stages));
-  const Family& f = family(s.kind);
-  if (!f.valid(c, why)) return false;
-  const unsigned smem = f.smem_bytes(c);
+  for (size_t i = 0; i < f.knobs.size(); ++i) {
+    const Knob& k = f.knobs[i];
+    const int v = c.t[static_cast<int>(i)];
+    if (std::find(k.values.begin(), k.values.end(), v) == k.values.end()) {
+      if (why == nullptr) return false;
+      std::string allowed;
+      for (size_t j = 0; j < k.values.size(); ++j) allowed += (j ? ", " : "") + std::to_string(k.values[j]);
+      return fail(why, fmt::format("{}: expected one of {} for {}, got {}", k.name, allowed, f.name, v));
+    }
+  }
+  for (size_t i = f.knobs.size(); i < static_cast<size_t>(Tunables::kMaxKnobs); ++i)
+    if (c.t[static_cast<int>(i)] != 0) return fail(why, fmt::format("tunables: {} has {} knobs, slot {} is set", f.name, f.knobs.size(), i));
+  if (f.valid != nullptr && !f.valid(c, why)) return false;
+  const unsigned smem = smem_of(c);
   if (smem > static_cast<unsigned>(lim.max_smem_optin))
     return fail(why, fmt::format("shared memory: expected <= {} bytes on sm_{}, got {}", lim.max_smem_optin, lim.arch, smem));
   return true;
 }
 
+std::vector<Tunables> full_space(const Semantic& s) {
+  if (s.family == nullptr) return {};
+  if (s.family->space != nullptr) return s.family->space(s);
+  std::vector<Tunables> out(1);
+  const auto& knobs = s.family->knobs;
+  for (size_t i = 0; i < knobs.size(); ++i) {
+    std::vector<Tunables> next;
+    for (const Tunables& t : out)
+      for (int v : knobs[i].values) {
+        Tunables u = t;
+        u[static_cast<int>(i)] = v;
+        next.push_back(u);
+      }
+    out.swap(next);
+  }
+  return out;
+}
+
 std::vector<Tunables> valid_space(const Semantic& s, const DeviceLimits& lim) {
   std::vector<Tunables> out;
-  if (!family_available(s.kind)) return out;
-  for (const Tunables& t : family(s.kind).space(s)) {
+  for (const Tunables& t : full_space(s)) {
     KernelConfig c{s, t};
     if (is_valid(c, lim, nullptr)) out.push_back(t);
   }

@@ -1,13 +1,25 @@
-// selector.cpp -- THE selector: which kernel family serves a problem, and the problem's semantic part.
-// fa_run, fa_is_supported, fa_problem_key, the tuner and fa-tune all go through select_forward().
-#include "generator/problem.h"
+// selector.cpp -- THE selector: which kernel family serves a problem (the covering family of highest priority),
+// the problem's semantic part for it, and the plan of the call.
+#include <fmt/format.h>
 
 #include <cstdlib>
 
+#include "generator/problem.h"
+
 namespace fa::gen {
 
-Semantic select_forward(const ProblemDesc& p, int arch) {
+namespace {
+
+bool env_on(const char* name) {
+  const char* e = std::getenv(name);
+  return e && *e && *e != '0';
+}
+
+}  // namespace
+
+Semantic semantic_for(const Family& f, const ProblemDesc& p, int arch) {
   Semantic s;
+  s.family = &f;
   s.arch = arch;
   s.dtype = p.dtype;
   s.head_dim = p.head_dim;
@@ -17,26 +29,65 @@ Semantic select_forward(const ProblemDesc& p, int arch) {
   s.has_alibi = p.has_alibi;
   s.has_softcap = p.has_softcap;
   s.varlen = p.varlen;
-  s.has_lse = p.has_lse;
-  // A hint for the default table (a shape class, not a length): whether seqlen_k is a multiple of 64. finalize()
-  // replaces it with the real flag for the chosen block_n.
-  s.even_k = !p.varlen && p.seqlen_k > 0 && p.seqlen_k % 64 == 0;
-  // FA_FORCE_REFERENCE=1 routes every problem to the reference kernel (a field switch for suspected kernel bugs;
-  // results are the same by construction, only slower).
-  static const bool force_ref = [] {
-    const char* e = std::getenv("FA_FORCE_REFERENCE");
-    return e && *e && *e != '0';
-  }();
-  const bool mma = !force_ref && family_available(Kind::FwdMma) && fwd_mma_covers(p, arch, nullptr);
-  s.kind = mma ? Kind::FwdMma : Kind::FwdRef;
+  if (f.role == Role::Forward) {
+    s.has_lse = p.has_lse;
+    s.even_k = !p.varlen && p.seqlen_k > 0 && p.seqlen_k % 64 == 0;  // a hint; finalize() sets the real flag
+  } else {
+    s.has_lse = true;  // the backward reads the forward's LSE
+    s.even_k = false;
+  }
   return s;
+}
+
+bool family_covers(const Family& f, const ProblemDesc& p, int arch, std::string* why) {
+  if (arch < f.arch_min || arch > f.arch_max) {
+    if (why) *why = fmt::format("{}: runs on sm_{}+, device is sm_{}", f.name, f.arch_min, arch);
+    return false;
+  }
+  if (f.covers == nullptr) return true;
+  std::string reason;
+  if (f.covers(p, arch, why ? &reason : nullptr)) return true;
+  if (why) *why = reason;
+  return false;
+}
+
+Semantic select(Role role, const ProblemDesc& p, int arch, std::string* why) {
+  // FA_FORCE_REFERENCE=1 (read once) routes every forward to the reference kernel, FA_FORCE_REFERENCE_BWD=1 (read
+  // per call: the tests compare the two paths) every backward: field switches for suspected kernel bugs; results
+  // are the same by construction, only slower.
+  static const bool force_ref_fwd = env_on("FA_FORCE_REFERENCE");
+  const bool force_ref = role == Role::Forward ? force_ref_fwd : role == Role::Backward && env_on("FA_FORCE_REFERENCE_BWD");
+  const Family* fallback = nullptr;
+  for (const Family* f : ranked_families(role, arch)) {
+    if (f->reference) fallback = fallback ? fallback : f;
+    if (force_ref && !f->reference) continue;
+    std::string reason;
+    if (family_covers(*f, p, arch, why ? &reason : nullptr)) return semantic_for(*f, p, arch);
+    if (why) *why += (why->empty() ? "" : "; ") + reason;
+  }
+  // No family covers the problem (not reachable while a reference family covers everything): the reference, whose
+  // validity check then says why.
+  const Family* f = fallback ? fallback : find_family(role == Role::Forward ? "fwd_ref" : "bwd_ref_dq");
+  return f ? semantic_for(*f, p, arch) : Semantic{};
 }
 
 KernelConfig finalize(const Semantic& s, const Tunables& t, const ProblemDesc& p) {
   KernelConfig c{s, t};
-  c.s.even_k = s.kind == Kind::FwdMma && !p.varlen && t.block_n > 0 && p.seqlen_k % t.block_n == 0;
+  c.s.even_k = false;
+  if (s.family != nullptr && s.family->finalize != nullptr) s.family->finalize(&c, p);
   return c;
 }
+
+Plan make_plan(const Semantic& s, const Tunables& t, const ProblemDesc& p) {
+  const KernelConfig main = finalize(s, t, p);
+  if (s.family != nullptr && s.family->plan != nullptr) return s.family->plan(main, p);
+  Plan plan;
+  plan.steps.push_back(main);
+  plan.tuned_step = 0;
+  return plan;
+}
+
+Plan make_plan(const Semantic& s, const ProblemDesc& p) { return make_plan(s, s.family->defaults(s), p); }
 
 LaunchShape launch_shape(const ProblemDesc& p) {
   LaunchShape l;

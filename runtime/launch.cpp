@@ -1,10 +1,12 @@
-// launch.cpp -- from validated params to a launched kernel.
+// launch.cpp -- from validated params to kernels on the caller's stream (see launch.h).
 #include "runtime/launch.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#include <fmt/format.h>
 
 namespace fa::rt {
 
@@ -80,34 +82,124 @@ Status kernel_for(fa_context c, const gen::KernelConfig& cfg, bool allow_compile
   if (c->has_device) {
     CtxGuard g(c);
     if (!g.status().ok()) return g.status();
-    st = c->kernels->ensure_loaded(*c->drv, *k, gen::family(cfg.s.kind).smem_bytes(cfg));
+    st = c->kernels->ensure_loaded(*c->drv, *k, gen::smem_of(cfg));
     if (!st.ok()) return st;
   }
   *out = k;
   return Status::Ok();
 }
 
-Status forward_kernel(fa_context c, const gen::ProblemDesc& d, bool allow_compile, const TuneRequest* tune,
-                      std::shared_ptr<Kernel>* out, gen::KernelConfig* cfg) {
-  const int arch = context_arch(c);
-  gen::Semantic s = gen::select_forward(d, arch);
+Status plan_for(fa_context c, gen::Role role, const gen::ProblemDesc& d, const TuneRequest* tune, gen::Plan* out) {
+  const gen::Semantic s = gen::select(role, d, context_arch(c));
+  if (s.family == nullptr) return error(FA_ERROR_NOT_SUPPORTED, "no kernel family is built in for this problem");
+  if (!s.family->tuned_on_first_use) {  // the family runs at its defaults (the reference backward)
+    *out = gen::make_plan(s, d);
+    return Status::Ok();
+  }
   gen::Tunables t;
-  Status st = c->chooser->choose(c, s, d, allow_compile ? tune : nullptr, &t);
+  Status st = c->chooser->choose(c, s, d, tune, &t);
   if (!st.ok()) return st;
-  *cfg = gen::finalize(s, t, d);
-  return kernel_for(c, *cfg, allow_compile, out);
+  *out = gen::make_plan(s, t, d);
+  return Status::Ok();
 }
 
 namespace {
 
+// The runtime's tensor-map encoder for families that bind CUtensorMap parameters (BindInput::encode_tensor_map).
+bool encode_tensor_map(void* ctx, const gen::TensorMapDesc& t, void* out128, std::string* why) {
+  const Driver& drv = *static_cast<const Driver*>(ctx);
+  const CUtensorMapDataType type = t.dtype == FA_DTYPE_FP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : t.dtype == FA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapSwizzle sw = t.swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                : t.swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                : t.swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                                                  : CU_TENSOR_MAP_SWIZZLE_NONE;
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t box[5], elem[5];
+  for (int i = 0; i < t.rank; ++i) {
+    dims[i] = t.dims[i];
+    box[i] = t.box[i];
+    elem[i] = 1;
+    if (i + 1 < t.rank) strides[i] = t.strides[i];
+  }
+  CUresult r = drv.cuTensorMapEncodeTiled(static_cast<CUtensorMap*>(out128), type, static_cast<cuuint32_t>(t.rank),
+                                          const_cast<void*>(t.base), dims, strides, box, elem,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r == CUDA_SUCCESS) return true;
+  if (why) *why = driver_error(drv, "cuTensorMapEncodeTiled", r);
+  return false;
+}
+
+}  // namespace
+
+Status enqueue_plan(fa_context c, const gen::Plan& plan, const gen::LaunchShape& shape, const PlanArgs& a,
+                    bool allow_compile, CUstream stream, void* ws_in, size_t ws_size) {
+  std::vector<std::shared_ptr<Kernel>> kernels;
+  kernels.reserve(plan.steps.size());
+  for (const auto& step : plan.steps) {
+    std::shared_ptr<Kernel> k;
+    Status st = kernel_for(c, step, allow_compile, &k);
+    if (!st.ok()) return st;
+    kernels.push_back(std::move(k));
+  }
+  CtxGuard g(c);
+  if (!g.status().ok()) return g.status();
+  CUdeviceptr ws = reinterpret_cast<CUdeviceptr>(ws_in);
+  bool owned = false;
+  if (ws_in != nullptr) {
+    if (ws_size < plan.workspace_bytes)
+      return invalid("workspace_size", fmt::format(">= {} bytes (fa_backward_workspace_size)", plan.workspace_bytes), ws_size);
+  } else if (plan.workspace_bytes > 0) {
+    CUresult r = c->drv->cuMemAllocAsync(&ws, plan.workspace_bytes, stream);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) return error(FA_ERROR_OUT_OF_MEMORY, driver_error(*c->drv, "cuMemAllocAsync", r));
+    if (r != CUDA_SUCCESS) return error(FA_ERROR_DRIVER, driver_error(*c->drv, "cuMemAllocAsync", r));
+    owned = true;
+  }
+  if (a.bind_workspace) a.bind_workspace(reinterpret_cast<char*>(ws));
+  Status st;
+  for (size_t i = 0; i < plan.steps.size() && st.ok(); ++i) {
+    const gen::KernelConfig& step = plan.steps[i];
+    const gen::Family& f = *step.s.family;
+    gen::BindInput in;
+    in.args = a.args;
+    in.args_size = a.size;
+    in.shape = shape;
+    in.launch = f.launch(step, shape);
+    in.limits = c->limits;
+    in.registers = kernels[i]->ptxas.registers;
+    in.encoder_ctx = const_cast<Driver*>(c->drv);
+    in.encode_tensor_map = &encode_tensor_map;
+    gen::KernelParams params;
+    std::string why;
+    if (f.bind != nullptr) {
+      if (!f.bind(step, in, &params, &why))
+        st = error(FA_ERROR_INTERNAL, "binding the arguments of " + kernels[i]->key + ": " + why);
+    } else if (!params.add(a.args, a.size, 16)) {
+      st = error(FA_ERROR_INTERNAL, "the arguments of " + kernels[i]->key + " do not fit");
+    }
+    if (st.ok()) st = launch_kernel(c, *kernels[i], in.launch, params, stream);
+  }
+  if (owned) c->drv->cuMemFreeAsync(ws, stream);
+  return st;
+}
+
+Status launch_config(fa_context c, const gen::KernelConfig& cfg, const gen::LaunchShape& shape, void* args,
+                     size_t size, CUstream stream) {
+  gen::Plan plan;
+  plan.steps.push_back(cfg);
+  return enqueue_plan(c, plan, shape, PlanArgs{args, size, {}}, true, stream, nullptr, 0);
+}
+
+namespace {
+
+// The forward plan with the top-level family at cfg (the tuner's candidate), enqueued on `stream`.
 Status launch_config(fa_context c, const gen::KernelConfig& cfg, const fa_params& p, const gen::ProblemDesc& d,
                      CUstream stream) {
-  std::shared_ptr<Kernel> k;
-  Status st = kernel_for(c, cfg, true, &k);
-  if (!st.ok()) return st;
+  const gen::Plan plan = gen::make_plan(cfg.s, cfg.t, d);
   FaFwdArgs args = make_fwd_args(p, d);
-  const gen::Launch l = gen::family(cfg.s.kind).launch(cfg, gen::launch_shape(d));
-  return launch_kernel(c, *k, l, &args, sizeof args, stream);
+  return enqueue_plan(c, plan, gen::launch_shape(d), PlanArgs{&args, sizeof args, {}}, true, stream, nullptr, 0);
 }
 
 double half_value(int dtype, const unsigned char* b) {
@@ -130,7 +222,8 @@ double half_value(int dtype, const unsigned char* b) {
 }
 
 // Runs the candidate and the reference kernel into two compact scratch outputs and compares them:
-// max |o - o_ref| / max |o_ref| (NaN anywhere gives NaN).
+// max |o - o_ref| / max |o_ref| (NaN anywhere gives NaN). Both run on a private stream that first waits for the
+// caller's stream (an event), so the caller's stream is never synchronized and receives no work.
 Status verify_against_reference(fa_context c, const gen::KernelConfig& cfg, const fa_params& p,
                                 const gen::ProblemDesc& d, CUstream stream, double* rel) {
   const size_t rows = size_t(d.varlen ? d.total_q : d.batch * d.seqlen_q);
@@ -158,18 +251,28 @@ Status verify_against_reference(fa_context c, const gen::KernelConfig& cfg, cons
   pa.o = reinterpret_cast<void*>(a);
   fa_params pb = pa;
   pb.o = reinterpret_cast<void*>(b);
-  gen::Semantic rs = cfg.s;
-  rs.kind = gen::Kind::FwdRef;
-  const gen::KernelConfig rc = gen::finalize(rs, gen::family(gen::Kind::FwdRef).defaults(rs), d);
-  Status st = launch_config(c, cfg, pa, d, stream);
-  if (st.ok()) st = launch_config(c, rc, pb, d, stream);
+  const gen::Family* ref = gen::find_family("fwd_ref");
+  const gen::Semantic rs = gen::semantic_for(*ref, d, cfg.s.arch);
+  const gen::KernelConfig rc = gen::finalize(rs, ref->defaults(rs), d);
+  CUstream own = nullptr;
+  CUevent ready = nullptr;
+  r = drv.cuStreamCreate(&own, CU_STREAM_NON_BLOCKING);
+  if (r == CUDA_SUCCESS) r = drv.cuEventCreate(&ready, CU_EVENT_DISABLE_TIMING);
+  if (r == CUDA_SUCCESS) r = drv.cuEventRecord(ready, stream);
+  if (r == CUDA_SUCCESS) r = drv.cuStreamWaitEvent(own, ready, 0);
+  Status st = r == CUDA_SUCCESS ? Status::Ok() : error(FA_ERROR_DRIVER, driver_error(drv, "verifying a tuned kernel", r));
+  if (st.ok()) st = launch_config(c, cfg, pa, d, own);
+  if (st.ok()) st = launch_config(c, rc, pb, d, own);
   std::vector<unsigned char> ha(elems * es), hb(elems * es);
   if (st.ok()) {
-    r = drv.cuStreamSynchronize(stream);
+    r = drv.cuStreamSynchronize(own);
     if (r == CUDA_SUCCESS) r = drv.cuMemcpyDtoH(ha.data(), a, ha.size());
     if (r == CUDA_SUCCESS) r = drv.cuMemcpyDtoH(hb.data(), b, hb.size());
     if (r != CUDA_SUCCESS) st = error(FA_ERROR_DRIVER, driver_error(drv, "verifying a tuned kernel", r));
   }
+  if (own) drv.cuStreamSynchronize(own);  // the scratch buffers are freed below
+  if (ready) drv.cuEventDestroy(ready);
+  if (own) drv.cuStreamDestroy(own);
   drv.cuMemFree(a);
   drv.cuMemFree(b);
   if (!st.ok()) return st;
@@ -200,15 +303,35 @@ TuneRequest forward_tune_request(fa_context c, const fa_params& p, const gen::Pr
   return r;
 }
 
-Status launch_kernel(fa_context c, Kernel& k, const gen::Launch& l, void* args, size_t size, CUstream stream) {
+Status launch_kernel(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelParams& params, CUstream stream) {
   if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) return Status::Ok();  // nothing to do
-  (void)size;  // the one kernel parameter is the argument struct
-  void* params[] = {args};
   CtxGuard g(c);
   if (!g.status().ok()) return g.status();
-  CUresult r = c->drv->cuLaunchKernel(k.function, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.smem, stream,
-                                      params, nullptr);
-  if (r != CUDA_SUCCESS) return error(FA_ERROR_LAUNCH, driver_error(*c->drv, "cuLaunchKernel", r) + " for kernel " + k.key);
+  CUresult r;
+  if (l.cluster[0] * l.cluster[1] * l.cluster[2] == 1) {
+    r = c->drv->cuLaunchKernel(k.function, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.smem, stream,
+                               params.ptrs, nullptr);
+    if (r != CUDA_SUCCESS) return error(FA_ERROR_LAUNCH, driver_error(*c->drv, "cuLaunchKernel", r) + " for kernel " + k.key);
+    return Status::Ok();
+  }
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = l.cluster[0];
+  attr.value.clusterDim.y = l.cluster[1];
+  attr.value.clusterDim.z = l.cluster[2];
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = l.grid[0];
+  cfg.gridDimY = l.grid[1];
+  cfg.gridDimZ = l.grid[2];
+  cfg.blockDimX = l.block;
+  cfg.blockDimY = 1;
+  cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = l.smem;
+  cfg.hStream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  r = c->drv->cuLaunchKernelEx(&cfg, k.function, params.ptrs, nullptr);
+  if (r != CUDA_SUCCESS) return error(FA_ERROR_LAUNCH, driver_error(*c->drv, "cuLaunchKernelEx", r) + " for kernel " + k.key);
   return Status::Ok();
 }
 

@@ -1,7 +1,10 @@
-// launch.h -- kernel arguments from validated params, and launching on the caller's stream.
+// launch.h -- from validated params to kernels on the caller's stream: the common kernel arguments, the kernels of
+// a plan (compiled or found, loaded), each step's parameters bound by its family, and the launches.
 #pragma once
 
 #include <cuda.h>
+
+#include <functional>
 
 #include "fa/fa.h"
 #include "generator/family.h"
@@ -13,22 +16,41 @@ namespace fa::rt {
 
 FaFwdArgs make_fwd_args(const fa_params& p, const gen::ProblemDesc& d);
 
-// Launches kernel k (loaded) with one argument struct of `size` bytes. No synchronization.
-Status launch_kernel(fa_context c, Kernel& k, const gen::Launch& l, void* args, size_t size, CUstream stream);
-
 // Whether `stream` is being captured into a graph (false when there is no device).
 Status stream_capturing(fa_context c, CUstream stream, bool* capturing);
 
-// Chooses tunables, compiles (if allowed) and loads the forward kernel for a validated problem.
-// allow_compile=false: only what is already compiled and loaded in memory.
-// tune: non-null when the chooser may time candidates now (first use, not capturing).
-Status forward_kernel(fa_context c, const gen::ProblemDesc& d, bool allow_compile, const TuneRequest* tune,
-                      std::shared_ptr<Kernel>* out, gen::KernelConfig* cfg);
+// Compiles and loads a config (used by the plans, fa_prepare and the tuner). allow_compile=false: only what is
+// already compiled and loaded in memory.
+Status kernel_for(fa_context c, const gen::KernelConfig& cfg, bool allow_compile, std::shared_ptr<Kernel>* out);
+
+// The chosen plan of a validated problem for `role`: the selector's family, the chooser's tunables for it (tuning
+// now when `tune` is non-null and the policy allows), the family's plan.
+Status plan_for(fa_context c, gen::Role role, const gen::ProblemDesc& d, const TuneRequest* tune, gen::Plan* out);
+
+// The common argument struct of a plan's launches and how the workspace reaches it: `args` points at a FaFwdArgs
+// (forward roles) or FaBwdArgs (backward); `bind_workspace(ws)` stores the workspace regions' pointers into it.
+struct PlanArgs {
+  void* args = nullptr;
+  size_t size = 0;
+  std::function<void(char* ws)> bind_workspace;
+};
+
+// Enqueues every step of `plan` on `stream`: kernels (allow_compile as in kernel_for), the workspace (the caller's
+// `ws` of `ws_size` bytes, or a stream-ordered allocation freed on the stream after the last step), each step's
+// parameters (the family's bind, default: the common args), the launch (with the family's cluster dims).
+// Never synchronizes.
+Status enqueue_plan(fa_context c, const gen::Plan& plan, const gen::LaunchShape& shape, const PlanArgs& a,
+                    bool allow_compile, CUstream stream, void* ws, size_t ws_size);
+
+// One config as a plan of one step (tests and tools that launch a given kernel with the common args).
+Status launch_config(fa_context c, const gen::KernelConfig& cfg, const gen::LaunchShape& shape, void* args,
+                     size_t size, CUstream stream);
+
+// Launches kernel k (loaded) with its bound parameters. No synchronization.
+Status launch_kernel(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelParams& params, CUstream stream);
+
 // A TuneRequest for a validated forward problem on `stream` (launches write the caller's o and lse, which the
 // final launch overwrites).
 TuneRequest forward_tune_request(fa_context c, const fa_params& p, const gen::ProblemDesc& d, CUstream stream);
-
-// Compiles and loads a config (used by the forward path, the backward plan and the tuner).
-Status kernel_for(fa_context c, const gen::KernelConfig& cfg, bool allow_compile, std::shared_ptr<Kernel>* out);
 
 }  // namespace fa::rt

@@ -1,6 +1,9 @@
 // nvrtc_compiler.cpp -- NVRTC compilation of rendered kernels; templates are handed to NVRTC as named headers.
 #include "runtime/nvrtc_compiler.h"
 
+#include <map>
+#include <mutex>
+
 #include <fmt/format.h>
 #include <nvrtc.h>
 
@@ -27,9 +30,21 @@ std::vector<std::string> nvrtc_options(int arch) {
 }
 
 uint64_t compile_hash_for(const gen::KernelConfig& c) {
+  // Computed once per config in this process: rendering and hashing the source costs microseconds, a map lookup
+  // does not (every fa_run asks). The templates cannot change while the process runs.
+  static std::mutex mu;
+  static std::map<gen::KernelConfig, uint64_t, gen::ConfigLess> memo;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = memo.find(c);
+    if (it != memo.end()) return it->second;
+  }
   std::string extra = "nvrtc " + nvrtc_version();
   for (const auto& o : nvrtc_options(c.s.arch)) extra += " " + o;
-  return gen::compile_hash(c, extra);
+  const uint64_t h = gen::compile_hash(c, extra);
+  std::lock_guard<std::mutex> lock(mu);
+  memo.emplace(c, h);
+  return h;
 }
 
 PtxasInfo parse_ptxas(const std::string& log) {

@@ -5,11 +5,11 @@
 //   p  = exp(s - lse_i)                    (0 when j is hidden from i, or when lse_i = -inf)
 //   dp = dO_i.v_j;   ds = p (dp - Delta_i) (1 - t^2 under softcap, else 1)
 //   dQ_i = scale * sum_j ds k_j,   dK_j = scale * sum_{h in group, i} ds q_i,   dV_j = sum_{h in group, i} p dO_i
-// kKind == 3 (BwdRefDq): one warp per query row i of (b = blockIdx.z, query head h = blockIdx.y), looping over its
-// visible keys. kKind == 4 (BwdRefDkDv): one warp per key row j of (b, kv head g = blockIdx.y), looping over the
+// kDkDv false (bwd_ref_dq): one warp per query row i of (b = blockIdx.z, query head h = blockIdx.y), looping over its
+// visible keys. kDkDv true (bwd_ref_dkdv): one warp per key row j of (b, kv head g = blockIdx.y), looping over the
 // query heads of its GQA group and their query rows that see j. Deterministic by construction (fixed loop order,
 // no atomics); every row is written (fully masked rows get zeros). Lanes own columns lane, lane + 32, ...
-// Reads from the prelude: kKind, kDtype, kHeadDim, kHeadDimV, kHasBias, kHasAlibi, kHasSoftcap, kWarps (rows per
+// Reads from the prelude: kDkDv, kDtype, kHeadDim, kHeadDimV, kHasBias, kHasAlibi, kHasSoftcap, kWarps (rows per
 // CTA; kBlockM == kWarps).
 #ifndef FA_BWD_REF_CUH
 #define FA_BWD_REF_CUH
@@ -42,7 +42,7 @@ FA_DEVICE Score score(const FaFwdArgs& a, float dot, int b, int h, int i, int j,
 }  // namespace fa_bwd_ref
 
 // minBlocksPerSM = 1 stated explicitly: without it ptxas spills a few bytes to reach register-occupancy thresholds
-// (seen at 48 registers for kKind == 4 with 8 warps).
+// (seen at 48 registers for kDkDv with 8 warps).
 extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaBwdArgs args) {
   using namespace fa_bwd_ref;
   const FaFwdArgs& a = args.f;
@@ -53,7 +53,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   const long long qb = varlen ? 0 : (long long)b * a.q_sb, kb = varlen ? 0 : (long long)b * a.k_sb;
   const long long vb = varlen ? 0 : (long long)b * a.v_sb, dob = varlen ? 0 : (long long)b * args.do_sb;
   const float neg_inf = -__int_as_float(0x7f800000);
-  if constexpr (fa_cfg::kKind == 3) {
+  if constexpr (!fa_cfg::kDkDv) {
     const int h = blockIdx.y, g = h / a.group;
     const int i = blockIdx.x * fa_cfg::kWarps + warp;
     if (i >= seq.sq) return;

@@ -25,8 +25,8 @@
 // Grid: x = query block (reversed for masked problems: the longest blocks first), y = query head, z = batch.
 // Reads fa_cfg: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kVarlen, kEvenK, kHasLse,
 // kBlockM, kBlockN, kWarps, kStages (1: no prefetch; >= 2: blocks j+1..j+kStages-1 in flight), kQInRegs
-// (1: Q fragments loaded once into registers), kExtra (0: K and V waited for separately, two barriers per block,
-// S = Q K^T overlaps the V copy; 1: K and V waited for together, one barrier per block).
+// (1: Q fragments loaded once into registers), kKvJoint (false: K and V waited for separately, two barriers per block,
+// S = Q K^T overlaps the V copy; true: K and V waited for together, one barrier per block).
 #ifndef FA_FWD_MMA_CUH
 #define FA_FWD_MMA_CUH
 
@@ -61,14 +61,13 @@ constexpr int kVSlot = kBN * kVStride * 2;
 static_assert(kRegion0 % 128 == 0 && kKSlot % 128 == 0 && kVSlot % 128 == 0, "fwd_mma: tiles 128-byte aligned");
 constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap;
 constexpr bool kIsBf16 = fa_cfg::kDtype == 2;
-constexpr bool kJoint = fa_cfg::kExtra == 1;  // 1: wait for K and V together, one barrier per block
+constexpr bool kJoint = fa_cfg::kKvJoint;  // wait for K and V together, one barrier per block
 #define FA_MMA_NEG_INF __int_as_float(0xff800000)
 
 static_assert(fa_cfg::kDtype == 1 || fa_cfg::kDtype == 2, "fwd_mma: fp16 or bf16 only");
 static_assert(kRowsPerWarp % 16 == 0 && (kMt == 1 || kMt == 2), "fwd_mma: 16 or 32 query rows per warp");
 static_assert(kBN % 16 == 0, "fwd_mma: block_n multiple of 16");
 static_assert(kStages >= 1 && kStages <= 4, "fwd_mma: 1..4 stages");
-static_assert(fa_cfg::kExtra == 0 || fa_cfg::kExtra == 1, "fwd_mma: extra is 0 or 1");
 static_assert(kD % 8 == 0 && kDV % 8 == 0 && kD <= 256 && kDV <= 256, "fwd_mma: head dims");
 
 FA_DEVICE unsigned smem_u32(const void* p) {

@@ -13,7 +13,7 @@ cache::Env context_env(fa_context c) {
   e.driver_version = c->drv != nullptr ? c->drv->version : 0;
   e.library_version = fa_version_string();
   e.nvrtc_version = rt::nvrtc_version();
-  e.templates_hash = gen::templates_hash();
+  e.templates_hash = gen::shared_templates_hash();
   e.generator_version = gen::kGeneratorVersion;
   return e;
 }

@@ -11,7 +11,7 @@ namespace fa::tune {
 namespace {
 
 rt::Status defaults_for(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, gen::Tunables* out) {
-  const gen::Tunables t = gen::family(s.kind).defaults(s);
+  const gen::Tunables t = s.family->defaults(s);
   std::string why;
   const gen::KernelConfig cfg = gen::finalize(s, t, p);
   if (!gen::is_valid(cfg, c->limits, &why))
@@ -25,26 +25,87 @@ void record_untuned(fa_context c, const std::string& key) {
   c->untuned.insert(key);
 }
 
+// Whether t is valid for some problem of p's tuning key: p itself, or p with seqlen_k in the other shape class.
+bool any_class_valid(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, const gen::Tunables& t) {
+  if (gen::is_valid(gen::finalize(s, t, p), c->limits, nullptr)) return true;
+  gen::ProblemDesc q = p;
+  q.seqlen_k = p.seqlen_k % 128 == 0 ? p.seqlen_k - 1 : static_cast<int>(pow2_ceil(p.seqlen_k));
+  return q.seqlen_k > 0 && gen::is_valid(gen::finalize(s, t, q), c->limits, nullptr);
+}
+
+// Whether tunables t serve the call at hand: a winner is tuned at one length and valid there; another length of
+// the same tuning key may fall in another shape class (seqlen_k a multiple of block_n or not) where the predicate
+// rejects it.
+bool serves(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, const gen::Tunables& t) {
+  return gen::is_valid(gen::finalize(s, t, p), c->limits, nullptr);
+}
+
 }  // namespace
 
-bool TuningChooser::lookup(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, const std::string& key,
-                           gen::Tunables* out) {
+bool TuningChooser::fallback(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, const std::string& key,
+                             gen::Tunables* out) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = memory_.find(key);
-    if (it != memory_.end()) {
+    auto it = alternates_.find(key);
+    if (it != alternates_.end() && serves(c, s, p, it->second)) {
       *out = it->second;
       return true;
     }
   }
+  // The fastest stored candidate of this key that serves the call, else the family's default for it.
+  gen::Tunables pick;
+  bool found = false;
+  if (cache::Db* db = context_db(c)) {
+    for (const cache::TuneRow& row : db->tune_rows(tuning_semantic_key(s), shape_bucket(p))) {
+      gen::Tunables t;
+      if (row.status == "ok" && gen::parse_tunables_key(s, row.tunables, &t) && serves(c, s, p, t)) {
+        pick = t;
+        found = true;
+        break;
+      }
+    }
+  }
+  if (!found) {
+    if (!defaults_for(c, s, p, &pick).ok()) return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  alternates_[key] = pick;
+  *out = pick;
+  return true;
+}
+
+bool TuningChooser::lookup(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, const std::string& key,
+                           gen::Tunables* out) {
+  bool hit = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = memory_.find(key);
+    if (it != memory_.end()) {
+      if (serves(c, s, p, it->second)) {
+        *out = it->second;
+        return true;
+      }
+      hit = true;
+    }
+  }
+  if (hit) return fallback(c, s, p, key, out);
   cache::Db* db = context_db(c);
   if (db == nullptr) return false;
   auto best = db->best(tuning_semantic_key(s), shape_bucket(p));
   if (!best) return false;
   gen::Tunables t;
-  if (!gen::parse_tunables_key(best->tunables, &t) || !gen::is_valid(gen::finalize(s, t, p), c->limits, nullptr)) {
-    c->warn("tuner: ignoring an unusable cached entry " + best->tunables + " for " + key);
-    return false;
+  if (!gen::parse_tunables_key(s, best->tunables, &t) || !gen::is_valid(gen::finalize(s, t, p), c->limits, nullptr)) {
+    // Unparsable, or a point no shape class of this key admits now (the predicate changed): a clean miss. A winner
+    // that serves another shape class of the key is kept, and this call falls back (fallback()).
+    if (!gen::parse_tunables_key(s, best->tunables, &t) || !any_class_valid(c, s, p, t)) {
+      c->warn("tuner: ignoring an unusable cached entry " + best->tunables + " for " + key);
+      return false;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      memory_[key] = t;
+    }
+    return fallback(c, s, p, key, out);
   }
   std::lock_guard<std::mutex> lock(mu_);
   memory_[key] = t;

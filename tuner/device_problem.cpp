@@ -206,19 +206,14 @@ rt::Status DeviceProblem::verify(const fa_params& validated, const gen::ProblemD
   rt::Status st = run.launch(cfg);
   if (!st.ok()) return st;
   // The reference family into the scratch output.
-  gen::Semantic rs = cfg.s;
-  rs.kind = gen::Kind::FwdRef;
-  rs.even_k = false;
-  const gen::KernelConfig rc = gen::finalize(rs, gen::family(gen::Kind::FwdRef).defaults(rs), d);
-  std::shared_ptr<rt::Kernel> k;
-  st = rt::kernel_for(c_, rc, true, &k);
-  if (!st.ok()) return st;
+  const gen::Family* ref = gen::find_family("fwd_ref");
+  const gen::Semantic rs = gen::semantic_for(*ref, d, cfg.s.arch);
+  const gen::Plan plan = gen::make_plan(rs, d);
   fa_params pr = validated;
   pr.o = reinterpret_cast<void*>(o_ref_);
   pr.lse = reinterpret_cast<float*>(lse_ref_);
   FaFwdArgs args = rt::make_fwd_args(pr, d);
-  st = rt::launch_kernel(c_, *k, gen::family(gen::Kind::FwdRef).launch(rc, gen::launch_shape(d)), &args, sizeof args,
-                         stream_);
+  st = rt::enqueue_plan(c_, plan, gen::launch_shape(d), rt::PlanArgs{&args, sizeof args, {}}, true, stream_, nullptr, 0);
   if (!st.ok()) return st;
   rt::CtxGuard g(c_);
   if (!g.status().ok()) return g.status();

@@ -197,7 +197,7 @@ int do_tune(fa_context c, const TuneArgs& a, bool bar, std::FILE* out, std::FILE
     for (const CandidateResult& cr : r.o.candidates) timed += std::isfinite(cr.median_ms) ? 1 : 0;
     const double speedup = r.o.default_ms / r.o.winner_ms;
     fmt::print(out, "{:<44} {:<24} {:>9} {:>8} {:>9} {:>8} {:>7} {:>3}/{:<3}  {}{}\n", r.g.label,
-               gen::tunables_key(r.o.winner), fmt_ms(r.o.winner_ms), fmt_tf(r.o.winner_tflops), fmt_ms(r.o.default_ms),
+               gen::tunables_key(r.o.semantic, r.o.winner), fmt_ms(r.o.winner_ms), fmt_tf(r.o.winner_tflops), fmt_ms(r.o.default_ms),
                fmt_tf(r.o.default_tflops), std::isfinite(speedup) ? fmt::format("{:.2f}x", speedup) : "-", timed,
                r.o.candidates.size(), r.o.from_cache ? "cache" : "tuned",
                r.o.verified ? fmt::format(" (verified, err {:.1e})", r.o.verify_error)
@@ -212,8 +212,8 @@ int do_tune(fa_context c, const TuneArgs& a, bool bar, std::FILE* out, std::FILE
                        "\"winner\":{},\"winner_ms\":{},\"winner_tflops\":{},\"default\":{},\"default_ms\":{},"
                        "\"default_tflops\":{},\"verified\":{},\"verify_error\":{},\"candidates\":[",
                        i ? "," : "", json_str(r.g.label), json_str(r.o.semantic_key), json_str(r.o.bucket),
-                       json_str(r.error), r.o.from_cache ? "true" : "false", json_str(gen::tunables_key(r.o.winner)),
-                       json_num(r.o.winner_ms), json_num(r.o.winner_tflops), json_str(gen::tunables_key(r.o.defaults)),
+                       json_str(r.error), r.o.from_cache ? "true" : "false", json_str(gen::tunables_key(r.o.semantic, r.o.winner)),
+                       json_num(r.o.winner_ms), json_num(r.o.winner_tflops), json_str(gen::tunables_key(r.o.semantic, r.o.defaults)),
                        json_num(r.o.default_ms), json_num(r.o.default_tflops), r.o.verified ? "true" : "false",
                        json_num(r.o.verify_error));
       for (size_t k = 0; k < r.o.candidates.size(); ++k) {

@@ -65,8 +65,8 @@ double attention_flops(const gen::ProblemDesc& p) {
 std::vector<gen::KernelConfig> candidate_configs(const gen::Semantic& s, const gen::ProblemDesc& p,
                                                  const gen::DeviceLimits& lim, int max_candidates) {
   std::vector<gen::KernelConfig> out;
-  if (!gen::family_available(s.kind)) return out;
-  const gen::Tunables def = gen::family(s.kind).defaults(s);
+  if (s.family == nullptr) return out;
+  const gen::Tunables def = s.family->defaults(s);
   const gen::KernelConfig dc = gen::finalize(s, def, p);
   if (gen::is_valid(dc, lim, nullptr)) out.push_back(dc);
   int taken = 0;
@@ -91,7 +91,7 @@ std::string ptxas_verdict(const rt::PtxasInfo& info, const gen::KernelConfig& cf
     if (why) *why = fmt::format("ptxas: {} registers per thread > {}", info.registers, lim.max_regs_per_thread);
     return "registers";
   }
-  const long long threads = static_cast<long long>(cfg.t.warps) * 32;
+  const long long threads = static_cast<long long>(cfg.s.family->launch(cfg, gen::LaunchShape{}).block);
   if (info.registers > 0 && info.registers * threads > 65536) {
     if (why) *why = fmt::format("ptxas: {} registers x {} threads > 65536 per block", info.registers, threads);
     return "registers";
@@ -115,7 +115,7 @@ std::vector<CandidateResult> compile_candidates(fa_context c, const std::vector<
   parallel_for(configs.size(), o.threads > 0 ? o.threads : default_compile_threads(), [&](size_t i) {
     CandidateResult& r = out[i];
     r.t = configs[i].t;
-    r.key = gen::tunables_key(configs[i].t);
+    r.key = gen::tunables_key(configs[i].s, configs[i].t);
     rt::Status st;
     try {
       st = compile(configs[i], &r.ptxas);
@@ -215,23 +215,24 @@ rt::Status tune(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p,
   *out = TuneOutcome{};
   out->semantic_key = tuning_semantic_key(s);
   out->bucket = shape_bucket(p);
-  out->defaults = gen::family(s.kind).defaults(s);
+  out->semantic = s;
+  out->defaults = s.family->defaults(s);
   out->flops = attention_flops(p);
-  const std::string def_key = gen::tunables_key(out->defaults);
+  const std::string def_key = gen::tunables_key(s, out->defaults);
   auto tflops = [&](double ms) { return ms > 0 ? out->flops / (ms * 1e-3) / 1e12 : std::nan(""); };
   cache::Db* db = context_db(c);
 
   if (o.use_cache && db != nullptr) {
     if (auto best = db->best(out->semantic_key, out->bucket)) {
       gen::Tunables t;
-      if (gen::parse_tunables_key(best->tunables, &t) && gen::is_valid(gen::finalize(s, t, p), c->limits, nullptr)) {
+      if (gen::parse_tunables_key(s, best->tunables, &t) && gen::is_valid(gen::finalize(s, t, p), c->limits, nullptr)) {
         out->from_cache = true;
         out->has_winner = true;
         out->winner = t;
         out->winner_ms = best->median_ms;
         for (const cache::TuneRow& row : db->tune_rows(out->semantic_key, out->bucket)) {
           CandidateResult r;
-          if (!gen::parse_tunables_key(row.tunables, &r.t)) continue;
+          if (!gen::parse_tunables_key(s, row.tunables, &r.t)) continue;
           r.key = row.tunables;
           r.status = row.status;
           r.median_ms = row.median_ms;

@@ -53,6 +53,7 @@ struct CandidateResult {
 };
 
 struct TuneOutcome {
+  gen::Semantic semantic;        // what was tuned (its family's schema reads the tunables)
   std::string semantic_key;      // tuning_semantic_key
   std::string bucket;            // shape_bucket
   std::vector<CandidateResult> candidates;

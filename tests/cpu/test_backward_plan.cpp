@@ -1,4 +1,5 @@
-// test_backward_plan.cpp -- the backward plan (generator/backward_plan.h): workspace layout (256-byte aligned,
+// test_backward_plan.cpp -- the backward plans (Family::plan of bwd_mma and bwd_ref_dq, through make_plan and the
+// selector in generator/problem.h): workspace layout (256-byte aligned,
 // non-overlapping regions sized for the problem, SIZE_MAX when unused, semaphores only when deterministic), the
 // pipeline choice (tensor-core where bwd_mma covers, reference otherwise), validity of every step, the tuner's
 // bwd_mma point honoured, a non-empty tunable space wherever the mma pipeline is chosen, and one plan compiled
@@ -11,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "generator/backward_plan.h"
 #include "generator/family.h"
 #include "generator/problem.h"
 #include "runtime/nvrtc_compiler.h"
@@ -45,14 +45,25 @@ ProblemDesc random_problem(std::mt19937& rng) {
   return p;
 }
 
-std::vector<Kind> kinds_of(const BwdPlan& plan) {
-  std::vector<Kind> k;
-  for (const KernelConfig& c : plan.steps) k.push_back(c.s.kind);
+std::vector<std::string> kinds_of(const Plan& plan) {
+  std::vector<std::string> k;
+  for (const KernelConfig& c : plan.steps) k.push_back(family_name(c.s));
   return k;
 }
 
-const std::vector<Kind> kMmaPipeline = {Kind::BwdPre, Kind::BwdMma, Kind::BwdPost};
-const std::vector<Kind> kRefPipeline = {Kind::BwdPre, Kind::BwdRefDq, Kind::BwdRefDkDv};
+const std::vector<std::string> kMmaPipeline = {"bwd_pre", "bwd_mma", "bwd_post"};
+const std::vector<std::string> kRefPipeline = {"bwd_pre", "bwd_ref_dq", "bwd_ref_dkdv"};
+
+const Family& bwd_mma() { return *find_family("bwd_mma"); }
+bool bwd_mma_covers(const ProblemDesc& p, int arch, std::string* why) { return family_covers(bwd_mma(), p, arch, why); }
+// The selector's backward plan at the family defaults.
+Plan plan_backward(const ProblemDesc& p, int arch) { return make_plan(select_backward(p, arch), p); }
+// The same with the tuner's choice for the bwd_mma step (ignored by the reference pipeline).
+Plan plan_backward(const ProblemDesc& p, int arch, const Tunables& t) {
+  const Semantic s = select_backward(p, arch);
+  return s.family == &bwd_mma() ? make_plan(s, t, p) : make_plan(s, p);
+}
+bool uses_mma(const Plan& plan) { return plan.steps.size() == 3 && plan.steps[1].s.family == &bwd_mma(); }
 
 }  // namespace
 
@@ -61,7 +72,7 @@ TEST(BackwardPlan, WorkspaceRegionsAreAlignedDisjointAndSized) {
   for (int trial = 0; trial < 400; ++trial) {
     const ProblemDesc p = random_problem(rng);
     const int arch = std::vector<int>{80, 86, 89, 90}[static_cast<size_t>(trial) % 4];
-    const BwdPlan plan = plan_backward(p, arch);
+    const Plan plan = plan_backward(p, arch);
     const size_t rows_q = static_cast<size_t>(p.varlen ? p.total_q : p.batch * p.seqlen_q);
     std::vector<std::pair<size_t, size_t>> regions;  // [begin, end)
     auto region = [&](size_t off, size_t bytes, const char* name) {
@@ -72,7 +83,7 @@ TEST(BackwardPlan, WorkspaceRegionsAreAlignedDisjointAndSized) {
     };
     region(plan.off_delta, rows_q * static_cast<size_t>(p.heads_q) * sizeof(float), "delta");
     EXPECT_EQ(plan.off_dv_accum, SIZE_MAX);
-    if (plan.uses_mma) {
+    if (uses_mma(plan)) {
       EXPECT_EQ(plan.accum_q_stride_row, static_cast<long long>(p.heads_q) * p.head_dim);
       const size_t rows8 = (rows_q + 7) / 8 * 8;  // 8 x 8 tiled (fa_dq_accum_off)
       region(plan.off_dq_accum, rows8 * static_cast<size_t>(p.heads_q) * static_cast<size_t>(p.head_dim) * sizeof(float),
@@ -98,13 +109,13 @@ TEST(BackwardPlan, DeterministicAddsOnlyTheSemaphoreRegion) {
   for (int trial = 0; trial < 200; ++trial) {
     ProblemDesc p = random_problem(rng);
     p.deterministic = false;
-    const BwdPlan a = plan_backward(p, 90);
+    const Plan a = plan_backward(p, 90);
     p.deterministic = true;
-    const BwdPlan b = plan_backward(p, 90);
+    const Plan b = plan_backward(p, 90);
     EXPECT_EQ(kinds_of(a), kinds_of(b));
     EXPECT_EQ(a.off_delta, b.off_delta);
     EXPECT_EQ(a.off_dq_accum, b.off_dq_accum);
-    if (!a.uses_mma) {
+    if (!uses_mma(a)) {
       EXPECT_EQ(a.workspace_bytes, b.workspace_bytes);
       continue;
     }
@@ -140,9 +151,9 @@ TEST(BackwardPlan, PipelineChoice) {
         for (int dv : {d, 264 - d}) {
           p.head_dim = d;
           p.head_dim_v = dv;
-          const BwdPlan plan = plan_backward(p, arch);
+          const Plan plan = plan_backward(p, arch);
           const bool covers = bwd_mma_covers(p, arch, &why);
-          EXPECT_EQ(plan.uses_mma, covers);
+          EXPECT_EQ(uses_mma(plan), covers);
           EXPECT_EQ(kinds_of(plan), covers ? kMmaPipeline : kRefPipeline) << "d " << d << " dv " << dv << ": " << why;
         }
       }
@@ -177,7 +188,7 @@ TEST(BackwardPlan, EveryStepValidAndTheTunedPointHonoured) {
           p.varlen = feat == 2 || feat == 4;
           p.deterministic = feat % 2 == 1;
           p.seqlen_q = p.seqlen_k = p.total_q = p.total_k = 300;
-          const BwdPlan plan = plan_backward(p, arch);
+          const Plan plan = plan_backward(p, arch);
           std::string why;
           for (const KernelConfig& step : plan.steps) {
             EXPECT_TRUE(is_valid(step, lim, &why)) << canonical_key(step) << ": " << why;
@@ -185,13 +196,13 @@ TEST(BackwardPlan, EveryStepValidAndTheTunedPointHonoured) {
             EXPECT_EQ(step.s.head_dim, p.head_dim);
             EXPECT_EQ(step.s.head_dim_v, p.head_dim_v);
           }
-          if (!plan.uses_mma) continue;
-          const Semantic s = backward_semantic(p, arch, Kind::BwdMma);
+          if (!uses_mma(plan)) continue;
+          const Semantic s = semantic_for(bwd_mma(), p, arch);
           const std::vector<Tunables> space = valid_space(s, lim);
           ASSERT_FALSE(space.empty()) << semantic_key(s);
           EXPECT_NE(std::find(space.begin(), space.end(), plan.steps[1].t), space.end()) << semantic_key(s);
           for (const Tunables& t : space) {
-            const BwdPlan tuned = plan_backward(p, arch, t);
+            const Plan tuned = plan_backward(p, arch, t);
             ASSERT_EQ(kinds_of(tuned), kMmaPipeline);
             EXPECT_EQ(tuned.steps[1].t, t);
             EXPECT_EQ(tuned.steps[0], plan.steps[0]);
@@ -210,8 +221,8 @@ TEST(BackwardPlan, ReferencePipelineIgnoresTheMmaPoint) {
   p.dtype = kFp32;
   p.backward = true;
   p.aligned16 = true;
-  const BwdPlan a = plan_backward(p, 80);
-  const BwdPlan b = plan_backward(p, 80, Tunables{32, 32, 4, 1, 0, 0});
+  const Plan a = plan_backward(p, 80);
+  const Plan b = plan_backward(p, 80, Tunables{{32, 32, 4, 1}});
   ASSERT_EQ(kinds_of(a), kRefPipeline);
   ASSERT_EQ(a.steps.size(), b.steps.size());
   for (size_t i = 0; i < a.steps.size(); ++i) EXPECT_EQ(a.steps[i], b.steps[i]);
@@ -229,8 +240,8 @@ TEST(BackwardPlan, PlanStepsCompileWithoutSpillsOnSm80) {
   p.varlen = true;
   p.deterministic = true;
   p.seqlen_q = p.seqlen_k = p.total_q = p.total_k = 128;
-  const BwdPlan plan = plan_backward(p, 80);
-  ASSERT_TRUE(plan.uses_mma);
+  const Plan plan = plan_backward(p, 80);
+  ASSERT_TRUE(uses_mma(plan));
   for (const KernelConfig& step : plan.steps) {
     const fa::rt::CompileResult r = fa::rt::compile(step);
     ASSERT_TRUE(r.ok) << r.key << "\n" << r.log;

@@ -5,7 +5,6 @@
 #include <set>
 
 #include "generator/family.h"
-#include "generator/backward_plan.h"
 #include "generator/problem.h"
 #include "runtime/nvrtc_compiler.h"
 #include "templates/embedded.h"
@@ -16,13 +15,13 @@ namespace {
 
 KernelConfig sample() {
   KernelConfig c;
-  c.s.kind = Kind::FwdRef;
+  c.s.family = find_family("fwd_ref");
   c.s.arch = 80;
   c.s.dtype = kBf16;
   c.s.head_dim = 96;
   c.s.head_dim_v = 64;
   c.s.mask = kMaskCausal;
-  c.t = family(Kind::FwdRef).defaults(c.s);
+  c.t = c.s.family->defaults(c.s);
   return c;
 }
 
@@ -40,7 +39,11 @@ TEST(Generator, RenderingIsDeterministicAndCarriesEveryField) {
 
 TEST(Generator, KeyIsStableAndReadable) {
   // The canonical key format is part of the persistent cache: changing it must be deliberate.
-  EXPECT_EQ(canonical_key(sample()), "fwd_ref.sm80.bf16.d96.dv64.causal.b0a0s0v0e0l1|m8.n32.w8.s1.qr0.x0");
+  EXPECT_EQ(canonical_key(sample()), "fwd_ref.sm80.bf16.d96.dv64.causal.b0a0s0v0e0l1|w8");
+  KernelConfig m = sample();
+  m.s.family = find_family("fwd_mma");
+  m.t = Tunables{{128, 64, 4, 2, 0, 1}};
+  EXPECT_EQ(canonical_key(m), "fwd_mma.sm80.bf16.d96.dv64.causal.b0a0s0v0e0l1|m128.n64.w4.s2.qr0.kj1");
 }
 
 TEST(Generator, EveryFieldChangesTheKeyAndTheHash) {
@@ -51,7 +54,6 @@ TEST(Generator, EveryFieldChangesTheKeyAndTheHash) {
     mutate(c);
     variants.push_back(c);
   };
-  add([](KernelConfig& c) { c.s.kind = Kind::FwdMma; });
   add([](KernelConfig& c) { c.s.arch = 90; });
   add([](KernelConfig& c) { c.s.dtype = kFp16; });
   add([](KernelConfig& c) { c.s.head_dim = 104; });
@@ -63,30 +65,89 @@ TEST(Generator, EveryFieldChangesTheKeyAndTheHash) {
   add([](KernelConfig& c) { c.s.varlen = true; });
   add([](KernelConfig& c) { c.s.even_k = true; });
   add([](KernelConfig& c) { c.s.has_lse = false; });
-  add([](KernelConfig& c) { c.t.block_m = 16; });
-  add([](KernelConfig& c) { c.t.block_n = 64; });
-  add([](KernelConfig& c) { c.t.warps = 4; });
-  add([](KernelConfig& c) { c.t.stages = 2; });
-  add([](KernelConfig& c) { c.t.q_in_regs = 1; });
-  add([](KernelConfig& c) { c.t.extra = 1; });
+  // another family (at its defaults), and every knob of every family: another allowed value changes the key and the
+  // hash
+  for (const Family* f : all_families()) {
+    KernelConfig fb = base;
+    fb.s.family = f;
+    fb.t = f->defaults(fb.s);
+    if (f != base.s.family) variants.push_back(fb);
+    for (size_t i = 0; i < f->knobs.size(); ++i)
+      for (int v : f->knobs[i].values)
+        if (v != fb.t[static_cast<int>(i)]) {
+          KernelConfig c = fb;
+          c.t[static_cast<int>(i)] = v;
+          variants.push_back(c);
+          break;
+        }
+  }
   std::set<std::string> keys{canonical_key(base)};
   std::set<uint64_t> hashes{compile_hash(base, "x")};
   for (const auto& v : variants) {
     EXPECT_TRUE(keys.insert(canonical_key(v)).second) << canonical_key(v);
-    if (family_available(v.s.kind)) {
-      EXPECT_TRUE(hashes.insert(compile_hash(v, "x")).second) << canonical_key(v);
-    }
+    EXPECT_TRUE(hashes.insert(compile_hash(v, "x")).second) << canonical_key(v);
   }
   EXPECT_NE(compile_hash(base, "nvrtc 13.0"), compile_hash(base, "nvrtc 13.1"));
 }
 
 TEST(Generator, TunablesKeyRoundTripsAndRejectsGarbage) {
-  Tunables t{128, 64, 4, 2, 1, 3}, back;
-  ASSERT_TRUE(parse_tunables_key(tunables_key(t), &back));
+  Semantic s;
+  s.family = find_family("fwd_mma");
+  Tunables t{{128, 64, 4, 2, 1, 1}}, back;
+  ASSERT_TRUE(parse_tunables_key(s, tunables_key(s, t), &back));
   EXPECT_EQ(back, t);
-  for (const char* bad : {"", "m128", "m128.n64.w4.s2.qr1.x3.extra", "m-1.n64.w4.s2.qr1.x3x", "garbage",
-                          "m0128.n64.w4.s2.qr1.x3"})
-    EXPECT_FALSE(parse_tunables_key(bad, &back)) << bad;
+  for (const char* bad : {"", "m128", "m128.n64.w4.s2.qr1.kj1.extra", "m-1.n64.w4.s2.qr1.kj1x", "garbage",
+                          "m0128.n64.w4.s2.qr1.kj1", "n64.m128.w4.s2.qr1.kj1", "m128.n64.w4.s2.qr1.x3x"})
+    EXPECT_FALSE(parse_tunables_key(s, bad, &back)) << bad;
+  // Every family's every point round-trips through its own schema.
+  for (const Family* f : all_families()) {
+    Semantic fs;
+    fs.family = f;
+    for (const Tunables& u : full_space(fs)) {
+      ASSERT_TRUE(parse_tunables_key(fs, tunables_key(fs, u), &back)) << f->name << " " << tunables_key(fs, u);
+      EXPECT_EQ(back, u);
+    }
+  }
+  // Keys written before the knob schema still load (their fixed fillers dropped): a cache of old winners stays usable.
+  ASSERT_TRUE(parse_tunables_key(s, "m128.n64.w4.s2.qr0.x1", &back));
+  EXPECT_EQ(back, (Tunables{{128, 64, 4, 2, 0, 1}}));
+  Semantic b;
+  b.family = find_family("bwd_mma");
+  ASSERT_TRUE(parse_tunables_key(b, "m64.n128.w8.s2.qr0.x0", &back));
+  EXPECT_EQ(back, (Tunables{{64, 128, 8, 2}}));
+  Semantic r;
+  r.family = find_family("fwd_ref");
+  ASSERT_TRUE(parse_tunables_key(r, "m8.n32.w8.s1.qr0.x0", &back));
+  EXPECT_EQ(back, (Tunables{{8}}));
+}
+
+TEST(Registry, EveryFamilyIsRegisteredOnceWithAValidDefault) {
+  std::set<std::string> names;
+  for (const Family* f : all_families()) {
+    EXPECT_TRUE(names.insert(f->name).second) << f->name;
+    EXPECT_NE(fa::templates::find(f->template_name), nullptr) << f->name;
+    EXPECT_NE(f->defaults, nullptr);
+    EXPECT_NE(f->launch, nullptr);
+    EXPECT_LE(f->knobs.size(), static_cast<size_t>(Tunables::kMaxKnobs));
+    std::set<std::string> tags, cnames;
+    for (const Knob& k : f->knobs) {
+      EXPECT_TRUE(tags.insert(k.tag).second) << f->name << " tag " << k.tag;
+      EXPECT_TRUE(cnames.insert(k.cname).second) << f->name << " " << k.cname;
+      EXPECT_FALSE(k.values.empty());
+    }
+    EXPECT_EQ(find_family(f->name), f);
+  }
+  for (const char* n : {"fwd_ref", "fwd_mma", "bwd_pre", "bwd_ref_dq", "bwd_ref_dkdv", "bwd_mma", "bwd_post"})
+    EXPECT_TRUE(names.count(n)) << n;
+  EXPECT_EQ(find_family("nope"), nullptr);
+  // Ranked: the tensor-core forward before the reference on every arch; a reference family in each direction.
+  for (int arch : {80, 86, 89, 90}) {
+    const auto fwd = ranked_families(Role::Forward, arch);
+    ASSERT_GE(fwd.size(), 2u);
+    EXPECT_STREQ(fwd.front()->name, "fwd_mma");
+    EXPECT_TRUE(fwd.back()->reference);
+    EXPECT_TRUE(ranked_families(Role::Backward, arch).back()->reference);
+  }
 }
 
 TEST(Generator, TemplatesAreEmbeddedAndDocumented) {
@@ -118,9 +179,12 @@ TEST(Validity, RejectsOutOfRangeSemantics) {
   c.s.arch = 90;
   EXPECT_FALSE(is_valid(c, lim, &why)) << "arch must match the device limits";
   c = sample();
-  c.t.block_n = 64;
+  c.t[0] = 3;  // fwd_ref's warps: 2, 4 or 8
   EXPECT_FALSE(is_valid(c, lim, &why));
-  EXPECT_NE(why.find("block_n"), std::string::npos);
+  EXPECT_NE(why.find("warps"), std::string::npos);
+  c = sample();
+  c.t[1] = 64;  // fwd_ref has one knob
+  EXPECT_FALSE(is_valid(c, lim, &why));
   c = sample();
   c.s.varlen = true;
   c.s.even_k = true;
@@ -148,14 +212,14 @@ TEST(Validity, DefaultsOfEverySelectedKernelAreValid) {
           p.seqlen_q = p.seqlen_k = 512;
           p.total_q = p.total_k = 512;
           const Semantic s = select_forward(p, arch);
-          const Tunables t = family(s.kind).defaults(s);
+          const Tunables t = s.family->defaults(s);
           const KernelConfig c = finalize(s, t, p);
           std::string why;
           EXPECT_TRUE(is_valid(c, lim, &why)) << canonical_key(c) << ": " << why;
-          const auto space = family(s.kind).space(s);
+          const auto space = full_space(s);
           EXPECT_NE(std::find(space.begin(), space.end(), t), space.end()) << canonical_key(c) << " default not in space";
           p.backward = true;
-          for (const KernelConfig& step : plan_backward(p, arch).steps)
+          for (const KernelConfig& step : make_plan(select_backward(p, arch), p).steps)
             EXPECT_TRUE(is_valid(step, lim, &why)) << "backward step " << canonical_key(step) << ": " << why;
         }
       }
@@ -167,13 +231,12 @@ TEST(Selector, FallsBackToReferenceForFp32AndUnalignedData) {
   ProblemDesc p;
   p.dtype = kFp32;
   p.aligned16 = true;
-  EXPECT_EQ(select_forward(p, 90).kind, Kind::FwdRef);
+  EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_ref");
   p.dtype = kBf16;
   p.aligned16 = false;
-  EXPECT_EQ(select_forward(p, 90).kind, Kind::FwdRef);
+  EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_ref");
   p.aligned16 = true;
-  const Kind k = select_forward(p, 90).kind;
-  EXPECT_EQ(k, family_available(Kind::FwdMma) ? Kind::FwdMma : Kind::FwdRef);
+  EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_mma");
 }
 
 TEST(Selector, SequenceLengthsNeverEnterTheKey) {

@@ -14,11 +14,11 @@ namespace {
 
 gen::KernelConfig ref_config(int head_dim) {
   gen::KernelConfig c;
-  c.s.kind = gen::Kind::FwdRef;
+  c.s.family = gen::find_family("fwd_ref");
   c.s.arch = 80;
   c.s.dtype = gen::kFp16;
   c.s.head_dim = c.s.head_dim_v = head_dim;
-  c.t = gen::family(gen::Kind::FwdRef).defaults(c.s);
+  c.t = c.s.family->defaults(c.s);
   return c;
 }
 

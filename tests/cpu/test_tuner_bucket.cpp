@@ -66,7 +66,7 @@ TEST(TunerBucket, TuningKeyIgnoresEvenKAndLengthsNeverEnterCompileKeys) {
   for (int arch : {80, 90}) {
     const gen::ProblemDesc p1 = desc(3, 1000, 2048, 16);
     const gen::Semantic s = gen::select_forward(p1, arch);
-    const gen::Tunables t = gen::family(s.kind).defaults(s);
+    const gen::Tunables t = s.family->defaults(s);
     for (int i = 0; i < 20; ++i) {
       const int m = std::uniform_int_distribution<int>(1, 64)(rng);
       const int sk = m * 128;  // a multiple of every block_n: the same even_k class as 2048

@@ -51,7 +51,7 @@ struct FakeTimer : tune::Timer {
                   double* median_ms) override {
     ++calls;
     EXPECT_GT(plan.budget_ms, 0.0);
-    const std::string k = gen::tunables_key(cfg.t);
+    const std::string k = gen::tunables_key(cfg.s, cfg.t);
     if (fail.count(k)) return rt::error(FA_ERROR_LAUNCH, "fake launch failure");
     if (calls_of[k]++ == 0 && lucky.count(k)) {
       *median_ms = lucky[k];
@@ -89,8 +89,8 @@ std::vector<std::pair<double, std::string>> random_times(const std::vector<gen::
   std::vector<std::pair<double, std::string>> sorted;
   for (const auto& cfg : cands) {
     const double t = std::uniform_real_distribution<double>(1.0, 2.0)(rng);
-    timer->ms[gen::tunables_key(cfg.t)] = t;
-    sorted.emplace_back(t, gen::tunables_key(cfg.t));
+    timer->ms[gen::tunables_key(cfg.s, cfg.t)] = t;
+    sorted.emplace_back(t, gen::tunables_key(cfg.s, cfg.t));
   }
   std::sort(sorted.begin(), sorted.end());
   return sorted;
@@ -127,16 +127,16 @@ TEST(TunerSelect, FastestValidCandidateWinsAndEveryRowIsStored) {
     std::vector<size_t> order(cands.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return times[a] < times[b]; });
-    const std::string spill_key = gen::tunables_key(cands[order[0]].t);
-    const std::string error_key = gen::tunables_key(cands[order[1]].t);
+    const std::string spill_key = gen::tunables_key(s, cands[order[0]].t);
+    const std::string error_key = gen::tunables_key(s, cands[order[1]].t);
     // (fwd_ref has only 3 points: then no launch failure, so that one candidate remains)
-    const std::string launch_key = cands.size() >= 4 ? gen::tunables_key(cands[order[2]].t) : std::string("-");
-    for (size_t i = 0; i < cands.size(); ++i) timer.ms[gen::tunables_key(cands[i].t)] = times[i];
+    const std::string launch_key = cands.size() >= 4 ? gen::tunables_key(s, cands[order[2]].t) : std::string("-");
+    for (size_t i = 0; i < cands.size(); ++i) timer.ms[gen::tunables_key(cands[i].s, cands[i].t)] = times[i];
     timer.fail.insert(launch_key);
     std::string expected;
     double best = INFINITY;
     for (size_t i = 0; i < cands.size(); ++i) {
-      const std::string k = gen::tunables_key(cands[i].t);
+      const std::string k = gen::tunables_key(cands[i].s, cands[i].t);
       if (k == spill_key || k == error_key || k == launch_key) continue;
       if (times[i] < best) best = times[i], expected = k;
     }
@@ -152,7 +152,7 @@ TEST(TunerSelect, FastestValidCandidateWinsAndEveryRowIsStored) {
         std::lock_guard<std::mutex> lock(mu);
         ++compiles;
       }
-      const std::string k = gen::tunables_key(cfg.t);
+      const std::string k = gen::tunables_key(cfg.s, cfg.t);
       info->registers = 128;
       if (k == error_key) return rt::error(FA_ERROR_COMPILE, "fake NVRTC error");
       if (k == spill_key) info->spill_stores = info->spill_loads = 16;
@@ -175,7 +175,7 @@ TEST(TunerSelect, FastestValidCandidateWinsAndEveryRowIsStored) {
       EXPECT_EQ(out.finalists, 0);
     }
     EXPECT_EQ(timer.calls, static_cast<int>(cands.size()) - 2 + out.finalists * out.final_rounds);
-    EXPECT_EQ(gen::tunables_key(out.winner), expected);
+    EXPECT_EQ(gen::tunables_key(out.semantic, out.winner), expected);
     EXPECT_DOUBLE_EQ(out.winner_ms, best);
     EXPECT_GT(out.winner_tflops, 0.0);
     EXPECT_EQ(out.flops, tune::attention_flops(p));
@@ -196,7 +196,7 @@ TEST(TunerSelect, FastestValidCandidateWinsAndEveryRowIsStored) {
     EXPECT_TRUE(std::isnan(by_key[spill_key].median_ms));
     int finalists = 0;
     for (size_t i = 0; i < cands.size(); ++i) {
-      const std::string k = gen::tunables_key(cands[i].t);
+      const std::string k = gen::tunables_key(cands[i].s, cands[i].t);
       if (by_key[k].status == "ok" || by_key[k].status == "eliminated") {
         EXPECT_DOUBLE_EQ(by_key[k].median_ms, times[i]);
         finalists += by_key[k].status == "ok";
@@ -217,7 +217,7 @@ TEST(TunerSelect, FastestValidCandidateWinsAndEveryRowIsStored) {
     tune::TuneOutcome again;
     ASSERT_TRUE(tune::tune(c, s, p2, req, o, &again).ok());
     EXPECT_TRUE(again.from_cache);
-    EXPECT_EQ(gen::tunables_key(again.winner), expected);
+    EXPECT_EQ(gen::tunables_key(again.semantic, again.winner), expected);
     EXPECT_EQ(timer.calls, calls);
     EXPECT_EQ(compiles, comp);
     EXPECT_EQ(again.candidates.size(), cands.size());
@@ -240,13 +240,13 @@ TEST(TunerSelect, WinnerFailingTheReferenceCheckIsReplacedByTheNextBest) {
   int verifies = 0;
   req.verify = [&](const gen::KernelConfig& cfg, double* err) {
     ++verifies;
-    *err = gen::tunables_key(cfg.t) == sorted[0].second ? 0.5 : 1e-7;  // the fastest is wrong
+    *err = gen::tunables_key(cfg.s, cfg.t) == sorted[0].second ? 0.5 : 1e-7;  // the fastest is wrong
     return rt::Status::Ok();
   };
   tune::TuneOutcome out;
   ASSERT_TRUE(tune::tune(c, s, p, req, o, &out).ok());
   EXPECT_EQ(verifies, 2);
-  EXPECT_EQ(gen::tunables_key(out.winner), sorted[1].second);
+  EXPECT_EQ(gen::tunables_key(out.semantic, out.winner), sorted[1].second);
   EXPECT_TRUE(out.verified);
   EXPECT_LE(out.verify_error, 1e-6);
   const auto rows = tune::context_db(c)->tune_rows(tune::tuning_semantic_key(s), tune::shape_bucket(p));
@@ -276,7 +276,7 @@ TEST(TunerSelect, FinalsOverruleAFlukeInTheFirstPass) {
   ASSERT_TRUE(tune::tune(c, s, p, req, o, &out).ok());
   EXPECT_GE(out.finalists, 2);
   EXPECT_EQ(out.final_rounds, 3);
-  EXPECT_EQ(gen::tunables_key(out.winner), fastest);
+  EXPECT_EQ(gen::tunables_key(out.semantic, out.winner), fastest);
   EXPECT_EQ(timer.calls_of[fluke], 1 + out.final_rounds);
   const auto rows = tune::context_db(c)->tune_rows(tune::tuning_semantic_key(s), tune::shape_bucket(p));
   for (const auto& r : rows) {
@@ -298,7 +298,7 @@ TEST(TunerSelect, FinalsOverruleAFlukeInTheFirstPass) {
   tune::TuneOutcome off;
   ASSERT_TRUE(tune::tune(c2, s, p, req, o, &off).ok());
   EXPECT_EQ(off.finalists, 0);
-  EXPECT_EQ(gen::tunables_key(off.winner), fluke);
+  EXPECT_EQ(gen::tunables_key(off.semantic, off.winner), fluke);
   fa_context_destroy(c2);
   fa_context_destroy(c);
 }
@@ -314,7 +314,7 @@ TEST(TunerChooser, PoliciesWithoutADevice) {
     gen::Tunables t;
     rt::TuneRequest req;
     ASSERT_TRUE(c->chooser->choose(c, s, p, &req, &t).ok());
-    const gen::Tunables def = gen::family(s.kind).defaults(s);
+    const gen::Tunables def = s.family->defaults(s);
     EXPECT_EQ(t, def);
     EXPECT_EQ(c->untuned.count(tune::tuning_key(s, p)), 1u);
     // Remembered: a second call is a memory hit (no database query).
@@ -339,17 +339,17 @@ TEST(TunerChooser, PoliciesWithoutADevice) {
     // Seed: the last valid candidate (not the default), as the tuner would store it.
     const auto cands = tune::candidate_configs(s, p, c->limits);
     ASSERT_GE(cands.size(), 2u);
-    seeded = gen::tunables_key(cands.back().t);
+    seeded = gen::tunables_key(s, cands.back().t);
     cache::TuneRow row{tune::tuning_semantic_key(s), tune::shape_bucket(p), seeded, 0.25, "ok"};
     ASSERT_TRUE(tune::context_db(c)->put_tune_results({row}));
     st = c->chooser->choose(c, s, p, nullptr, &t);
     ASSERT_TRUE(st.ok()) << st.message;
-    EXPECT_EQ(gen::tunables_key(t), seeded);
+    EXPECT_EQ(gen::tunables_key(s, t), seeded);
     // Another length in the same bucket is served from memory too.
     gen::ProblemDesc p2 = p;
     p2.seqlen_q = p2.seqlen_k = 1500;
     ASSERT_TRUE(c->chooser->choose(c, s, p2, nullptr, &t).ok());
-    EXPECT_EQ(gen::tunables_key(t), seeded);
+    EXPECT_EQ(gen::tunables_key(s, t), seeded);
     // A far bucket is not tuned.
     p2.seqlen_q = p2.seqlen_k = 16384;
     EXPECT_EQ(c->chooser->choose(c, s, p2, nullptr, &t).code, FA_ERROR_NOT_TUNED);
@@ -362,7 +362,7 @@ TEST(TunerChooser, PoliciesWithoutADevice) {
     const gen::Semantic s = gen::select_forward(p, c->arch);
     gen::Tunables t;
     ASSERT_TRUE(c->chooser->choose(c, s, p, nullptr, &t).ok());
-    EXPECT_EQ(gen::tunables_key(t), seeded);
+    EXPECT_EQ(gen::tunables_key(s, t), seeded);
     EXPECT_EQ(c->untuned.size(), 0u);
     fa_context_destroy(c);
   }
@@ -382,8 +382,8 @@ TEST(TunerChooser, FirstUseTunesOnceThenServesFromMemory) {
   double best = INFINITY;
   for (const auto& cfg : tune::candidate_configs(s, p, c->limits)) {
     const double t = std::uniform_real_distribution<double>(1.0, 9.0)(rng);
-    timer.ms[gen::tunables_key(cfg.t)] = t;
-    if (t < best) best = t, fastest = gen::tunables_key(cfg.t);
+    timer.ms[gen::tunables_key(cfg.s, cfg.t)] = t;
+    if (t < best) best = t, fastest = gen::tunables_key(cfg.s, cfg.t);
   }
   chooser->options().timer = &timer;
   chooser->options().compile = [](const gen::KernelConfig&, rt::PtxasInfo* info) {
@@ -393,13 +393,13 @@ TEST(TunerChooser, FirstUseTunesOnceThenServesFromMemory) {
   gen::Tunables t;
   // Capturing (no TuneRequest): defaults, recorded as untuned, nothing timed.
   ASSERT_TRUE(c->chooser->choose(c, s, p, nullptr, &t).ok());
-  EXPECT_EQ(t, gen::family(s.kind).defaults(s));
+  EXPECT_EQ(t, s.family->defaults(s));
   EXPECT_EQ(timer.calls, 0);
   EXPECT_EQ(c->untuned.count(tune::tuning_key(s, p)), 1u);
   // First use with a request: tuned.
   rt::TuneRequest req;
   ASSERT_TRUE(c->chooser->choose(c, s, p, &req, &t).ok());
-  EXPECT_EQ(gen::tunables_key(t), fastest);
+  EXPECT_EQ(gen::tunables_key(s, t), fastest);
   const int calls = timer.calls;
   EXPECT_GT(calls, 0);
   ASSERT_TRUE(c->chooser->choose(c, s, p, &req, &t).ok());

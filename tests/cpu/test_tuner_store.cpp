@@ -37,8 +37,8 @@ TEST(TunerStore, CubinRoundTripWithoutNvrtc) {
   p.seqlen_q = p.seqlen_k = 100;
   p.aligned16 = false;  // the reference family
   gen::Semantic s = gen::select_forward(p, c->arch);
-  ASSERT_EQ(s.kind, gen::Kind::FwdRef);
-  const gen::KernelConfig cfg = gen::finalize(s, gen::family(s.kind).defaults(s), p);
+  ASSERT_EQ(s.family, gen::find_family("fwd_ref"));
+  const gen::KernelConfig cfg = gen::finalize(s, s.family->defaults(s), p);
 
   std::shared_ptr<rt::Kernel> k1;
   {
@@ -85,7 +85,7 @@ TEST(TunerStore, EnvironmentOfAContextWithoutDevice) {
     EXPECT_GT(e.sm_count, 0);
   }
   EXPECT_EQ(e.library_version, std::string(fa_version_string()));
-  EXPECT_EQ(e.templates_hash, gen::templates_hash());
+  EXPECT_EQ(e.templates_hash, gen::shared_templates_hash());
   EXPECT_EQ(e.generator_version, gen::kGeneratorVersion);
   EXPECT_EQ(e.nvrtc_version, rt::nvrtc_version());
   fa_context_destroy(c);

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "generator/backward_plan.h"
+#include "generator/problem.h"
 #include "generator/family.h"
 #include "api/backward_at.h"
 #include "runtime/context.h"
@@ -46,12 +46,13 @@ TEST(GpuBackwardTunables, EveryValidPointGivesTheSameGradients) {
     gen::ProblemDesc d;
     ASSERT_TRUE(rt::validate_backward(&g.b, &view, &d).ok());
     std::string why;
-    ASSERT_TRUE(gen::bwd_mma_covers(d, gp.ctx->arch, &why)) << why << " [" << c.desc << "]";
-    const gen::Semantic s = gen::backward_semantic(d, gp.ctx->arch, gen::Kind::BwdMma);
+    const gen::Family& mma = *gen::find_family("bwd_mma");
+    ASSERT_TRUE(gen::family_covers(mma, d, gp.ctx->arch, &why)) << why << " [" << c.desc << "]";
+    const gen::Semantic s = gen::semantic_for(mma, d, gp.ctx->arch);
     const auto space = gen::valid_space(s, gp.ctx->limits);
     ASSERT_FALSE(space.empty()) << gen::semantic_key(s);
     parallel_for(space.size(), [&](size_t i) {  // compile in parallel, then launch serially
-      for (const auto& step : gen::plan_backward(d, gp.ctx->arch, space[i]).steps) {
+      for (const auto& step : gen::make_plan(s, space[i], d).steps) {
         std::shared_ptr<rt::Kernel> k;
         rt::kernel_for(gp.ctx, step, true, &k);
       }
@@ -59,7 +60,7 @@ TEST(GpuBackwardTunables, EveryValidPointGivesTheSameGradients) {
     ++problems_run;
     for (size_t i = 0; i < space.size(); ++i) {
       const gen::Tunables& t = space[i];
-      const std::string key = fmt::format("bm{} bn{} w{} st{} [{}]", t.block_m, t.block_n, t.warps, t.stages, c.desc);
+      const std::string key = fmt::format("{} [{}]", gen::tunables_key(s, t), c.desc);
       poison_grads(c, g);
       g.b.deterministic = static_cast<int>(i % 2);
       const rt::Status st = rt::run_backward_at(gp.ctx, &g.b, t, gp.stream);

@@ -27,7 +27,7 @@ std::string launch_config(Case& c, const gen::KernelConfig& cfg) {
   std::vector<uint8_t> poison(c.o_n * es, 0xff);
   c.d_o.upload(poison.data(), poison.size());
   FaFwdArgs args = rt::make_fwd_args(p, d);
-  st = rt::launch_kernel(g.ctx, *k, gen::family(cfg.s.kind).launch(cfg, gen::launch_shape(d)), &args, sizeof args, g.stream);
+  st = rt::launch_config(g.ctx, cfg, gen::launch_shape(d), &args, sizeof args, g.stream);
   if (!st.ok()) return st.message;
   g.d->cuStreamSynchronize(g.stream);
   return "";
@@ -109,13 +109,12 @@ TEST(GpuTunables, LargeProblemsMatchTheReferenceKernel) {
     fa_params tmp;
     ASSERT_TRUE(rt::validate_forward(&pr, &tmp, &d).ok());
     gen::Semantic s = gen::select_forward(d, g.ctx->arch);
-    s.kind = gen::Kind::FwdRef;
-    const gen::KernelConfig cfg = gen::finalize(s, gen::family(s.kind).defaults(s), d);
+    s.family = gen::find_family("fwd_ref");
+    const gen::KernelConfig cfg = gen::finalize(s, s.family->defaults(s), d);
     std::shared_ptr<rt::Kernel> kern;
     ASSERT_TRUE(rt::kernel_for(g.ctx, cfg, true, &kern).ok());
     FaFwdArgs args = rt::make_fwd_args(tmp, d);
-    ASSERT_TRUE(rt::launch_kernel(g.ctx, *kern, gen::family(cfg.s.kind).launch(cfg, gen::launch_shape(d)), &args,
-                                  sizeof args, g.stream).ok());
+    ASSERT_TRUE(rt::launch_config(g.ctx, cfg, gen::launch_shape(d), &args, sizeof args, g.stream).ok());
     g.d->cuStreamSynchronize(g.stream);
     std::vector<uint8_t> b1(n * 2), b2(n * 2);
     o1.download(b1.data(), b1.size());

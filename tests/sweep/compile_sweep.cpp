@@ -1,5 +1,5 @@
 // compile_sweep.cpp -- compiles kernel variants through NVRTC for sm_80 and sm_90a and fails on any compile error
-// or any ptxas spill. --sample: a fixed covering sample (every kind, dtype, mask, feature flag, a spread of head
+// or any ptxas spill. --sample: a fixed covering sample (every family, dtype, mask, feature flag, a spread of head
 // dims, every valid tunable point of each family at head dim 128, and of fwd_mma at 64, and the heuristic defaults of
 // fwd_mma and bwd_mma). --full: the whole product.
 // --full --limit N [--seed S]: a random sample of N points of the whole product (it has ~300k points).
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -23,16 +24,27 @@ using namespace fa::gen;
 
 namespace {
 
-std::vector<int> dtypes_for(Kind k) {
-  if (k == Kind::FwdMma || k == Kind::BwdMma) return {kFp16, kBf16};
+// The dtypes a family takes: fp32 only where the predicate admits it (the reference kernels and the steps).
+std::vector<int> dtypes_for(const Family& f, int arch) {
+  Semantic s;
+  s.family = &f;
+  s.arch = arch;
+  s.dtype = kFp32;
+  s.head_dim = s.head_dim_v = 64;
+  if (valid_space(s, limits_for_arch(arch)).empty()) return {kFp16, kBf16};
   return {kFp16, kBf16, kFp32};
 }
+
+// The tensor-core families: their shape-class flag (even_k, Family::finalize) and their tuned defaults get extra
+// coverage.
+bool has_shape_class(const Family& f) { return f.finalize != nullptr; }
+bool is_fast_backward(const Family& f) { return f.role == Role::Backward && !f.reference; }
 
 struct Job {
   KernelConfig c;
 };
 
-void add_semantics(Kind k, int arch, bool full, std::vector<Job>* jobs) {
+void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs) {
   const DeviceLimits lim = limits_for_arch(arch);
   const std::vector<int> dims_full = {8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 136, 160, 192, 200, 224, 248, 256};
   const std::vector<int> dims_sample = {8, 40, 64, 96, 128, 200, 256};
@@ -43,12 +55,12 @@ void add_semantics(Kind k, int arch, bool full, std::vector<Job>* jobs) {
     if (!is_valid(c, lim, nullptr)) return;
     if (seen.insert(canonical_key(c)).second) jobs->push_back(Job{c});
   };
-  for (int dt : dtypes_for(k)) {
+  for (int dt : dtypes_for(f, arch)) {
     for (int d : dims) {
       for (int variant = 0; variant < (full ? 48 : 1); ++variant) {
         const int v = full ? variant : rot++;
         Semantic s;
-        s.kind = k;
+        s.family = &f;
         s.arch = arch;
         s.dtype = dt;
         s.head_dim = d;
@@ -58,46 +70,46 @@ void add_semantics(Kind k, int arch, bool full, std::vector<Job>* jobs) {
         s.has_alibi = (v / 6) % 2;
         s.has_softcap = (v / 12) % 2;
         s.varlen = (v / 24) % 2;
-        s.has_lse = k != Kind::FwdRef && k != Kind::FwdMma ? true : (v % 7 != 3);
+        s.has_lse = f.role != Role::Forward ? true : (v % 7 != 3);
         std::vector<Tunables> space = valid_space(s, lim);
         if (space.empty()) continue;
         if (full) {
           for (const Tunables& t : space) {
             KernelConfig c{s, t};
             push(c);
-            if (!s.varlen && k == Kind::FwdMma) {
+            if (!s.varlen && has_shape_class(f)) {
               c.s.even_k = true;
               push(c);
             }
           }
         } else {
           KernelConfig c{s, space[static_cast<size_t>(v) % space.size()]};
-          c.s.even_k = !s.varlen && k == Kind::FwdMma && (v % 2 == 0);
+          c.s.even_k = !s.varlen && has_shape_class(f) && (v % 2 == 0);
           push(c);
-          if (k == Kind::FwdMma && !s.varlen) {  // the heuristic defaults of both shape classes, every mask
+          if (has_shape_class(f) && !s.varlen) {  // the heuristic defaults of both shape classes, every mask
             for (int m = 0; m < 6; ++m)
               for (bool ek : {false, true}) {
                 Semantic sd = s;
                 sd.mask = m % 3;
                 if (m >= 3) sd.has_bias = sd.has_alibi = sd.has_softcap = false;
                 sd.even_k = ek;
-                KernelConfig dc{sd, family(k).defaults(sd)};
-                dc.s.even_k = ek && dc.t.block_n > 0;
+                KernelConfig dc{sd, f.defaults(sd)};
+                dc.s.even_k = ek;
                 push(dc);
               }
           }
-          if (k == Kind::BwdMma) {  // the heuristic defaults with every feature and with none
+          if (is_fast_backward(f)) {  // the heuristic defaults with every feature and with none
             for (bool feat : {false, true}) {
               Semantic sd = s;
               sd.has_bias = sd.has_alibi = sd.has_softcap = feat;
-              push(KernelConfig{sd, family(k).defaults(sd)});
+              push(KernelConfig{sd, f.defaults(sd)});
             }
           }
-          if ((d == 128 || (d == 64 && k == Kind::FwdMma)) && dt == kFp16) {
+          if ((d == 128 || (d == 64 && has_shape_class(f))) && dt == kFp16) {
             // every valid tunable point at the common head dims (the whole product runs under --full)
             for (const Tunables& t : space) {
               KernelConfig all{s, t};
-              all.s.even_k = !s.varlen && k == Kind::FwdMma;
+              all.s.even_k = !s.varlen && has_shape_class(f);
               push(all);
             }
           }
@@ -131,13 +143,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<Job> jobs;
-  for (int k = 0; k < kNumKinds; ++k) {
-    if (!family_available(static_cast<Kind>(k))) {
-      fmt::print("compile_sweep: family {} not built in, skipped\n", kind_name(static_cast<Kind>(k)));
-      continue;
-    }
-    for (int arch : archs) add_semantics(static_cast<Kind>(k), arch, full, &jobs);
-  }
+  for (const Family* f : all_families())
+    for (int arch : archs) add_semantics(*f, arch, full, &jobs);
   if (limit > 0 && limit < jobs.size()) {  // a random sample of the chosen space, reproducible by its seed
     std::mt19937_64 rng(seed);
     std::shuffle(jobs.begin(), jobs.end(), rng);
@@ -150,7 +157,7 @@ int main(int argc, char** argv) {
   std::atomic<size_t> next{0};
   std::atomic<int> failures{0};
   std::mutex out_mu;
-  int max_regs[kNumKinds] = {0};
+  std::map<std::string, int> max_regs;  // per family
   double slowest = 0;
   std::string slowest_key;
   const auto t0 = std::chrono::steady_clock::now();
@@ -160,8 +167,8 @@ int main(int argc, char** argv) {
       if (i >= jobs.size()) return;
       const fa::rt::CompileResult r = fa::rt::compile(jobs[i].c);
       std::lock_guard<std::mutex> lock(out_mu);
-      const int kind = static_cast<int>(jobs[i].c.s.kind);
-      if (r.ptxas.registers > max_regs[kind]) max_regs[kind] = r.ptxas.registers;
+      int& regs = max_regs[family_name(jobs[i].c.s)];
+      regs = std::max(regs, r.ptxas.registers);
       if (r.seconds > slowest) {
         slowest = r.seconds;
         slowest_key = r.key;
@@ -185,9 +192,8 @@ int main(int argc, char** argv) {
   for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("compile_sweep: max registers per kind:");
-  for (int k = 0; k < kNumKinds; ++k)
-    if (max_regs[k]) fmt::print(" {}={}", kind_name(static_cast<Kind>(k)), max_regs[k]);
+  fmt::print("compile_sweep: max registers per family:");
+  for (const auto& [name, regs] : max_regs) fmt::print(" {}={}", name, regs);
   fmt::print("\ncompile_sweep: slowest {:.1f}s ({})\n", slowest, slowest_key);
   fmt::print("compile_sweep: {} kernels, {} failures, {:.0f}s\n", jobs.size(), failures.load(), secs);
   return failures.load() == 0 ? 0 : 1;

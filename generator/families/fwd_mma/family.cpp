@@ -1,55 +1,39 @@
-// fwd_mma.cpp -- host side of the tensor-core forward family (templates/fwd_mma.cuh): tunable space, per-arch
-// defaults, the family's validity rules (tile shape, register pressure), shared-memory need and launch geometry.
+// fwd_mma -- host side of the tensor-core forward family (templates/fwd_mma.cuh), fp16/bf16 on sm_80+: knobs,
+// per-arch defaults, the family's validity rules (tile shape, register pressure), shared-memory need and launch
+// geometry.
 //
-// Tunables: block_m in {64, 128} query rows per CTA; block_n in {32, 64, 128} keys per iteration; warps in {4, 8}
+// Knobs: block_m in {64, 128} query rows per CTA; block_n in {32, 64, 128} keys per iteration; warps in {4, 8}
 // (each warp owns block_m / warps = 16 or 32 query rows); stages in {2, 3} K/V pipeline depth (1 is in the space
-// but rejected: no prefetch, and ptxas spills in it);
-// q_in_regs 1 keeps the Q fragments in registers for the whole CTA; extra 0: K and V of a block are waited for
-// separately (two barriers per block, Q K^T overlaps the V copy), extra 1: together (one barrier per block).
+// but rejected: no prefetch, and ptxas spills in it); q_in_regs 1 keeps the Q fragments in registers for the whole
+// CTA; kv_joint 0: K and V of a block are waited for separately (two barriers per block, Q K^T overlaps the V
+// copy), 1: together (one barrier per block).
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "../family.h"
-#include "../problem.h"
+#include "../common.h"
 #include "templates/smem_layout.cuh"
 
 namespace fa::gen {
 
 namespace {
 
+enum { kBlockM, kBlockN, kWarps, kStages, kQInRegs, kKvJoint };
+
 int round16(int d) { return (d + 15) / 16 * 16; }
 
-bool fail(std::string* why, const std::string& msg) {
-  if (why != nullptr) *why = "fwd_mma: " + msg;
-  return false;
-}
+bool fail(std::string* why, const std::string& msg) { return fam::fail(why, "fwd_mma", msg); }
 
 // Per-thread accumulator registers of a point: S tile + O tile (+ Q fragments when held in registers).
 int live_regs(const KernelConfig& c) {
-  const int mt = c.t.block_m / (16 * c.t.warps);
-  const int s_regs = mt * (c.t.block_n / 8) * 4;
+  const int mt = c.t[kBlockM] / (16 * c.t[kWarps]);
+  const int s_regs = mt * (c.t[kBlockN] / 8) * 4;
   const int o_regs = mt * (round16(c.s.head_dim_v) / 8) * 4;
-  const int q_regs = c.t.q_in_regs != 0 ? mt * (round16(c.s.head_dim) / 16) * 4 : 0;
+  const int q_regs = c.t[kQInRegs] != 0 ? mt * (round16(c.s.head_dim) / 16) * 4 : 0;
   return s_regs + o_regs + q_regs;
 }
 
 bool valid(const KernelConfig& c, std::string* why);
-
-std::vector<Tunables> space(const Semantic& /*s*/) {
-  std::vector<Tunables> out;
-  for (int bm : {64, 128})
-    for (int bn : {32, 64, 128})
-      for (int w : {4, 8})
-        for (int st : {1, 2, 3})
-          for (int qr : {0, 1})
-            for (int x : {0, 1}) {
-              Tunables t;
-              t.block_m = bm; t.block_n = bn; t.warps = w; t.stages = st; t.q_in_regs = qr; t.extra = x;
-              out.push_back(t);
-            }
-  return out;
-}
 
 // Default tiles per (arch range, head-dim bucket). Sources: FA2's published tiles (shared/anchors.md: D32/64
 // 128x128 4 warps; D96/128 128x64 4 warps; D192 128x64 8 warps; D256 64x64 4 warps on H100, 128x64 8 warps on
@@ -93,46 +77,36 @@ bool prefer_fa2_d128(const Semantic& s) {
 
 Tunables defaults(const Semantic& s) {
   if (prefer_fa2_d128(s)) {
-    const KernelConfig fa2{s, Tunables{128, 64, 4, 2, 0, 1}};
+    const KernelConfig fa2{s, Tunables{{128, 64, 4, 2, 0, 1}}};
     if (valid(fa2, nullptr)) return fa2.t;
   }
   const int dim = std::max(s.head_dim, s.head_dim_v);
-  Tunables t{64, 32, 4, 2, 0, 1};  // fits everywhere (<= 99 KB)
+  Tunables t{{64, 32, 4, 2, 0, 1}};  // fits everywhere (<= 99 KB)
   for (const DefaultEntry& e : kDefaults) {
     if (s.arch >= e.arch_lo && s.arch <= e.arch_hi && dim <= e.dim_max) { t = e.t; break; }
   }
   // Feature / varlen kernels have a smaller register budget (valid()): 16 rows per warp, then 32-key blocks.
   KernelConfig c{s, t};
-  if (!valid(c, nullptr)) { c.t.warps = c.t.block_m / 16; }
-  if (!valid(c, nullptr)) { c.t.block_n = 32; }
-  if (!valid(c, nullptr)) { c.t = Tunables{64, 32, 4, 2, 0, 1}; }
+  if (!valid(c, nullptr)) { c.t[kWarps] = c.t[kBlockM] / 16; }
+  if (!valid(c, nullptr)) { c.t[kBlockN] = 32; }
+  if (!valid(c, nullptr)) { c.t = Tunables{{64, 32, 4, 2, 0, 1}}; }
   return c.t;
 }
 
 bool valid(const KernelConfig& c, std::string* why) {
   const Semantic& s = c.s;
   const Tunables& t = c.t;
-  if (s.kind != Kind::FwdMma) return fail(why, "kind is not fwd_mma");
   if (s.dtype != kFp16 && s.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
-  if (s.arch < 80) return fail(why, "arch must be >= 80, got " + std::to_string(s.arch));
-  for (int d : {s.head_dim, s.head_dim_v})
-    if (d < 8 || d > 256 || d % 8 != 0) return fail(why, "head dims must be multiples of 8 in [8, 256]");
-  if (t.block_m != 64 && t.block_m != 128) return fail(why, "block_m must be 64 or 128");
-  if (t.block_n != 32 && t.block_n != 64 && t.block_n != 128) return fail(why, "block_n must be 32, 64 or 128");
-  if (t.warps != 4 && t.warps != 8) return fail(why, "warps must be 4 or 8");
-  const int rows_per_warp = t.block_m / t.warps;
+  const int rows_per_warp = t[kBlockM] / t[kWarps];
   if (rows_per_warp != 16 && rows_per_warp != 32)
     return fail(why, "block_m / warps must be 16 or 32, got " + std::to_string(rows_per_warp));
-  if (t.stages < 1 || t.stages > 3) return fail(why, "stages must be 1..3");
   // One stage gains nothing over two and ptxas spills a few bytes in it at some points (compile sweep).
-  if (t.stages == 1) return fail(why, "stages 1 is not supported (spills); use 2 or 3");
-  if (t.q_in_regs != 0 && t.q_in_regs != 1) return fail(why, "q_in_regs must be 0 or 1");
-  if (t.extra != 0 && t.extra != 1) return fail(why, "extra must be 0 or 1");
+  if (t[kStages] == 1) return fail(why, "stages 1 is not supported (spills); use 2 or 3");
   // Register pressure, measured with ptxas -v over the space (scratch/h2/compile_sweep.sh): the S tile costs more
   // than its size (masking, exp2 and K fragments live beside it), so it is capped on its own; the feature path
   // (bias / alibi / softcap) and varlen indexing need a little more room.
-  const int mt = t.block_m / (16 * t.warps);
-  const int s_regs = mt * (t.block_n / 8) * 4;
+  const int mt = t[kBlockM] / (16 * t[kWarps]);
+  const int s_regs = mt * (t[kBlockN] / 8) * 4;
   const bool feat = s.has_bias || s.has_alibi || s.has_softcap || s.varlen;
   // An additive bias is loaded beside every S element: with 64-key blocks the bias path exceeds 255 registers at
   // large head dims (compile sweep with explicit occupancy, 2026-11-22), so it is held to 32-key blocks per 16 rows.
@@ -145,12 +119,12 @@ bool valid(const KernelConfig& c, std::string* why) {
   const int live = live_regs(c);
   // FA2's own d128 tile (128x64, 4 warps, Q in shared memory) runs on the template's big-tile path (early P
   // packing, conditional rescale) in 254-255 registers. ptxas -v over its variants (2026-11-23, swizzled rows;
-  // masks none / causal / window, stages 2-3, extra 0-1, fp16 / bf16, with and without LSE): spill-free on sm_90a
+  // masks none / causal / window, stages 2-3, kv_joint 0-1, fp16 / bf16, with and without LSE): spill-free on sm_90a
   // when seqlen_k is a multiple of 64 and the problem is not varlen. Ragged keys and varlen spill 4-56 bytes there,
   // and sm_80 spills 8-48 bytes with a mask (the rule of 2026-11-22 admitted masked ragged / varlen variants that
   // spilled 12-100 bytes), so everywhere else it stays outside the budget.
-  const bool fa2_d128_tile = s.head_dim == 128 && s.head_dim_v == 128 && t.block_m == 128 && t.block_n == 64 &&
-                             t.warps == 4 && t.q_in_regs == 0 && !feat && s.arch >= 90 && s.even_k && !s.varlen;
+  const bool fa2_d128_tile = s.head_dim == 128 && s.head_dim_v == 128 && t[kBlockM] == 128 && t[kBlockN] == 64 &&
+                             t[kWarps] == 4 && t[kQInRegs] == 0 && !feat && s.arch >= 90 && s.even_k && !s.varlen;
   if (live > budget && !fa2_d128_tile) {
     return fail(why, "register pressure: " + std::to_string(live) + " accumulator registers per thread > " +
                          std::to_string(budget));
@@ -160,36 +134,49 @@ bool valid(const KernelConfig& c, std::string* why) {
 
 unsigned smem_bytes(const KernelConfig& c) {
   const int dp = round16(c.s.head_dim), dvp = round16(c.s.head_dim_v);
-  const int bm = c.t.block_m, bn = c.t.block_n;
+  const int bm = c.t[kBlockM], bn = c.t[kBlockN];
   // Q / O staging region, then the K and V slots (row pitches: templates/smem_layout.cuh; O staging is padded)
   const int region0 = std::max(bm * fa_smem_pitch(dp), bm * (dvp + 8)) * 2;
-  const int kv = c.t.stages * bn * (fa_smem_pitch(dp) + fa_smem_pitch(dvp)) * 2;
+  const int kv = c.t[kStages] * bn * (fa_smem_pitch(dp) + fa_smem_pitch(dvp)) * 2;
   return static_cast<unsigned>(region0 + kv);
 }
 
 Launch launch(const KernelConfig& c, const LaunchShape& shape) {
-  Launch l;
-  const int bm = c.t.block_m;
-  l.grid[0] = static_cast<unsigned>(std::max(1, (shape.max_seqlen_q + bm - 1) / bm));
-  l.grid[1] = static_cast<unsigned>(shape.heads_q);
-  l.grid[2] = static_cast<unsigned>(shape.batch);
-  l.block = static_cast<unsigned>(c.t.warps * 32);
-  l.smem = smem_bytes(c);
-  return l;
+  return fam::rows_launch(shape.max_seqlen_q, c.t[kBlockM], shape.heads_q, shape.batch, c.t[kWarps], smem_bytes(c));
 }
 
-}  // namespace
-
-bool fwd_mma_covers(const ProblemDesc& p, int arch, std::string* why) {
+bool covers(const ProblemDesc& p, int arch, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (arch < 80) return fail(why, "needs sm_80 or newer, device is sm_" + std::to_string(arch));
   if (!p.aligned16) return fail(why, "pointers or strides not 16-byte aligned");
-  for (int d : {p.head_dim, p.head_dim_v})
-    if (d < 8 || d > 256 || d % 8 != 0) return fail(why, "head dims must be multiples of 8 in [8, 256]");
   return true;
 }
 
-extern const Family kFwdMmaFamily;
-const Family kFwdMmaFamily = {Kind::FwdMma, "fwd_mma.cuh", &space, &defaults, &valid, &smem_bytes, &launch};
+// even_k: fixed-length and seqlen_k a multiple of block_n (no key-boundary predicates).
+void finalize(KernelConfig* c, const ProblemDesc& p) {
+  c->s.even_k = !p.varlen && c->t[kBlockN] > 0 && p.seqlen_k % c->t[kBlockN] == 0;
+}
+
+const Family kFamily = [] {
+  Family f;
+  f.name = "fwd_mma";
+  f.template_name = "fwd_mma.cuh";
+  f.role = Role::Forward;
+  f.priority = 10;
+  f.knobs = {fam::block_m({64, 128}), fam::block_n({32, 64, 128}), fam::warps({4, 8}), fam::stages({1, 2, 3}),
+             Knob{"q_in_regs", "qr", "kQInRegs", {0, 1}, true}, Knob{"kv_joint", "kj", "kKvJoint", {0, 1}, true}};
+  f.legacy_x = "kv_joint";
+  f.covers = &covers;
+  f.defaults = &defaults;
+  f.valid = &valid;
+  f.smem_bytes = &smem_bytes;
+  f.launch = &launch;
+  f.finalize = &finalize;
+  return f;
+}();
+
+}  // namespace
+
+FA_FAMILY_FOLDER(fwd_mma) { register_family(&kFamily); }
 
 }  // namespace fa::gen

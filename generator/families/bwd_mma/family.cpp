@@ -1,7 +1,15 @@
-// bwd_mma.cpp -- host side of the tensor-core backward family (templates/bwd_mma.cuh): fp16/bf16 on sm_80+.
-// Grid: (key blocks of block_n, kv heads, batch); each CTA loops over its GQA group's query heads and the query
-// blocks (block_m) that meet the mask band. Tunables: block_m, block_n, warps, stages (1 or 2: Q/dO double
-// buffering); q_in_regs and extra must be 0. The warp layouts come from templates/bwd_mma_tiling.cuh, compiled
+// bwd_mma -- host side of the tensor-core backward family (templates/bwd_mma.cuh): fp16/bf16 on sm_80+, 16-byte
+// aligned problems. Grid: (key blocks of block_n, kv heads, batch); each CTA loops over its GQA group's query heads
+// and the query blocks (block_m) that meet the mask band. Knobs: block_m in {16, 32, 64, 128}, block_n in {32, 64,
+// 128}, warps in {4, 8}, stages in {1, 2} (Q/dO double buffering).
+// Plan: bwd_pre -> bwd_mma -> bwd_post over one float32 workspace (regions 256-byte aligned):
+//   delta     float32 [heads_q * rows_q]         indexed like the LSE (args.f.lse_sb / lse_sh)
+//   dq_accum  float32 [rows_q rounded up to 8, heads_q * head_dim], 8 x 8 tiled (fa_dq_accum_off in
+//                                               templates/fa_common.cuh); accum_q_stride_row = heads_q * head_dim
+//   dk_accum  int32   [rows_q, heads_q]          deterministic mode only: the dQ ordering semaphores (no float32
+//                                               dK/dV buffers: GQA groups are summed inside the CTA)
+// rows_q = total_q (varlen) or batch * seqlen_q. Binding sets the causal CTA-order fields (fa_bwd_cta_order).
+// The warp layouts come from templates/bwd_mma_tiling.cuh, compiled
 // here and in the kernel, so `valid` and the template share one rule. `valid` also bounds the float32
 // accumulators per thread (fa_bwd_acc_regs) so that every accepted point compiles without spills. The bounds
 // hold because the template pins ptxas's register policy (explicit minBlocksPerSM = 1; each GEMM phase's k loop
@@ -21,13 +29,16 @@
 
 #include <fmt/format.h>
 
-#include "generator/family.h"
+#include "../common.h"
+#include "templates/fa_args.cuh"
 #include "templates/bwd_mma_tiling.cuh"
 #include "templates/smem_layout.cuh"
 
 namespace fa::gen {
 
 namespace {
+
+enum { kBlockM, kBlockN, kWarps, kStages };
 
 // Bounds of fa_bwd_acc_regs() (float32 accumulator registers per thread); see the calibration in the header.
 constexpr int kBwdMmaRegBudget = 160;      // any tile
@@ -41,19 +52,10 @@ constexpr int kBwdMmaBiasPaddedBudget = 144; // with a bias and a head dim that 
 constexpr int kBwdMmaCausalBudget = 144;     // with a bias and a causal mask (the CTA-order decode)
 
 FaBwdLayout layout(const KernelConfig& c) {
-  return fa_bwd_layout(c.t.block_m, c.t.block_n, std::max(1, c.t.warps), c.s.head_dim, c.s.head_dim_v);
+  return fa_bwd_layout(c.t[kBlockM], c.t[kBlockN], std::max(1, c.t[kWarps]), c.s.head_dim, c.s.head_dim_v);
 }
 
 int reg_estimate(const KernelConfig& c) { return fa_bwd_acc_regs(layout(c)); }
-
-std::vector<Tunables> space(const Semantic&) {
-  std::vector<Tunables> v;
-  for (int bm : {16, 32, 64, 128})
-    for (int bn : {32, 64, 128})
-      for (int w : {4, 8})  // 2 warps: never competitive, and some 2-warp tiles spill within the budget
-        for (int st : {1, 2}) v.push_back(Tunables{bm, bn, w, st, 0, 0});
-  return v;
-}
 
 bool valid(const KernelConfig& c, std::string* why);
 unsigned smem_bytes(const KernelConfig& c);
@@ -67,13 +69,13 @@ Tunables defaults(const Semantic& s) {
   // head dims pad to 64 (measured H100, bf16 4k x 16 heads x 4: 2.90 ms non-causal / 1.62 ms causal against
   // 3.17 / 1.72 ms for the next tile; tuner, 2026-11-22).
   if (d <= 128)
-    prefs = {{128, 128, 8, 2, 0, 0}, {64, 128, 8, 2, 0, 0}, {64, 128, 8, 1, 0, 0}, {128, 64, 8, 2, 0, 0},
-             {64, 64, 8, 2, 0, 0},   {64, 64, 4, 2, 0, 0}};
-  else prefs = {{64, 64, 8, 2, 0, 0}, {64, 64, 8, 1, 0, 0}, {64, 32, 8, 2, 0, 0}, {64, 32, 8, 1, 0, 0}};
+    prefs = {{{128, 128, 8, 2}}, {{64, 128, 8, 2}}, {{64, 128, 8, 1}}, {{128, 64, 8, 2}},
+             {{64, 64, 8, 2}},   {{64, 64, 4, 2}}};
+  else prefs = {{{64, 64, 8, 2}}, {{64, 64, 8, 1}}, {{64, 32, 8, 2}}, {{64, 32, 8, 1}}};
   // Then every point of the space, largest tiles first.
-  std::vector<Tunables> rest = space(s);
+  std::vector<Tunables> rest = full_space(s);
   std::stable_sort(rest.begin(), rest.end(), [](const Tunables& x, const Tunables& y) {
-    return x.block_m * x.block_n * x.warps > y.block_m * y.block_n * y.warps;
+    return x[kBlockM] * x[kBlockN] * x[kWarps] > y[kBlockM] * y[kBlockN] * y[kWarps];
   });
   prefs.insert(prefs.end(), rest.begin(), rest.end());
   const DeviceLimits lim = limits_for_arch(s.arch);
@@ -81,7 +83,7 @@ Tunables defaults(const Semantic& s) {
     KernelConfig c{s, t};
     if (valid(c, nullptr) && smem_bytes(c) <= static_cast<unsigned>(lim.max_smem_optin)) return t;
   }
-  return Tunables{32, 32, 4, 1, 0, 0};  // no valid point (e.g. features at d 136-176): bwd_mma_covers says no
+  return Tunables{{32, 32, 4, 1}};  // no valid point (e.g. features at d 136-176): bwd_mma_covers says no
 }
 
 bool valid(const KernelConfig& c, std::string* why) {
@@ -92,26 +94,16 @@ bool valid(const KernelConfig& c, std::string* why) {
   };
   if (c.s.dtype != kFp16 && c.s.dtype != kBf16)
     return fail(fmt::format("dtype: expected fp16 or bf16 for bwd_mma, got {}", dtype_name(c.s.dtype)));
-  if (c.s.arch < 80) return fail(fmt::format("arch: expected >= 80 for bwd_mma, got {}", c.s.arch));
-  if (t.block_m < 16 || t.block_m > 128 || t.block_m % 16 != 0)
-    return fail(fmt::format("block_m: expected a multiple of 16 in [16, 128] for bwd_mma, got {}", t.block_m));
-  if (t.block_n < 16 || t.block_n > 128 || t.block_n % 16 != 0)
-    return fail(fmt::format("block_n: expected a multiple of 16 in [16, 128] for bwd_mma, got {}", t.block_n));
-  if (t.warps != 4 && t.warps != 8)
-    return fail(fmt::format("warps: expected 4 or 8 for bwd_mma, got {}", t.warps));
-  if (t.stages != 1 && t.stages != 2) return fail(fmt::format("stages: expected 1 or 2 for bwd_mma, got {}", t.stages));
-  if (t.q_in_regs != 0 || t.extra != 0)
-    return fail(fmt::format("q_in_regs/extra: expected 0/0 for bwd_mma, got {}/{}", t.q_in_regs, t.extra));
   const FaBwdLayout L = layout(c);
   if (!L.ok)
-    return fail(fmt::format("warps: no warp layout of {} warps fits block_m {} x block_n {} (bwd_mma_tiling.cuh)", t.warps,
-                            t.block_m, t.block_n));
+    return fail(fmt::format("warps: no warp layout of {} warps fits block_m {} x block_n {} (bwd_mma_tiling.cuh)", t[kWarps],
+                            t[kBlockM], t[kBlockN]));
   const int regs = reg_estimate(c);
   const int transient = regs - fa_bwd_persistent_regs(L);
   const bool even_cols = fa_bwd_even_cols(L);
   const bool narrow = regs <= kBwdMmaRegBudget && transient <= kBwdMmaMaxTransient &&
                       (transient <= kBwdMmaWideTransient || even_cols);
-  const bool wide = t.warps == 8 && transient <= kBwdMmaWideTransient && regs <= kBwdMmaWideBudget && even_cols;
+  const bool wide = t[kWarps] == 8 && transient <= kBwdMmaWideTransient && regs <= kBwdMmaWideBudget && even_cols;
   const bool features = c.s.has_bias || c.s.has_alibi || c.s.has_softcap;
   if (features && !even_cols && regs > kBwdMmaFeatUnevenBudget)
     return fail(fmt::format("registers: estimated {} float32 accumulators per thread with bias/ALiBi/softcap and "
@@ -121,7 +113,7 @@ bool valid(const KernelConfig& c, std::string* why) {
   // bias/ALiBi/softcap at head dims 64 (NVRTC 13, plain, masked and varlen, fp16 and bf16; 2026-11-22). It spills
   // 12 bytes on sm_80, 24-84 bytes at head dims 32-48 and 12 bytes at 56 (padded to 64, one stage; 2026-11-23, also
   // before this session's changes), so it stays outside the rule elsewhere.
-  const bool fa2_d64_tile = c.s.arch >= 90 && !features && t.block_m == 128 && t.block_n == 128 && t.warps == 8 &&
+  const bool fa2_d64_tile = c.s.arch >= 90 && !features && t[kBlockM] == 128 && t[kBlockN] == 128 && t[kWarps] == 8 &&
                             c.s.head_dim == 64 && c.s.head_dim_v == 64;
   if (!narrow && !wide && !fa2_d64_tile)
     return fail(fmt::format("registers: estimated {} float32 accumulators per thread ({} transient{}), expected <= {} "
@@ -133,9 +125,9 @@ bool valid(const KernelConfig& c, std::string* why) {
   // (ptxas -v over every valid point, sm_80 and sm_90a, head dims 32-256, 2026-11-23): 128 x 64 x 8 warps with two
   // stages at d 64 (4 bytes, both archs) and 64 x 64 x 8 warps with one stage at d 256 on sm_90a (56 bytes; two
   // stages, the default there, are spill-free).
-  if (!features && t.block_m == 128 && t.block_n == 64 && t.warps == 8 && t.stages == 2 && L.dp == 64 && L.dvp == 64)
+  if (!features && t[kBlockM] == 128 && t[kBlockN] == 64 && t[kWarps] == 8 && t[kStages] == 2 && L.dp == 64 && L.dvp == 64)
     return fail("tile: 128 x 64 x 8 warps with 2 stages at head dim 64 spills (ptxas); use 1 stage or another tile");
-  if (!features && c.s.arch >= 90 && t.block_m == 64 && t.block_n == 64 && t.warps == 8 && t.stages == 1 &&
+  if (!features && c.s.arch >= 90 && t[kBlockM] == 64 && t[kBlockN] == 64 && t[kWarps] == 8 && t[kStages] == 1 &&
       L.dp == 256 && L.dvp == 256)
     return fail("tile: 64 x 64 x 8 warps with 1 stage at head dim 256 spills on sm_90 (ptxas); use 2 stages");
   // A bias costs registers that the estimate does not count: the addresses and guarded loads of its elements live
@@ -157,11 +149,11 @@ bool valid(const KernelConfig& c, std::string* why) {
   // clean. So: a causal bias is held to 144, and the two plain points are out.
   const bool causal = c.s.mask == kMaskCausal;
   const bool padded = L.dp != c.s.head_dim || L.dvp != c.s.head_dim_v;  // head dims padded to 16 (guarded)
-  if (causal && !features && padded && t.block_n == 128 && t.warps == 8 && regs > kBwdMmaRegBudget)
+  if (causal && !features && padded && t[kBlockN] == 128 && t[kWarps] == 8 && regs > kBwdMmaRegBudget)
     return fail(fmt::format("tile: {} x 128 x 8 warps (estimate {}) with a causal mask and head dims padded to 16 "
                             "spills (ptxas); use another tile",
-                            t.block_m, regs));
-  if (causal && !features && t.block_m == 64 && t.block_n == 64 && t.warps == 4 && t.stages == 1 && L.dp == 64 &&
+                            t[kBlockM], regs));
+  if (causal && !features && t[kBlockM] == 64 && t[kBlockN] == 64 && t[kWarps] == 4 && t[kStages] == 1 && L.dp == 64 &&
       L.dvp == 64)
     return fail("tile: 64 x 64 x 4 warps with 1 stage at head dim 64 spills with a causal mask (ptxas); use 2 stages");
   if (c.s.has_bias) {
@@ -174,18 +166,18 @@ bool valid(const KernelConfig& c, std::string* why) {
                               regs, padded ? " and head dims padded to 16" : causal ? " and a causal mask" : "",
                               budget));
     if (s_tile >= kBwdMmaBiasSTile && dkdv >= kBwdMmaBiasPersistent &&
-        !(t.warps == 8 && t.stages == 2 && dkdv == kBwdMmaBiasPersistent && !padded))
+        !(t[kWarps] == 8 && t[kStages] == 2 && dkdv == kBwdMmaBiasPersistent && !padded))
       return fail(fmt::format("tile: a {} x {} tile with {} warps and {} stage(s) holds {} S/dP floats per thread; "
                               "with a bias and {} dK/dV registers (>= {}) it needs 8 warps, 2 stages, exactly {} "
                               "dK/dV registers and head dims that are multiples of 16 to compile without spills",
-                              t.block_m, t.block_n, t.warps, t.stages, s_tile, dkdv, kBwdMmaBiasPersistent,
+                              t[kBlockM], t[kBlockN], t[kWarps], t[kStages], s_tile, dkdv, kBwdMmaBiasPersistent,
                               kBwdMmaBiasPersistent));
   }
   return true;
 }
 
 unsigned smem_bytes(const KernelConfig& c) {
-  const int bm = c.t.block_m, bn = c.t.block_n, ns = std::max(1, c.t.stages);
+  const int bm = c.t[kBlockM], bn = c.t[kBlockN], ns = std::max(1, c.t[kStages]);
   const int dp = (c.s.head_dim + 15) / 16 * 16, dvp = (c.s.head_dim_v + 15) / 16 * 16;
   const int pk = fa_smem_pitch(dp), pv = fa_smem_pitch(dvp);  // K / Q and V / dO row pitches (smem_layout.cuh)
   const int halves = bn * pk + bn * pv + ns * bm * pk + ns * bm * pv + 2 * bn * (bm + 8);
@@ -195,18 +187,99 @@ unsigned smem_bytes(const KernelConfig& c) {
 
 Launch launch(const KernelConfig& c, const LaunchShape& sh) {
   Launch l;
-  l.grid[0] = static_cast<unsigned>((sh.max_seqlen_k + c.t.block_n - 1) / c.t.block_n);
+  l.grid[0] = static_cast<unsigned>((sh.max_seqlen_k + c.t[kBlockN] - 1) / c.t[kBlockN]);
   l.grid[1] = static_cast<unsigned>(sh.heads_kv);
   l.grid[2] = static_cast<unsigned>(sh.batch);
-  l.block = static_cast<unsigned>(c.t.warps * 32);
+  l.block = static_cast<unsigned>(c.t[kWarps] * 32);
   l.smem = smem_bytes(c);
   return l;
 }
 
+// Whether the tensor-core backward serves p: fp16/bf16, 16-byte aligned, and a valid default tiling for its head
+// dims and features.
+bool covers(const ProblemDesc& p, int arch, std::string* why) {
+  auto no = [&](std::string m) {
+    if (why) *why = std::move(m);
+    return false;
+  };
+  if (p.dtype != kFp16 && p.dtype != kBf16) return no(fmt::format("dtype: bwd_mma needs fp16 or bf16, got {}", dtype_name(p.dtype)));
+  if (!p.aligned16) return no("alignment: bwd_mma needs 16-byte aligned pointers and strides");
+  const Semantic s = semantic_for(*find_family("bwd_mma"), p, arch);
+  std::string reason;
+  if (!is_valid(KernelConfig{s, defaults(s)}, limits_for_arch(arch), &reason))
+    return no("bwd_mma: no valid tiling for this head dim: " + reason);
+  return true;
+}
+
+Plan plan(const KernelConfig& main, const ProblemDesc& p) {
+  Plan out;
+  size_t off = fam::backward_plan_start(p, main.s.arch, &out);
+  const long long rows = fam::rows_q(p);
+  out.off_dq_accum = off;
+  out.accum_q_stride_row = static_cast<long long>(p.heads_q) * p.head_dim;
+  // 8 x 8 tiled (templates/fa_common.cuh, fa_dq_accum_off): rows rounded up to a multiple of 8
+  const size_t rows8 = static_cast<size_t>((rows + 7) / 8 * 8);
+  off = fam::align256(off + rows8 * static_cast<size_t>(out.accum_q_stride_row) * sizeof(float));
+  if (p.deterministic) {
+    out.off_dk_accum = off;
+    off = fam::align256(off + static_cast<size_t>(rows) * static_cast<size_t>(p.heads_q) * sizeof(int));
+  }
+  out.tuned_step = static_cast<int>(out.steps.size());
+  out.steps.push_back(main);
+  out.steps.push_back(fam::default_step("bwd_post", p, main.s.arch));
+  out.workspace_bytes = std::max<size_t>(off, 256);
+  return out;
+}
+
+// CTAs resident on one SM at launch l: shared memory (1 KB reserved per CTA), threads and, where ptxas reported
+// them, registers (allocated per warp in units of 256).
+int resident_ctas(const BindInput& in) {
+  const int threads = static_cast<int>(in.launch.block);
+  if (threads <= 0) return 1;
+  int n = ((in.limits.arch == 80 || in.limits.arch == 90) ? 2048 : 1536) / threads;
+  n = std::min<int>(n, (in.limits.max_smem_optin + 1024) / (static_cast<int>(in.launch.smem) + 1024));
+  if (in.registers > 0) {
+    const int per_warp = (in.registers * 32 + 255) / 256 * 256;
+    n = std::min(n, 65536 / (per_warp * (threads / 32)));
+  }
+  return std::max(1, n);
+}
+
+// Causal (fa_bwd_cta_order): the grid's last pairs go heaviest key block first (fa_bwd_cta), two waves' worth.
+bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::string* why) {
+  FaBwdArgs a = *static_cast<const FaBwdArgs*>(in.args);
+  if (fa_bwd_cta_order(c.s.mask, c.t[kBlockM], c.t[kBlockN])) {
+    const int slots = in.limits.sm_count * resident_ctas(in);
+    a.lpt_tail = fa_bwd_lpt_tail(static_cast<int>(in.launch.grid[1]), static_cast<int>(in.launch.grid[2]),
+                                 static_cast<int>(in.launch.grid[0]), slots, 2);
+    a.lpt_magic_tail = a.lpt_tail > 0 ? fa_div_magic(static_cast<unsigned>(a.lpt_tail)) : 0;
+    a.lpt_magic_heads = fa_div_magic(in.launch.grid[1]);
+  }
+  if (out->add(&a, sizeof a, alignof(FaBwdArgs))) return true;
+  if (why) *why = "bwd_mma: kernel parameters do not fit";
+  return false;
+}
+
+const Family kFamily = [] {
+  Family f;
+  f.name = "bwd_mma";
+  f.template_name = "bwd_mma.cuh";
+  f.role = Role::Backward;
+  f.priority = 10;
+  f.knobs = {fam::block_m({16, 32, 64, 128}), fam::block_n({32, 64, 128}), fam::warps({4, 8}), fam::stages({1, 2})};
+  f.covers = &covers;
+  f.defaults = &defaults;
+  f.valid = &valid;
+  f.smem_bytes = &smem_bytes;
+  f.launch = &launch;
+  f.plan = &plan;
+  f.bind = &bind;
+  return f;
+}();
+
 }  // namespace
 
-extern const Family kBwdMmaFamily;
-const Family kBwdMmaFamily = {Kind::BwdMma, "bwd_mma.cuh", &space, &defaults, &valid, &smem_bytes, &launch};
+FA_FAMILY_FOLDER(bwd_mma) { register_family(&kFamily); }
 
 // Exposed for the sweep / tests.
 int bwd_mma_reg_estimate(const KernelConfig& c);

@@ -1,4 +1,5 @@
-// status.cpp -- fa_status_string, fa_last_error, fa_version_string.
+// status_api.cpp -- fa_status_string, fa_last_error, fa_version_string: the C face of status.h (in the core: the
+// runtime and the tuner name statuses through it).
 #include "runtime/status.h"
 
 extern "C" FA_API const char* fa_status_string(fa_status status) {

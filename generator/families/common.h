@@ -1,0 +1,84 @@
+// common.h -- pieces every family folder shares: the standard knobs (same name, key tag and constexpr name in
+// every family that has them), the failure helper, and the common launch geometries.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "generator/family.h"
+#include "generator/problem.h"
+
+namespace fa::gen::fam {
+
+inline Knob block_m(std::vector<int> v) { return {"block_m", "m", "kBlockM", std::move(v)}; }
+inline Knob block_n(std::vector<int> v) { return {"block_n", "n", "kBlockN", std::move(v)}; }
+inline Knob warps(std::vector<int> v) { return {"warps", "w", "kWarps", std::move(v)}; }
+inline Knob stages(std::vector<int> v) { return {"stages", "s", "kStages", std::move(v)}; }
+
+// Sets *why to "<family>: <msg>" and returns false.
+inline bool fail(std::string* why, const char* family, const std::string& msg) {
+  if (why != nullptr) *why = std::string(family) + ": " + msg;
+  return false;
+}
+
+
+// Grid (row blocks of `rows_per_cta`, heads, batch) with `warps` warps: the shape of every kernel that gives each
+// CTA a block of rows of one (batch, head).
+inline Launch rows_launch(int rows, int rows_per_cta, int heads, int batch, int warps, unsigned smem) {
+  Launch l;
+  l.grid[0] = static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta);
+  l.grid[1] = static_cast<unsigned>(heads);
+  l.grid[2] = static_cast<unsigned>(batch);
+  l.block = static_cast<unsigned>(warps * 32);
+  l.smem = smem;
+  return l;
+}
+
+}  // namespace fa::gen::fam
+
+namespace fa::gen::fam {
+
+// A backward step whose CTA owns block_m query rows of one (batch, query head) with `warps` warps and no shared
+// memory (bwd_pre, bwd_post). Knobs: block_m in {32, 64, 128}, warps in {4, 8}; default 32 x 8.
+enum { kRowsBlockM, kRowsWarps };
+inline Launch query_rows_launch(const KernelConfig& c, const LaunchShape& sh) {
+  return rows_launch(sh.max_seqlen_q, c.t[kRowsBlockM], sh.heads_q, sh.batch, c.t[kRowsWarps], 0);
+}
+inline Family query_rows_step(const char* name, const char* template_name, Tunables (*defaults)(const Semantic&)) {
+  Family f;
+  f.name = name;
+  f.template_name = template_name;
+  f.role = Role::Step;
+  f.knobs = {block_m({32, 64, 128}), warps({4, 8})};
+  f.defaults = defaults;
+  f.launch = &query_rows_launch;
+  return f;
+}
+
+}  // namespace fa::gen::fam
+
+namespace fa::gen::fam {
+
+inline size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
+inline long long rows_q(const ProblemDesc& p) { return p.varlen ? p.total_q : static_cast<long long>(p.batch) * p.seqlen_q; }
+
+// The start of every backward plan: the float32 Delta region [heads_q * rows_q] (indexed like the LSE), and the
+// bwd_pre step at its defaults. Returns the next free offset.
+inline size_t backward_plan_start(const ProblemDesc& p, int arch, Plan* plan) {
+  plan->off_delta = 0;
+  const Family* pre = find_family("bwd_pre");
+  const Semantic s = semantic_for(*pre, p, arch);
+  plan->steps.push_back(KernelConfig{s, pre->defaults(s)});
+  return align256(static_cast<size_t>(rows_q(p)) * static_cast<size_t>(p.heads_q) * sizeof(float));
+}
+
+// A step of family `name` at its defaults for the same problem as `main`.
+inline KernelConfig default_step(const char* name, const ProblemDesc& p, int arch) {
+  const Family* f = find_family(name);
+  const Semantic s = semantic_for(*f, p, arch);
+  return KernelConfig{s, f->defaults(s)};
+}
+
+}  // namespace fa::gen::fam
