@@ -2,6 +2,8 @@
 // selector's family, the chooser's tunables, the family's launches) enqueued on the caller's stream.
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "api/guarded.h"
 #include "fa/fa.h"
 #include "runtime/launch.h"
@@ -14,12 +16,16 @@ using fa::api::guarded;
 
 namespace {
 
-Status run(fa_context c, const fa_params* in, CUstream stream) {
+// The context checked and the params validated: the validated copy and its problem description.
+Status validated(fa_context c, const fa_params* in, fa_params* p, fa::gen::ProblemDesc* d) {
   Status st = check_context(c);
-  if (!st.ok()) return st;
+  return st.ok() ? validate_forward(in, p, d) : st;
+}
+
+Status run(fa_context c, const fa_params* in, CUstream stream) {
   fa_params p;
   fa::gen::ProblemDesc d;
-  st = validate_forward(in, &p, &d);
+  Status st = validated(c, in, &p, &d);
   if (!st.ok()) return st;
   if (!c->has_device) return error(FA_ERROR_NO_DEVICE, c->no_device_reason);
   bool capturing = false;
@@ -46,11 +52,9 @@ Status load_plan(fa_context c, const fa::gen::Plan& plan) {
 }
 
 Status prepare(fa_context c, const fa_params* in) {
-  Status st = check_context(c);
-  if (!st.ok()) return st;
   fa_params p;
   fa::gen::ProblemDesc d;
-  st = validate_forward(in, &p, &d);
+  Status st = validated(c, in, &p, &d);
   if (!st.ok()) return st;
   const TuneRequest tune = forward_tune_request(c, p, d, nullptr);
   fa::gen::Plan plan;
@@ -78,27 +82,22 @@ Status prepare(fa_context c, const fa_params* in) {
 }
 
 Status key(fa_context c, const fa_params* in, char* buf, size_t size) {
-  Status st = check_context(c);
-  if (!st.ok()) return st;
-  if (buf == nullptr || size == 0) return invalid("buf", "a non-NULL buffer of size >= 1", "NULL or size 0");
   fa_params p;
   fa::gen::ProblemDesc d;
-  st = validate_forward(in, &p, &d);
+  Status st = validated(c, in, &p, &d);
   if (!st.ok()) return st;
-  const fa::gen::Semantic s = fa::gen::select_forward(d, context_arch(c));
-  const std::string k = fa::gen::semantic_key(s);
-  const size_t n = std::min(k.size(), size - 1);
-  std::memcpy(buf, k.data(), n);
-  buf[n] = '\0';
+  if (buf == nullptr) return invalid("buf", "a non-NULL buffer", "NULL");
+  const std::string k = fa::gen::semantic_key(fa::gen::select_forward(d, context_arch(c)));
+  if (size < k.size() + 1)  // nothing written: a truncated key would name another kernel
+    return invalid("size", fmt::format(">= {} bytes (the key and its NUL)", k.size() + 1), size);
+  std::memcpy(buf, k.c_str(), k.size() + 1);
   return Status::Ok();
 }
 
 Status supported(fa_context c, const fa_params* params) {
-  Status st = check_context(c);
-  if (!st.ok()) return st;
   fa_params p;
   fa::gen::ProblemDesc d;
-  st = validate_forward(params, &p, &d);
+  Status st = validated(c, params, &p, &d);
   if (!st.ok()) return st;
   const fa::gen::Plan plan = fa::gen::make_plan(fa::gen::select_forward(d, context_arch(c)), d);
   std::string why;

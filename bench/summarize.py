@@ -3,7 +3,7 @@
 odd), direction and (dtype, head dim, mask), one cell per sequence length with every contender's TFLOP/s and the
 ratios fa / FA2 and fa / cuDNN.
 
-    python3 bench/summarize.py bench/results/h200_fwd_tuned.json
+    python3 bench/summarize.py bench/results/h200_bench_peers_bf16.json
 """
 import json
 import sys
@@ -66,4 +66,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "bench/results/h200_fwd_tuned.json")
+    main(sys.argv[1] if len(sys.argv) > 1 else "bench/results/h200_bench_peers_bf16.json")

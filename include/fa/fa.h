@@ -180,7 +180,8 @@ FA_API fa_status fa_prepare(fa_context context, const fa_params* params);
 FA_API int fa_is_supported(fa_context context, const fa_params* params);
 
 /* Writes the problem's canonical kernel key (the compile key of the kernel fa_run would use, without tuning) into
- * buf (NUL-terminated, truncated to size). Never contains sequence lengths or batch. */
+ * buf, NUL-terminated. Never contains sequence lengths or batch. A buffer shorter than the key and its NUL gives
+ * FA_ERROR_INVALID_ARGUMENT naming `size` and the size needed, and buf is left untouched (256 bytes always fit). */
 FA_API fa_status fa_problem_key(fa_context context, const fa_params* params, char* buf, size_t size);
 
 /* ---- backward -------------------------------------------------------------------------------------------------- */

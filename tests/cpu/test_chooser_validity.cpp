@@ -4,7 +4,6 @@
 // the fastest stored candidate that does, else the family default. Every tuned family, every mask, plain / varlen /
 // softcap, sm_80 and sm_90, every valid point as the stored winner. No device: the chooser reads the database.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <random>
@@ -15,6 +14,7 @@
 #include "generator/family.h"
 #include "generator/problem.h"
 #include "runtime/context.h"
+#include "tests/cpu/context_support.h"
 #include "tuner/bucket.h"
 #include "tuner/cache_store.h"
 #include "tuner/chooser.h"
@@ -29,15 +29,7 @@ struct ArchEnv {
   ~ArchEnv() { unsetenv("FA_ARCH"); }
 };
 
-fa_context make_context(const std::string& cache) {
-  fa_context_options o;
-  fa_context_options_init(&o);
-  o.cache_path = cache.c_str();
-  o.tune_policy = FA_TUNE_DEFAULTS_ONLY;
-  fa_context c = nullptr;
-  EXPECT_EQ(fa_context_create(&o, &c), FA_OK) << fa_last_error();
-  return c;
-}
+fa_context make_context(const std::string& cache) { return test::make_context(cache, FA_TUNE_DEFAULTS_ONLY); }
 
 gen::ProblemDesc problem(int mask, int feature, bool backward) {
   gen::ProblemDesc p;
@@ -60,8 +52,7 @@ gen::ProblemDesc problem(int mask, int feature, bool backward) {
 }  // namespace
 
 TEST(ChooserValidity, StoredWinnersNeverServeACallTheyAreInvalidFor) {
-  char tmpl[] = "/tmp/fa_chooser_validity_XXXXXX";
-  const std::string dir = mkdtemp(tmpl) ? tmpl : "/tmp";
+  const std::string dir = test::temp_dir("chooser_validity");
   std::mt19937 rng(std::random_device{}());
   int points = 0, calls = 0, fallbacks = 0;
   for (int arch : {80, 90}) {
@@ -127,8 +118,7 @@ TEST(ChooserValidity, StoredWinnersNeverServeACallTheyAreInvalidFor) {
 // The case that failed on an H200: FA2's d128 tile tuned for a causal bf16 key at an even length, then a call at a
 // ragged length of the same bucket.
 TEST(ChooserValidity, Fa2TileTunedAtEvenLengthFallsBackAtRaggedLength) {
-  char tmpl[] = "/tmp/fa_chooser_fa2_XXXXXX";
-  const std::string dir = mkdtemp(tmpl) ? tmpl : "/tmp";
+  const std::string dir = test::temp_dir("chooser_fa2");
   ArchEnv env(90);
   fa_context c = make_context(dir + "/cache.sqlite");
   ASSERT_NE(c, nullptr);

@@ -14,6 +14,7 @@
 #include "fa/fa.h"
 #include "generator/family.h"
 #include "runtime/context.h"
+#include "tests/cpu/context_support.h"
 #include "tuner/bucket.h"
 #include "tuner/cache_store.h"
 #include "tuner/chooser.h"
@@ -23,21 +24,8 @@ using namespace fa;
 
 namespace {
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/fa_tuner_test_XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  return d ? d : "/tmp";
-}
-
-fa_context make_context(const std::string& cache, int policy) {
-  fa_context_options o;
-  fa_context_options_init(&o);
-  o.cache_path = cache.c_str();
-  o.tune_policy = policy;
-  fa_context c = nullptr;
-  EXPECT_EQ(fa_context_create(&o, &c), FA_OK) << fa_last_error();
-  return c;
-}
+using test::make_context;
+std::string temp_dir() { return test::temp_dir("tuner_test"); }
 
 // Random times per tunables key; counts calls. `lucky` keys read their given time on their first call only (a
 // drift or a clock spike during the first pass), their `ms` time afterwards.

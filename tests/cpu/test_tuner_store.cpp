@@ -8,15 +8,12 @@
 #include "generator/family.h"
 #include "runtime/kernel_cache.h"
 #include "tuner/cache_store.h"
+#include "tests/cpu/context_support.h"
 
 using namespace fa;
 
 namespace {
-std::string temp_dir() {
-  char tmpl[] = "/tmp/fa_store_test_XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  return d ? d : "/tmp";
-}
+std::string temp_dir() { return test::temp_dir("store_test"); }
 }  // namespace
 
 TEST(TunerStore, CubinRoundTripWithoutNvrtc) {

@@ -154,6 +154,19 @@ TEST_F(Validation, VarlenNegativeMax) {
 TEST_F(Validation, ProblemKeyNeedsABuffer) {
   EXPECT_EQ(fa_problem_key(ctx, &p, nullptr, 10), FA_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fa_last_error()).find("buf"), std::string::npos);
+  // A short buffer: the size needed is reported and nothing is written.
+  char full[256];
+  ASSERT_EQ(fa_problem_key(ctx, &p, full, sizeof full), FA_OK) << fa_last_error();
+  const size_t need = std::strlen(full) + 1;
+  char shortbuf[256];
+  std::memset(shortbuf, 'x', sizeof shortbuf);
+  EXPECT_EQ(fa_problem_key(ctx, &p, shortbuf, need - 1), FA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fa_last_error()).find(">= " + std::to_string(need) + " bytes"), std::string::npos)
+      << fa_last_error();
+  EXPECT_NE(std::string(fa_last_error()).find("size"), std::string::npos);
+  EXPECT_EQ(shortbuf[0], 'x');
+  EXPECT_EQ(fa_problem_key(ctx, &p, shortbuf, need), FA_OK);
+  EXPECT_STREQ(shortbuf, full);
 }
 TEST_F(Validation, ProblemKeyHasNoLengths) {
   char a[256], c[256];

@@ -260,22 +260,11 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
   return false;
 }
 
-const Family kFamily = [] {
-  Family f;
-  f.name = "bwd_mma";
-  f.template_name = "bwd_mma.cuh";
-  f.role = Role::Backward;
-  f.priority = 10;
-  f.knobs = {fam::block_m({16, 32, 64, 128}), fam::block_n({32, 64, 128}), fam::warps({4, 8}), fam::stages({1, 2})};
-  f.covers = &covers;
-  f.defaults = &defaults;
-  f.valid = &valid;
-  f.smem_bytes = &smem_bytes;
-  f.launch = &launch;
-  f.plan = &plan;
-  f.bind = &bind;
-  return f;
-}();
+const Family kFamily{
+    .name = "bwd_mma", .template_name = "bwd_mma.cuh", .role = Role::Backward, .priority = 10,
+    .knobs = {fam::block_m({16, 32, 64, 128}), fam::block_n({32, 64, 128}), fam::warps({4, 8}), fam::stages({1, 2})},
+    .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes, .launch = &launch,
+    .plan = &plan, .bind = &bind};
 
 }  // namespace
 

@@ -33,20 +33,12 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   return out;
 }
 
+// The fallback runs at its defaults (not tuned on first use).
 Family make(const char* name, Role role) {
-  Family f;
-  f.name = name;
-  f.template_name = "bwd_ref.cuh";
-  f.role = role;
-  f.priority = 0;
-  f.reference = true;
-  f.tuned_on_first_use = false;  // the fallback runs at its defaults
-  f.knobs = {fam::warps({2, 4, 8})};
-  f.defaults = &defaults;
-  f.launch = &launch;
-  f.render_constants = &render_constants;
-  if (role == Role::Backward) f.plan = &plan;
-  return f;
+  return Family{.name = name, .template_name = "bwd_ref.cuh", .role = role, .priority = 0, .reference = true,
+                .tuned_on_first_use = false, .knobs = {fam::warps({2, 4, 8})}, .defaults = &defaults,
+                .launch = &launch, .render_constants = &render_constants,
+                .plan = role == Role::Backward ? &plan : nullptr};
 }
 
 const Family kDq = make("bwd_ref_dq", Role::Backward);

@@ -157,23 +157,12 @@ void finalize(KernelConfig* c, const ProblemDesc& p) {
   c->s.even_k = !p.varlen && c->t[kBlockN] > 0 && p.seqlen_k % c->t[kBlockN] == 0;
 }
 
-const Family kFamily = [] {
-  Family f;
-  f.name = "fwd_mma";
-  f.template_name = "fwd_mma.cuh";
-  f.role = Role::Forward;
-  f.priority = 10;
-  f.knobs = {fam::block_m({64, 128}), fam::block_n({32, 64, 128}), fam::warps({4, 8}), fam::stages({1, 2, 3}),
-             Knob{"q_in_regs", "qr", "kQInRegs", {0, 1}, true}, Knob{"kv_joint", "kj", "kKvJoint", {0, 1}, true}};
-  f.legacy_x = "kv_joint";
-  f.covers = &covers;
-  f.defaults = &defaults;
-  f.valid = &valid;
-  f.smem_bytes = &smem_bytes;
-  f.launch = &launch;
-  f.finalize = &finalize;
-  return f;
-}();
+const Family kFamily{
+    .name = "fwd_mma", .template_name = "fwd_mma.cuh", .role = Role::Forward, .priority = 10,
+    .knobs = {fam::block_m({64, 128}), fam::block_n({32, 64, 128}), fam::warps({4, 8}), fam::stages({1, 2, 3}),
+              Knob{"q_in_regs", "qr", "kQInRegs", {0, 1}, true}, Knob{"kv_joint", "kj", "kKvJoint", {0, 1}, true}},
+    .legacy_x = "kv_joint", .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes,
+    .launch = &launch, .finalize = &finalize};
 
 }  // namespace
 

@@ -18,19 +18,9 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
   return fam::rows_launch(sh.max_seqlen_q, w, sh.heads_q, sh.batch, w, smem_bytes(c));
 }
 
-const Family kFamily = [] {
-  Family f;
-  f.name = "fwd_ref";
-  f.template_name = "fwd_ref.cuh";
-  f.role = Role::Forward;
-  f.priority = 0;
-  f.reference = true;
-  f.knobs = {fam::warps({2, 4, 8})};
-  f.defaults = &defaults;
-  f.smem_bytes = &smem_bytes;
-  f.launch = &launch;
-  return f;
-}();
+const Family kFamily{.name = "fwd_ref", .template_name = "fwd_ref.cuh", .role = Role::Forward, .priority = 0,
+                     .reference = true, .knobs = {fam::warps({2, 4, 8})}, .defaults = &defaults,
+                     .smem_bytes = &smem_bytes, .launch = &launch};
 
 }  // namespace
 

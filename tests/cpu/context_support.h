@@ -1,0 +1,32 @@
+// context_support.h -- helpers shared by the CPU tests that open contexts on a temporary cache file.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "fa/fa.h"
+
+namespace fa::test {
+
+// A fresh temporary directory (named after `tag`), or /tmp when none could be made.
+inline std::string temp_dir(const char* tag) {
+  std::string tmpl = std::string("/tmp/fa_") + tag + "_XXXXXX";
+  const char* d = mkdtemp(tmpl.data());
+  return d ? std::string(d) : std::string("/tmp");
+}
+
+// A context without a device on the cache file `cache` with tune policy `policy` (nullptr and a test failure when
+// it cannot be made).
+inline fa_context make_context(const std::string& cache, int policy) {
+  fa_context_options o;
+  fa_context_options_init(&o);
+  o.cache_path = cache.c_str();
+  o.tune_policy = policy;
+  fa_context c = nullptr;
+  EXPECT_EQ(fa_context_create(&o, &c), FA_OK) << fa_last_error();
+  return c;
+}
+
+}  // namespace fa::test
