@@ -89,11 +89,11 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   if (p.heads_kv < 1) return invalid("heads_kv", ">= 1", p.heads_kv);
   if (p.heads_q % p.heads_kv != 0)
     return invalid("heads_kv", fmt::format("a divisor of heads_q ({})", p.heads_q), p.heads_kv);
-  if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0)
-    return invalid("head_dim", "a multiple of 8 in [8, 256]", p.head_dim);
+  if (!gen::head_dim_ok(p.head_dim))
+    return invalid("head_dim", fmt::format("a multiple of 8 in [8, {}]", gen::kMaxHeadDim), p.head_dim);
   if (p.head_dim_v == 0) p.head_dim_v = p.head_dim;
-  if (p.head_dim_v < 8 || p.head_dim_v > 256 || p.head_dim_v % 8 != 0)
-    return invalid("head_dim_v", "0 or a multiple of 8 in [8, 256]", p.head_dim_v);
+  if (!gen::head_dim_ok(p.head_dim_v))
+    return invalid("head_dim_v", fmt::format("0 or a multiple of 8 in [8, {}]", gen::kMaxHeadDim), p.head_dim_v);
 
   const bool varlen = p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr;
   if (varlen) {
