@@ -37,6 +37,7 @@ struct LaunchShape {
   int heads_kv = 1;
   int total_q = 0;       // varlen totals (fixed: batch * seqlen)
   int total_k = 0;
+  int sm_count = 0;      // the device's SMs (persistent grids); 0: unknown
 };
 
 struct Launch {
@@ -178,6 +179,9 @@ bool is_valid(const KernelConfig& c, const DeviceLimits& lim, std::string* why);
 std::vector<Tunables> full_space(const Semantic& s);
 // All valid tunable points of a semantic on a device (the tuner's candidate list before ptxas pruning).
 std::vector<Tunables> valid_space(const Semantic& s, const DeviceLimits& lim);
+// Every valid point of the knobs' product, also where a family's space() is narrower (what the tunables tests and
+// the compile sweep cover: every point a caller may pin must compile without spills and give the same answer).
+std::vector<Tunables> all_valid_points(const Semantic& s, const DeviceLimits& lim);
 
 // Small shared helpers for families.
 unsigned smem_of(const KernelConfig& c);  // the family's smem_bytes, or 0

@@ -21,6 +21,8 @@ struct ProblemDesc {
   bool has_bias = false, has_alibi = false, has_softcap = false, has_lse = false;
   bool aligned16 = false;  // q/k/v/o (and bias) pointers 16-byte aligned and their row/head/batch strides
                            // multiples of 16 bytes: vectorised and cp.async paths allowed
+  bool tma_ok = false;     // aligned16, and q/k/v describable as TMA tensors: every dimension of extent > 1 has a
+                           // positive byte stride below 2^40
   bool backward = false;
   bool deterministic = false;
 };

@@ -143,9 +143,9 @@ bool is_valid(const KernelConfig& c, const DeviceLimits& lim, std::string* why) 
   return true;
 }
 
-std::vector<Tunables> full_space(const Semantic& s) {
-  if (s.family == nullptr) return {};
-  if (s.family->space != nullptr) return s.family->space(s);
+namespace {
+
+std::vector<Tunables> knob_product(const Semantic& s) {
   std::vector<Tunables> out(1);
   const auto& knobs = s.family->knobs;
   for (size_t i = 0; i < knobs.size(); ++i) {
@@ -161,13 +161,29 @@ std::vector<Tunables> full_space(const Semantic& s) {
   return out;
 }
 
-std::vector<Tunables> valid_space(const Semantic& s, const DeviceLimits& lim) {
+std::vector<Tunables> only_valid(const Semantic& s, const DeviceLimits& lim, const std::vector<Tunables>& points) {
   std::vector<Tunables> out;
-  for (const Tunables& t : full_space(s)) {
+  for (const Tunables& t : points) {
     KernelConfig c{s, t};
     if (is_valid(c, lim, nullptr)) out.push_back(t);
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<Tunables> full_space(const Semantic& s) {
+  if (s.family == nullptr) return {};
+  if (s.family->space != nullptr) return s.family->space(s);
+  return knob_product(s);
+}
+
+std::vector<Tunables> valid_space(const Semantic& s, const DeviceLimits& lim) {
+  return only_valid(s, lim, full_space(s));
+}
+
+std::vector<Tunables> all_valid_points(const Semantic& s, const DeviceLimits& lim) {
+  return s.family == nullptr ? std::vector<Tunables>{} : only_valid(s, lim, knob_product(s));
 }
 
 }  // namespace fa::gen

@@ -125,7 +125,7 @@ bool encode_tensor_map(void* ctx, const gen::TensorMapDesc& t, void* out128, std
   }
   CUresult r = drv.cuTensorMapEncodeTiled(static_cast<CUtensorMap*>(out128), type, static_cast<cuuint32_t>(t.rank),
                                           const_cast<void*>(t.base), dims, strides, box, elem,
-                                          CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r == CUDA_SUCCESS) return true;
   if (why) *why = driver_error(drv, "cuTensorMapEncodeTiled", r);
@@ -134,8 +134,10 @@ bool encode_tensor_map(void* ctx, const gen::TensorMapDesc& t, void* out128, std
 
 }  // namespace
 
-Status enqueue_plan(fa_context c, const gen::Plan& plan, const gen::LaunchShape& shape, const PlanArgs& a,
+Status enqueue_plan(fa_context c, const gen::Plan& plan, const gen::LaunchShape& shape_in, const PlanArgs& a,
                     bool allow_compile, CUstream stream, void* ws_in, size_t ws_size) {
+  gen::LaunchShape shape = shape_in;
+  shape.sm_count = c->sm_count > 0 ? c->sm_count : c->limits.sm_count;
   std::vector<std::shared_ptr<Kernel>> kernels;
   kernels.reserve(plan.steps.size());
   for (const auto& step : plan.steps) {

@@ -193,6 +193,18 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   if (p.bias != nullptr)
     d.aligned16 = d.aligned16 && aligned16(p.bias) && p.bias_stride_k == 1 && s16(p.bias_stride_batch) &&
                   s16(p.bias_stride_head) && s16(p.bias_stride_q);
+  // The tensor-copy engine (TMA) reads q, k, v as (head_dim, seq, heads, batch) boxes: on top of the 16-byte rule,
+  // every dimension of extent > 1 needs a positive byte stride below 2^40 (varlen: the packed sequence, batch 1).
+  auto tma_stride = [&](int64_t stride, int64_t extent) {
+    return extent <= 1 || (stride > 0 && stride * static_cast<int64_t>(es) < (int64_t{1} << 40));
+  };
+  const int64_t tma_b = varlen ? 1 : p.batch, tma_q = varlen ? d.total_q : p.seqlen_q,
+                tma_k = varlen ? d.total_k : p.seqlen_k;
+  d.tma_ok = d.aligned16 && tma_stride(p.q_stride_seq, tma_q) && tma_stride(p.q_stride_head, p.heads_q) &&
+             tma_stride(p.q_stride_batch, tma_b) && tma_stride(p.k_stride_seq, tma_k) &&
+             tma_stride(p.k_stride_head, p.heads_kv) && tma_stride(p.k_stride_batch, tma_b) &&
+             tma_stride(p.v_stride_seq, tma_k) && tma_stride(p.v_stride_head, p.heads_kv) &&
+             tma_stride(p.v_stride_batch, tma_b);
   *out = p;
   *desc = d;
   return Status::Ok();

@@ -140,11 +140,13 @@ TEST(Registry, EveryFamilyIsRegisteredOnceWithAValidDefault) {
   for (const char* n : {"fwd_ref", "fwd_mma", "bwd_pre", "bwd_ref_dq", "bwd_ref_dkdv", "bwd_mma", "bwd_post"})
     EXPECT_TRUE(names.count(n)) << n;
   EXPECT_EQ(find_family("nope"), nullptr);
-  // Ranked: the tensor-core forward before the reference on every arch; a reference family in each direction.
+  // Ranked: the Hopper forward on sm_90, then the tensor-core forward, the reference last, on every arch; a
+  // reference family in each direction.
   for (int arch : {80, 86, 89, 90}) {
     const auto fwd = ranked_families(Role::Forward, arch);
     ASSERT_GE(fwd.size(), 2u);
-    EXPECT_STREQ(fwd.front()->name, "fwd_mma");
+    EXPECT_STREQ(fwd.front()->name, arch == 90 ? "fwd_wgmma" : "fwd_mma");
+    EXPECT_STREQ(fwd[arch == 90 ? 1 : 0]->name, "fwd_mma");
     EXPECT_TRUE(fwd.back()->reference);
     EXPECT_TRUE(ranked_families(Role::Backward, arch).back()->reference);
   }

@@ -10,6 +10,8 @@
 #include <string>
 
 #include "fa/fa.h"
+#include "generator/problem.h"
+#include "runtime/validate.h"
 
 namespace {
 
@@ -266,3 +268,35 @@ TEST(Api, LastErrorIsPerThreadAndClearedOnSuccess) {
 }
 
 }  // namespace
+
+// The Hopper forward reads q, k, v through TMA tensor maps: where a stride breaks TMA's rules (a byte stride of 2^40
+// or more, here; alignment is the 16-byte rule already, zero strides over extents > 1 are rejected by validation)
+// the problem is not tma_ok and the selector falls back to fwd_mma on sm_90; with every stride within the rules it
+// picks fwd_wgmma.
+TEST_F(Validation, TmaStrideRuleDecidesTheHopperForward) {
+  fa_params out;
+  fa::gen::ProblemDesc d;
+  ASSERT_TRUE(fa::rt::validate_forward(&p, &out, &d).ok());
+  EXPECT_TRUE(d.aligned16);
+  EXPECT_TRUE(d.tma_ok);
+  EXPECT_STREQ(fa::gen::family_name(fa::gen::select_forward(d, 90)), "fwd_wgmma");
+  EXPECT_STREQ(fa::gen::family_name(fa::gen::select_forward(d, 80)), "fwd_mma");
+  p.k = addr(0x700000000000);           // far from the others: K spans 2^40 bytes
+  p.k_stride_batch = int64_t{1} << 39;  // 2^40 bytes between the two batch entries of K: legal, not a TMA tensor
+  fa::rt::Status st = fa::rt::validate_forward(&p, &out, &d);
+  ASSERT_TRUE(st.ok()) << st.message;
+  EXPECT_TRUE(d.aligned16);
+  EXPECT_FALSE(d.tma_ok);
+  EXPECT_STREQ(fa::gen::family_name(fa::gen::select_forward(d, 90)), "fwd_mma");
+  p.batch = 1;  // one batch entry: its stride is never used, so TMA takes any
+  p.seqlen_q = 64;
+  st = fa::rt::validate_forward(&p, &out, &d);
+  ASSERT_TRUE(st.ok()) << st.message;
+  EXPECT_TRUE(d.tma_ok);
+  p.q_stride_seq = 8 * 64 + 4;  // not a multiple of 16 bytes: neither fast family
+  st = fa::rt::validate_forward(&p, &out, &d);
+  ASSERT_TRUE(st.ok()) << st.message;
+  EXPECT_FALSE(d.aligned16);
+  EXPECT_FALSE(d.tma_ok);
+  EXPECT_STREQ(fa::gen::family_name(fa::gen::select_forward(d, 90)), "fwd_ref");
+}

@@ -1,17 +1,35 @@
-// test_tunables_agree.cpp -- tunables never change results: for a sample of problems, every valid tunable point of
-// the selected kernel family is compiled, launched and checked against the float64 oracle; and large problems (up to
-// seqlen 16k) from the fast kernel are checked against the reference kernel on the GPU.
+// test_tunables_agree.cpp -- tunables never change results: for a sample of problems, the valid tunable points of
+// every forward family that covers the problem on this GPU (the knobs' whole product; at most kMaxPoints per
+// family and problem, spread evenly over it, the default always) are compiled, launched and checked against the
+// float64 oracle; and large problems (up to seqlen 16k) from the selected fast kernel are checked against the
+// reference kernel on the GPU.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <map>
+
 #include "generator/family.h"
+#include "generator/problem.h"
 #include "runtime/launch.h"
 #include "runtime/validate.h"
 #include "tests/gpu/gpu_support.h"
 
 namespace fa::test {
 namespace {
+
+constexpr size_t kMaxPoints = 40;
+
+// Up to kMaxPoints of `all`, evenly spread (every knob's values met), with `def` among them.
+std::vector<gen::Tunables> spread(const std::vector<gen::Tunables>& all, const gen::Tunables& def) {
+  std::vector<gen::Tunables> out;
+  const size_t step = std::max<size_t>(1, (all.size() + kMaxPoints - 1) / kMaxPoints);
+  for (size_t i = 0; i < all.size(); i += step) out.push_back(all[i]);
+  if (std::find(out.begin(), out.end(), def) == out.end() && std::find(all.begin(), all.end(), def) != all.end())
+    out.push_back(def);
+  return out;
+}
 
 // Launches `cfg` on the case's buffers (outputs re-poisoned first).
 std::string launch_config(Case& c, const gen::KernelConfig& cfg) {
@@ -47,19 +65,25 @@ TEST(GpuTunables, EveryValidPointGivesTheSameAnswer) {
       {FA_DTYPE_FP16, 32, 32, 4, 2, 0, 64, 128, false, false, false, false},
   };
   int points = 0;
+  std::map<std::string, int> per_family;
   for (const CaseSpec& pr : problems) {
+   for (bool aligned : {false, true}) {
     Case c;
-    materialize_spec(rng, pr, false, &c);
+    materialize_spec(rng, pr, aligned, &c);
     fa_params p;
     gen::ProblemDesc d;
     ASSERT_TRUE(rt::validate_forward(&c.params, &p, &d).ok());
-    const gen::Semantic s = gen::select_forward(d, g.ctx->arch);
-    const auto space = gen::valid_space(s, g.ctx->limits);
+    for (const gen::Family* f : gen::ranked_families(gen::Role::Forward, g.ctx->arch)) {
+    if (!gen::family_covers(*f, d, g.ctx->arch, nullptr)) continue;
+    if (!aligned && !f->reference) continue;  // the unaligned layout is the reference family's
+    const gen::Semantic s = gen::semantic_for(*f, d, g.ctx->arch);
+    const auto space = spread(gen::all_valid_points(s, g.ctx->limits), f->defaults(s));
     ASSERT_FALSE(space.empty()) << gen::semantic_key(s);
     parallel_for(space.size(), [&](size_t i) {  // compile in parallel, then launch serially
       std::shared_ptr<rt::Kernel> k;
       rt::kernel_for(g.ctx, gen::finalize(s, space[i], d), true, &k);
     });
+    per_family[f->name] += static_cast<int>(space.size());
     for (const gen::Tunables& t : space) {
       const gen::KernelConfig cfg = gen::finalize(s, t, d);
       const std::string err = launch_config(c, cfg);
@@ -70,8 +94,13 @@ TEST(GpuTunables, EveryValidPointGivesTheSameAnswer) {
       EXPECT_TRUE(r.padding_intact) << gen::canonical_key(cfg);
       ++points;
     }
+    }
+   }
   }
-  std::printf("GPU SUMMARY tunables: %d (problem, tunable point) pairs checked against the oracle\n", points);
+  std::string fams;
+  for (const auto& [name, n] : per_family) fams += fmt::format(" {} {}", name, n);
+  std::printf("GPU SUMMARY tunables: %d (problem, family, tunable point) triples checked against the oracle:%s\n",
+              points, fams.c_str());
 }
 
 TEST(GpuTunables, LargeProblemsMatchTheReferenceKernel) {

@@ -3,6 +3,7 @@
 // dims, every valid tunable point of each family at head dim 128, and of fwd_mma at 64, and the heuristic defaults of
 // fwd_mma and bwd_mma). --full: the whole product.
 // --full --limit N [--seed S]: a random sample of N points of the whole product (it has ~300k points).
+// --family NAME: only that family's kernels.
 // Also checks that the predicate is the only rejection: a point it accepts must compile without spills.
 #include <fmt/format.h>
 
@@ -40,6 +41,8 @@ std::vector<int> dtypes_for(const Family& f, int arch) {
 bool has_shape_class(const Family& f) { return f.finalize != nullptr; }
 bool is_fast_backward(const Family& f) { return f.role == Role::Backward && !f.reference; }
 
+constexpr size_t kSampleAll = 96;  // --sample: points per semantic in the "every valid point" loop
+
 struct Job {
   KernelConfig c;
 };
@@ -74,7 +77,7 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
         std::vector<Tunables> space = valid_space(s, lim);
         if (space.empty()) continue;
         if (full) {
-          for (const Tunables& t : space) {
+          for (const Tunables& t : all_valid_points(s, lim)) {
             KernelConfig c{s, t};
             push(c);
             if (!s.varlen && has_shape_class(f)) {
@@ -106,8 +109,12 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
             }
           }
           if ((d == 128 || (d == 64 && has_shape_class(f))) && dt == kFp16) {
-            // every valid tunable point at the common head dims (the whole product runs under --full)
-            for (const Tunables& t : space) {
+            // every valid tunable point at the common head dims (the whole product runs under --full), at most
+            // kSampleAll of them evenly spread where a family's knobs span more (fwd_wgmma)
+            const std::vector<Tunables> points = all_valid_points(s, lim);
+            const size_t step = std::max<size_t>(1, (points.size() + kSampleAll - 1) / kSampleAll);
+            for (size_t i = 0; i < points.size(); i += step) {
+              const Tunables& t = points[i];
               KernelConfig all{s, t};
               all.s.even_k = !s.varlen && has_shape_class(f);
               push(all);
@@ -127,14 +134,16 @@ int main(int argc, char** argv) {
   unsigned long long seed = std::random_device{}();
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<int> archs = {80, 90};
+  std::string only_family;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--full")) full = true;
     else if (!std::strcmp(argv[i], "--sample")) full = false;
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--limit") && i + 1 < argc) limit = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--family") && i + 1 < argc) only_family = argv[++i];
     else {
-      fmt::print(stderr, "usage: {} [--sample|--full] [--threads N] [--limit N [--seed S]]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--sample|--full] [--threads N] [--limit N [--seed S]] [--family NAME]\n", argv[0]);
       return 2;
     }
   }
@@ -144,7 +153,12 @@ int main(int argc, char** argv) {
   }
   std::vector<Job> jobs;
   for (const Family* f : all_families())
-    for (int arch : archs) add_semantics(*f, arch, full, &jobs);
+    if (only_family.empty() || only_family == f->name)
+      for (int arch : archs) add_semantics(*f, arch, full, &jobs);
+  if (jobs.empty()) {
+    fmt::print(stderr, "compile_sweep: no kernels (family '{}' unknown?)\n", only_family);
+    return 2;
+  }
   if (limit > 0 && limit < jobs.size()) {  // a random sample of the chosen space, reproducible by its seed
     std::mt19937_64 rng(seed);
     std::shuffle(jobs.begin(), jobs.end(), rng);

@@ -1,0 +1,181 @@
+// fwd_wgmma -- host side of the Hopper forward (templates/fwd_wgmma.cuh), sm_90a, fp16/bf16: TMA loads of Q, K, V
+// into 128-byte-swizzled shared memory (a producer warp), wgmma GEMMs and the online softmax in 1-3 consumer
+// warpgroups (ping-pong, intra-warpgroup overlap), optional persistent tile loop. Chosen before fwd_mma on sm_90
+// wherever q, k and v can be described as TMA tensors (ProblemDesc::tma_ok); elsewhere fwd_mma serves.
+//
+// Knobs: consumers in {1, 2, 3} (block_m = 64 * consumers, rendered as kBlockM), block_n in 64..256 step 16,
+// stages in {2, 3, 4} (K/V ring depth), ping_pong (2+ consumers take turns issuing their GEMMs), intra_overlap (the
+// softmax of block j under Q K^T of block j+1), persistent (grid = min(tiles, SMs), a tile loop with a
+// double-buffered Q where it fits).
+// Binding: FaFwdArgs, then FaFwdTma (templates/fa_tma_args.cuh): three 4D tensor maps (head_dim, seq, heads,
+// batch), box (64, block rows, 1, 1), 128-byte swizzle, zero fill past the tensor (head dims pad to 64 columns).
+// Validity: shared memory within 227 KB and the points ptxas compiles without spills (NVRTC 13 `-Xptxas -v` over
+// the space, H200 session of 2026-11-25, causal bf16; features checked in the CPU compile sweep):
+//   head dims padded to 64:  1-2 consumers: block_n <= 240 (2-3 stages), <= 208 (4); 3 consumers: <= 128
+//   padded to 128:           1-2 consumers: <= 192 (2 stages), <= 128 (3), <= 96 (4); 3 consumers: <= 80
+//   padded to 192 or 256:    1 consumer: <= 96 (2), <= 64 (3); 2 consumers: <= 80 (2 stages only); 3: none
+// ALiBi / softcap / bias hold more registers: 3 consumers are out with them (fp16 d 64 spilled 80 bytes); a bias
+// also holds block_n to 64 at head dims padded to 128+ and excludes the persistent loop (CPU compile sweep).
+#include <fmt/format.h>
+
+#include "../common.h"
+#include "templates/fa_args.cuh"
+#include "templates/fa_tma_args.cuh"
+
+namespace fa::gen {
+
+namespace {
+
+enum { kConsumers, kBlockN, kStages, kPingPong, kIntraOverlap, kPersistent };
+
+constexpr int kSmemLimit = 232448;  // 227 KB, the sm_90 opt-in maximum (the template's static_assert)
+
+int pad64(int d) { return (d + 63) / 64 * 64; }
+bool features(const Semantic& s) { return s.has_bias || s.has_alibi || s.has_softcap; }
+
+// The template's shared-memory formula (fwd_wgmma.cuh): Q (or O staging) tiles, the K/V ring, the barriers, 1 KB of
+// alignment slack; two Q tiles when persistent and they fit.
+unsigned smem_bytes(const KernelConfig& c) {
+  const int dp = pad64(c.s.head_dim), dvp = pad64(c.s.head_dim_v);
+  const int bm = 64 * c.t[kConsumers];
+  const int r0 = bm * std::max(dp, dvp) * 2;
+  const int rest = c.t[kStages] * c.t[kBlockN] * (dp + dvp) * 2 + 8 * (4 + 4 * c.t[kStages]) + 1024;
+  const int nq = c.t[kPersistent] != 0 && 2 * r0 + rest <= kSmemLimit ? 2 : 1;
+  return static_cast<unsigned>(nq * r0 + rest);
+}
+
+// The largest spill-free block_n for (padded head dim, consumers, stages); 0: none.
+int max_block_n(int dp, int consumers, int stages) {
+  if (dp <= 64) return consumers == 3 ? 128 : stages == 4 ? 208 : 240;
+  if (dp <= 128) return consumers == 3 ? 80 : stages == 2 ? 192 : stages == 3 ? 128 : 96;
+  if (consumers == 1) return stages == 2 ? 96 : stages == 3 ? 64 : 0;
+  if (consumers == 2) return stages == 2 ? 80 : 0;
+  return 0;
+}
+
+bool fail(std::string* why, const std::string& msg) { return fam::fail(why, "fwd_wgmma", msg); }
+
+bool valid(const KernelConfig& c, std::string* why) {
+  const Semantic& s = c.s;
+  const Tunables& t = c.t;
+  if (s.dtype != kFp16 && s.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
+  if (t[kPingPong] != 0 && t[kConsumers] < 2) return fail(why, "ping_pong needs 2 or 3 consumers");
+  if (features(s) && t[kConsumers] == 3) return fail(why, "3 consumers with bias / ALiBi / softcap spill (ptxas)");
+  const int dp = std::max(pad64(s.head_dim), pad64(s.head_dim_v));
+  // The bias path loads an element beside every S value: at head dims padded to 128 and more, 128-key blocks
+  // spilled 8-16 bytes (with ALiBi, 2 consumers) and the persistent loop 20-48 bytes (d 200, 1 consumer, window).
+  if (s.has_bias && t[kPersistent] != 0) return fail(why, "bias with the persistent tile loop spills (ptxas)");
+  if (s.has_bias && dp >= 128 && t[kBlockN] > 64)
+    return fail(why, fmt::format("bias at head dims padded to {}: block_n <= 64 (ptxas spills above)", dp));
+  const int limit = max_block_n(dp, t[kConsumers], t[kStages]);
+  if (t[kBlockN] > limit) {
+    return fail(why, fmt::format("registers: block_n {} with {} consumers and {} stages at head dims padded to {} "
+                                 "spills (ptxas); expected <= {}", t[kBlockN], t[kConsumers], t[kStages], dp, limit));
+  }
+  return true;
+}
+
+// Measured best per head dim on an H200 (bf16, 16k tokens, hidden 2048, 2k-16k; the tuner refines per length):
+// d 64: 3 consumers x 128 keys; d 128: 2 x 128 (2 x 176 from 8k); d 256: 2 x 80; always 2 stages, ping-pong and
+// intra-warpgroup overlap on, not persistent (persistent wins only non-causal <= 4k at d 64 / 128).
+Tunables defaults(const Semantic& s) {
+  const int dp = std::max(pad64(s.head_dim), pad64(s.head_dim_v));
+  Tunables t{{2, 128, 2, 1, 1, 0}};
+  if (dp <= 64 && !features(s)) t = Tunables{{3, 128, 2, 1, 1, 0}};
+  if (dp > 128) t = Tunables{{2, 80, 2, 1, 1, 0}};
+  if (s.has_bias && dp >= 128) t[kBlockN] = 64;
+  if (!valid(KernelConfig{s, t}, nullptr)) t = Tunables{{1, 64, 2, 0, 1, 0}};
+  return t;
+}
+
+// The tuner's space: the knob values that won or came close in the H200 measurements (the tunables tests and the
+// compile sweep cover every valid point of the knobs' product: gen::all_valid_points).
+std::vector<Tunables> space(const Semantic&) {
+  std::vector<Tunables> out;
+  for (int c : {1, 2, 3})
+    for (int bn : {64, 80, 96, 112, 128, 144, 160, 176, 192})
+      for (int st : {2, 3})
+        for (int persistent : {0, 1}) out.push_back(Tunables{{c, bn, st, c >= 2 ? 1 : 0, 1, persistent}});
+  return out;
+}
+
+Launch launch(const KernelConfig& c, const LaunchShape& sh) {
+  const int bm = 64 * c.t[kConsumers];
+  Launch l = fam::rows_launch(sh.max_seqlen_q, bm, sh.heads_q, sh.batch, 4 * (c.t[kConsumers] + 1), smem_bytes(c));
+  if (c.t[kPersistent] != 0) {
+    const long long tiles = static_cast<long long>(l.grid[0]) * l.grid[1] * l.grid[2];
+    const long long sms = sh.sm_count > 0 ? sh.sm_count : tiles;
+    l.grid[0] = static_cast<unsigned>(tiles == 0 ? 0 : std::max(1LL, std::min(tiles, sms)));
+    l.grid[1] = l.grid[2] = tiles == 0 ? 0u : 1u;
+  }
+  return l;
+}
+
+bool covers(const ProblemDesc& p, int, std::string* why) {
+  if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
+  if (!p.tma_ok) return fail(why, "q/k/v are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
+  return true;
+}
+
+void finalize(KernelConfig* c, const ProblemDesc& p) {
+  c->s.even_k = !p.varlen && c->t[kBlockN] > 0 && p.seqlen_k % c->t[kBlockN] == 0;
+}
+
+void render_constants(const KernelConfig& c, std::string* src) {
+  *src += fmt::format("constexpr int kBlockM = {};\n", 64 * c.t[kConsumers]);
+}
+
+// One 4D map (head_dim, seq, heads, batch) of a q/k/v tensor: strides in elements; a dimension of extent 1 may carry
+// any stride (TMA wants a positive multiple of 16 bytes: 16 stands in).
+TensorMapDesc map_of(int dtype, const void* base, int dim, long long seq, long long heads, long long batch,
+                     long long s_seq, long long s_head, long long s_batch, int rows) {
+  TensorMapDesc m;
+  m.dtype = dtype;
+  m.rank = 4;
+  m.base = base;
+  const long long ext[4] = {dim, std::max(1LL, seq), std::max(1LL, heads), std::max(1LL, batch)};
+  const long long str[3] = {s_seq, s_head, s_batch};
+  for (int i = 0; i < 4; ++i) m.dims[i] = static_cast<uint64_t>(ext[i]);
+  for (int i = 0; i < 3; ++i) m.strides[i] = ext[i + 1] > 1 ? static_cast<uint64_t>(str[i] * 2) : 16u;
+  m.box[0] = 64;
+  m.box[1] = static_cast<uint32_t>(rows);
+  m.box[2] = m.box[3] = 1;
+  m.swizzle = 128;
+  return m;
+}
+
+bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::string* why) {
+  const FaFwdArgs& a = *static_cast<const FaFwdArgs*>(in.args);
+  const bool varlen = c.s.varlen;
+  const long long nb = varlen ? 1 : a.batch;
+  const long long sq = varlen ? in.shape.total_q : a.seqlen_q, sk = varlen ? in.shape.total_k : a.seqlen_k;
+  const int bm = 64 * c.t[kConsumers], bn = c.t[kBlockN];
+  FaFwdTma tma{};
+  const TensorMapDesc maps[3] = {
+      map_of(c.s.dtype, a.q, c.s.head_dim, sq, a.heads_q, nb, a.q_ss, a.q_sh, a.q_sb, bm),
+      map_of(c.s.dtype, a.k, c.s.head_dim, sk, a.heads_kv, nb, a.k_ss, a.k_sh, a.k_sb, bn),
+      map_of(c.s.dtype, a.v, c.s.head_dim_v, sk, a.heads_kv, nb, a.v_ss, a.v_sh, a.v_sb, bn)};
+  FaTensorMap* dst[3] = {&tma.q, &tma.k, &tma.v};
+  for (int i = 0; i < 3; ++i) {
+    if (in.encode_tensor_map == nullptr) return fail(why, "no tensor-map encoder (no device)");
+    if (!in.encode_tensor_map(in.encoder_ctx, maps[i], dst[i], why)) return false;
+  }
+  if (out->add(&a, sizeof a, alignof(FaFwdArgs)) && out->add(&tma, sizeof tma, alignof(FaFwdTma))) return true;
+  return fail(why, "kernel parameters do not fit");
+}
+
+const Family kFamily{
+    .name = "fwd_wgmma", .template_name = "fwd_wgmma.cuh", .role = Role::Forward, .arch_min = 90, .arch_max = 90,
+    .priority = 20,
+    .knobs = {Knob{"consumers", "c", "kConsumers", {1, 2, 3}},
+              fam::block_n({64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256}), fam::stages({2, 3, 4}),
+              Knob{"ping_pong", "pp", "kPingPong", {0, 1}, true}, Knob{"intra_overlap", "ov", "kIntraOverlap", {0, 1}, true},
+              Knob{"persistent", "p", "kPersistent", {0, 1}, true}},
+    .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes, .launch = &launch,
+    .space = &space, .finalize = &finalize, .render_constants = &render_constants, .bind = &bind};
+
+}  // namespace
+
+FA_FAMILY_FOLDER(fwd_wgmma) { register_family(&kFamily); }
+
+}  // namespace fa::gen
