@@ -19,6 +19,30 @@ const char* const kInsertTuneSql =
     "templates_hash, generator_version, semantic_key, bucket, tunables, median_ms, status, created_unix) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 
+const char* const kTuneEnvWhere =
+    "gpu_name = ?1 AND sm_count = ?2 AND driver_version = ?3 AND library_version = ?4 AND nvrtc_version = ?5 AND "
+    "templates_hash = ?6 AND generator_version = ?7";
+
+void bind_tune_env(Stmt& st, const Env& env) {
+  st.bind_text(1, env.gpu_name);
+  st.bind_int(2, env.sm_count);
+  st.bind_int(3, env.driver_version);
+  st.bind_text(4, env.library_version);
+  st.bind_text(5, env.nvrtc_version);
+  st.bind_u64(6, env.templates_hash);
+  st.bind_int(7, env.generator_version);
+}
+
+bool has_tune_rows(sqlite3* db, const Env& env, const std::string& semantic_key, const std::string& bucket) {
+  Stmt st(db, std::string("SELECT 1 FROM tune_results WHERE ") + kTuneEnvWhere +
+                  " AND semantic_key = ?8 AND bucket = ?9 LIMIT 1");
+  if (!st.ok()) return false;
+  bind_tune_env(st, env);
+  st.bind_text(8, semantic_key);
+  st.bind_text(9, bucket);
+  return st.step() == SQLITE_ROW;
+}
+
 bool cubin_stale(const std::string& nvrtc_version, int generator_version, uint64_t templates_hash, const Env& env) {
   return nvrtc_version != env.nvrtc_version || generator_version != env.generator_version ||
          templates_hash != env.templates_hash;

@@ -44,6 +44,7 @@ struct fa_context_s {
   int device_ordinal = 0;
   int tune_policy = FA_TUNE_ON_FIRST_USE;
   std::string cache_path;
+  bool cache_read_only = false;  // $FA_CACHE_READONLY=1: the cache file is only read (api/env_options.h)
   int verbose = 0;
   // device (drv == nullptr or has_device == false: no launches; keys, validation and compiles still work)
   const fa::rt::Driver* drv = nullptr;

@@ -26,8 +26,9 @@ class CacheStore : public rt::CubinStore {
   std::unique_ptr<cache::Db> db_;
 };
 
-// Opens the Db at `path` (nullptr or "": cache_db's default, which honours $FA_CACHE_PATH) under the context's Env;
-// warnings go through c->warn. Never fails (cache_db degrades to memory).
+// Opens the Db at `path` (nullptr or "": cache_db's default, which honours $FA_CACHE_PATH) under the context's Env,
+// read-only when c->cache_read_only ($FA_CACHE_READONLY=1) or when the file may not be written; warnings go through
+// c->warn. Never fails (cache_db degrades to memory).
 std::unique_ptr<CacheStore> open_cache_store(fa_context c, const char* path);
 
 // The Db behind a context's store, or nullptr when the context has none.

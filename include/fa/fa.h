@@ -107,7 +107,9 @@ typedef struct fa_context_options {
   int32_t device_ordinal;     /* CUDA device ordinal (default 0) */
   int32_t tune_policy;        /* fa_tune_policy; default from $FA_TUNE_POLICY (first_use|defaults|require), else 0 */
   const char* cache_path;     /* SQLite file; NULL: $FA_CACHE_PATH, else $XDG_CACHE_HOME/fa/cache.sqlite, else
-                                 ~/.cache/fa/cache.sqlite; ":memory:" keeps nothing across processes */
+                                 ~/.cache/fa/cache.sqlite; ":memory:" keeps nothing across processes. A file this
+                                 process may not write (or its directory), or any file with $FA_CACHE_READONLY=1, is
+                                 only read: its cubins and tuning results are used, new ones stay in memory */
   int32_t verbose;            /* 1: warnings (e.g. a corrupt cache moved aside) go to stderr; default 0 */
   int32_t reserved0;
 } fa_context_options;

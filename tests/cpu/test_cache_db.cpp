@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cache_db/cache_db.h"
+#include "tests/cpu/cache_db_support.h"
 
 namespace {
 
@@ -26,17 +27,7 @@ using fa::cache::CubinRow;
 using fa::cache::Db;
 using fa::cache::Env;
 using fa::cache::TuneRow;
-
-std::mt19937_64& rng() {
-  static std::mt19937_64 r{std::random_device{}()};
-  return r;
-}
-
-std::vector<uint8_t> random_blob(size_t n) {
-  std::vector<uint8_t> b(n);
-  for (auto& x : b) x = static_cast<uint8_t>(rng()() & 0xff);
-  return b;
-}
+using namespace fa::test::cachedb;
 
 Env make_env() {
   Env e;
@@ -50,63 +41,7 @@ Env make_env() {
   return e;
 }
 
-CubinRow make_cubin(const std::string& key, size_t size, int arch = 90) {
-  CubinRow r;
-  r.compile_key = key;
-  r.compile_hash = rng()();
-  r.arch = arch;
-  r.cubin = random_blob(size);
-  r.registers = static_cast<int>(rng()() % 255);
-  r.spill_bytes = static_cast<int>(rng()() % 64);
-  r.smem_bytes = static_cast<int>(rng()() % 200000);
-  return r;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/fa_cache_db_test_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    path_ = p != nullptr ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-struct Warnings {
-  std::vector<std::string> list;
-  fa::cache::WarnFn fn() {
-    return [this](const std::string& m) { list.push_back(m); };
-  }
-  bool any_contains(const std::string& s) const {
-    return std::any_of(list.begin(), list.end(), [&](const std::string& m) { return m.find(s) != std::string::npos; });
-  }
-};
-
 // Raw SQLite access, independent of the module under test.
-int64_t raw_scalar(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  int64_t v = std::numeric_limits<int64_t>::min();
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
-    sqlite3_busy_timeout(db, 5000);
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
-      v = sqlite3_column_int64(st, 0);
-    }
-    sqlite3_finalize(st);
-  }
-  sqlite3_close(db);
-  return v;
-}
-
 std::string raw_text(const std::string& path, const std::string& sql) {
   sqlite3* db = nullptr;
   std::string v = "<error>";
@@ -120,14 +55,6 @@ std::string raw_text(const std::string& path, const std::string& sql) {
   }
   sqlite3_close(db);
   return v;
-}
-
-bool raw_exec(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  bool ok = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) == SQLITE_OK &&
-            sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK;
-  sqlite3_close(db);
-  return ok;
 }
 
 // Overwrites the blob of one cubin row (size and checksum columns untouched).

@@ -1,0 +1,22 @@
+// env_options.cpp -- the environment variables of fa_context_create (see env_options.h).
+#include "api/env_options.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace fa::rt {
+
+Status read_cache_readonly_env(fa_context c) {
+  const char* v = std::getenv("FA_CACHE_READONLY");
+  const std::string text = v != nullptr ? v : "";
+  if (text.empty() || text == "0") {
+    c->cache_read_only = false;
+  } else if (text == "1") {
+    c->cache_read_only = true;
+  } else {
+    return invalid("FA_CACHE_READONLY", "0 or 1", "'" + text + "'");
+  }
+  return Status::Ok();
+}
+
+}  // namespace fa::rt

@@ -1,0 +1,15 @@
+// env_options.h -- the environment variables a context reads at fa_context_create, parsed and validated in one
+// place: a bad value fails fa_context_create with FA_ERROR_INVALID_ARGUMENT naming the variable, the expected and
+// the actual value (never a silent default).
+#pragma once
+
+#include "runtime/context.h"
+#include "runtime/status.h"
+
+namespace fa::rt {
+
+// $FA_CACHE_READONLY: unset, "" or "0": the cache file is written when it may be; "1": it is only read (new
+// entries stay in memory). Sets c->cache_read_only.
+Status read_cache_readonly_env(fa_context c);
+
+}  // namespace fa::rt
