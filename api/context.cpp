@@ -84,6 +84,7 @@ static Status create(const fa_context_options* in, fa_context* out) {
   c->device_ordinal = o.device_ordinal;
   c->tune_policy = policy;
   c->verbose = o.verbose;
+  if (Status env = read_log_env(c.get()); !env.ok()) return env;
   if (Status env = read_cache_readonly_env(c.get()); !env.ok()) return env;
   if (const char* a = std::getenv("FA_ARCH"); a && *a) c->arch = std::atoi(a);
   if (c->arch < 80) c->arch = 80;

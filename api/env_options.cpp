@@ -19,4 +19,16 @@ Status read_cache_readonly_env(fa_context c) {
   return Status::Ok();
 }
 
+Status read_log_env(fa_context c) {
+  const char* v = std::getenv("FA_LOG");
+  const std::string text = v != nullptr ? v : "";
+  LogLevel level = LogLevel::kWarn;
+  if (!text.empty() && !parse_log_level(text, &level)) {
+    return invalid("FA_LOG", "off, warn, info or debug", "'" + text + "'");
+  }
+  if (c->verbose != 0 && static_cast<int>(level) < static_cast<int>(LogLevel::kInfo)) level = LogLevel::kInfo;
+  c->log_level = level;
+  return Status::Ok();
+}
+
 }  // namespace fa::rt

@@ -15,6 +15,7 @@
 #include "generator/problem.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/log.h"
 #include "runtime/status.h"
 
 namespace fa::rt {
@@ -46,6 +47,7 @@ struct fa_context_s {
   std::string cache_path;
   bool cache_read_only = false;  // $FA_CACHE_READONLY=1: the cache file is only read (api/env_options.h)
   int verbose = 0;
+  fa::rt::LogLevel log_level = fa::rt::LogLevel::kWarn;  // $FA_LOG, raised to info by verbose (api/env_options.h)
   // device (drv == nullptr or has_device == false: no launches; keys, validation and compiles still work)
   const fa::rt::Driver* drv = nullptr;
   bool has_device = false;
@@ -62,7 +64,10 @@ struct fa_context_s {
   std::unique_ptr<fa::rt::TunableChooser> chooser;
   std::mutex mu;                     // guards the maps below
   std::set<std::string> untuned;     // keys that ran on defaults while capturing (or by policy)
+  // Messages on stderr at the context's log level, each once per process (runtime/log.h).
   void warn(const std::string& msg) const;
+  void info(const std::string& msg, const std::string& once_key = {}) const;
+  void debug(const std::string& msg) const;
 };
 
 namespace fa::rt {

@@ -21,6 +21,7 @@ cache::Env context_env(fa_context c) {
 std::optional<std::vector<char>> CacheStore::load(uint64_t hash, const std::string& key, rt::PtxasInfo* info) {
   std::optional<cache::CubinRow> row = db_->get_cubin(hash, key);
   if (!row || row->cubin.empty()) return std::nullopt;
+  c_->debug("cache: cubin " + key + " from " + db_->path());
   if (info != nullptr) {
     *info = rt::PtxasInfo{};
     info->registers = row->registers;
@@ -41,7 +42,8 @@ void CacheStore::save(uint64_t hash, const std::string& key, int arch, const std
   row.registers = info.registers;
   row.spill_bytes = info.registers < 0 ? -1 : info.spill_stores + info.spill_loads;
   row.smem_bytes = info.registers < 0 ? -1 : info.smem_static;
-  db_->put_cubin(row);  // best effort: a failed write was warned about by the Db
+  if (db_->put_cubin(row)) c_->debug("cache: stored cubin " + key + " in " + db_->path());
+  // else best effort: a failed write was warned about by the Db
 }
 
 std::unique_ptr<CacheStore> open_cache_store(fa_context c, const char* path) {
@@ -49,7 +51,7 @@ std::unique_ptr<CacheStore> open_cache_store(fa_context c, const char* path) {
   const cache::OpenMode mode = c->cache_read_only ? cache::OpenMode::kReadOnly : cache::OpenMode::kReadWrite;
   auto db = cache::Db::open(path != nullptr ? std::string(path) : std::string(), context_env(c), std::move(warn),
                             mode);
-  return std::make_unique<CacheStore>(std::move(db));
+  return std::make_unique<CacheStore>(std::move(db), c);
 }
 
 cache::Db* context_db(fa_context c) {

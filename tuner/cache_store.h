@@ -14,9 +14,10 @@ namespace fa::tune {
 cache::Env context_env(fa_context c);
 
 // CubinStore over a Db. ptxas info is kept as registers / spill bytes (stores + loads) / static smem.
+// Hits and stores are logged at debug level through the context (which outlives its store).
 class CacheStore : public rt::CubinStore {
  public:
-  explicit CacheStore(std::unique_ptr<cache::Db> db) : db_(std::move(db)) {}
+  CacheStore(std::unique_ptr<cache::Db> db, fa_context c) : db_(std::move(db)), c_(c) {}
   std::optional<std::vector<char>> load(uint64_t hash, const std::string& key, rt::PtxasInfo* info) override;
   void save(uint64_t hash, const std::string& key, int arch, const std::vector<char>& cubin,
             const rt::PtxasInfo& info) override;
@@ -24,6 +25,7 @@ class CacheStore : public rt::CubinStore {
 
  private:
   std::unique_ptr<cache::Db> db_;
+  fa_context c_;
 };
 
 // Opens the Db at `path` (nullptr or "": cache_db's default, which honours $FA_CACHE_PATH) under the context's Env,

@@ -255,7 +255,7 @@ int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std
   fa_context_options opt;
   fa_context_options_init(&opt);
   opt.tune_policy = FA_TUNE_DEFAULTS_ONLY;  // fa-tune times explicitly; nothing implicit
-  opt.verbose = 1;
+  // Messages follow $FA_LOG (warn by default), as for any program using fa.
   opt.cache_path = a.cache_path.empty() ? nullptr : a.cache_path.c_str();
   ContextHolder holder{hooks};
   if (hooks.context_create(&opt, &holder.c) != FA_OK) {

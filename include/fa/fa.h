@@ -110,7 +110,10 @@ typedef struct fa_context_options {
                                  ~/.cache/fa/cache.sqlite; ":memory:" keeps nothing across processes. A file this
                                  process may not write (or its directory), or any file with $FA_CACHE_READONLY=1, is
                                  only read: its cubins and tuning results are used, new ones stay in memory */
-  int32_t verbose;            /* 1: warnings (e.g. a corrupt cache moved aside) go to stderr; default 0 */
+  int32_t verbose;            /* messages on stderr follow $FA_LOG: off, warn (the default: cache trouble such as
+                                 a file moved aside or not writable, a failed tuning; each message once per
+                                 process), info (also decisions such as a problem sent to the reference kernel),
+                                 debug (also every cache hit and store). 1: at least info; default 0 */
   int32_t reserved0;
 } fa_context_options;
 
