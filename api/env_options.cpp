@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "runtime/arch.h"
+
 namespace fa::rt {
 
 Status read_cache_readonly_env(fa_context c) {
@@ -16,6 +18,16 @@ Status read_cache_readonly_env(fa_context c) {
   } else {
     return invalid("FA_CACHE_READONLY", "0 or 1", "'" + text + "'");
   }
+  return Status::Ok();
+}
+
+Status read_arch_env(fa_context c) {
+  const char* v = std::getenv("FA_ARCH");
+  const std::string text = v != nullptr ? v : "";
+  int arch = kDefaultArchWithoutDevice;
+  if (!text.empty() && !parse_arch(text, &arch)) return invalid("FA_ARCH", arch_expected(), "'" + text + "'");
+  c->arch = arch;
+  c->limits = gen::limits_for_arch(arch);
   return Status::Ok();
 }
 

@@ -12,6 +12,10 @@ namespace fa::rt {
 // entries stay in memory). Sets c->cache_read_only.
 Status read_cache_readonly_env(fa_context c);
 
+// $FA_ARCH: unset or "": rt::kDefaultArchWithoutDevice; else an arch as runtime/arch.h parses it. Sets c->arch
+// and c->limits (the device's replace them when there is one).
+Status read_arch_env(fa_context c);
+
 // $FA_LOG: unset or "": warn; else one of off, warn, info, debug (runtime/log.h). c->verbose == 1 raises the level
 // to at least info. Sets c->log_level.
 Status read_log_env(fa_context c);

@@ -54,7 +54,7 @@ struct fa_context_s {
   std::string no_device_reason;
   CUdevice dev = 0;
   CUcontext cuctx = nullptr;
-  int arch = 80;
+  int arch = 90;                     // the device's, else $FA_ARCH, else rt::kDefaultArchWithoutDevice
   fa::gen::DeviceLimits limits;
   std::string gpu_name;
   int sm_count = 0;
@@ -84,7 +84,7 @@ class CtxGuard {
   Status st_;
 };
 
-// Arch the context compiles for: the device's, or $FA_ARCH / 80 without a device.
+// Arch the context compiles for: the device's, or $FA_ARCH / rt::kDefaultArchWithoutDevice (90) without a device.
 int context_arch(fa_context c);
 
 }  // namespace fa::rt

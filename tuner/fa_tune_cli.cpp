@@ -85,7 +85,7 @@ int do_list(fa_context c, std::FILE* out) {
 
 // --dry-run: every candidate config of the grid compiled once (deduplicated), pruned by ptxas.
 int do_dry_run(fa_context c, const TuneArgs& a, bool bar, std::FILE* out, std::FILE* err) {
-  const int arch = a.arch > 0 ? a.arch : (c->has_device ? c->arch : 90);
+  const int arch = a.arch > 0 ? a.arch : c->arch;  // the context's: the device's, else $FA_ARCH, else the default
   const gen::DeviceLimits lim = c->has_device && arch == c->arch ? c->limits : gen::limits_for_arch(arch);
   const std::vector<GridPoint> grid = expand_grid(a);
   std::vector<gen::KernelConfig> configs;

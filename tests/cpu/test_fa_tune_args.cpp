@@ -94,6 +94,8 @@ TEST(FaTuneArgs, ErrorsNameTheFlagAndExitWith2) {
       {{"--features", "softcap:-1"}, "--features"},
       {{"--preset", "llama9"}, "--preset"},
       {{"--arch", "70"}, "--arch"},
+      {{"--arch", "banana"}, "'banana'"},
+      {{"--arch", "100"}, "--arch: expected 80, 86, 89 or 90"},
       {{"--budget-ms", "0"}, "--budget-ms"},
       {{"--threads", "many"}, "--threads"},
       {{"--max-candidates", "0"}, "--max-candidates"},
