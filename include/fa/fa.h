@@ -143,7 +143,10 @@ typedef struct fa_params {
   int32_t head_dim;     /* of q and k: a multiple of 8 in [8, 256] */
   int32_t head_dim_v;   /* of v and o: a multiple of 8 in [8, 256]; 0 means head_dim */
 
-  /* Device pointers, aligned to the element size; strides in elements, >= 0. */
+  /* Device pointers, aligned to the element size; strides in elements, >= 0. The fast kernel families (fwd_mma,
+   * and bwd_mma in the backward) need more: q, k, v, o (bias; dout, dq, dk, dv) pointers 16-byte aligned, their
+   * batch / seq / head strides multiples of 16 bytes (8 fp16 / bf16 elements), and bias_stride_k == 1. Otherwise the
+   * reference kernels run: the same results, much slower ($FA_LOG=info says so once per problem class). */
   const void* q; int64_t q_stride_batch, q_stride_seq, q_stride_head;
   const void* k; int64_t k_stride_batch, k_stride_seq, k_stride_head;
   const void* v; int64_t v_stride_batch, v_stride_seq, v_stride_head;
