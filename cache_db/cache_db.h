@@ -3,7 +3,8 @@
 // Two tables (schema v1, PRAGMA user_version = 1, see schema.cpp):
 //   cubins        one row per (compile_hash, compile_key, arch, nvrtc_version, generator_version, templates_hash):
 //                 the cubin blob, its byte size and a 64-bit checksum (checksum.h), ptxas info (registers, spill
-//                 bytes, static smem; -1 = unknown). A row whose checksum does not match its blob is a miss and is
+//                 bytes, shared memory per CTA: ptxas's static part plus the dynamic size it is launched with;
+//                 -1 = unknown). A row whose checksum does not match its blob is a miss and is
 //                 deleted when found.
 //   tune_results  one row per candidate per tuning key (gpu_name, sm_count, driver_version, library_version,
 //                 nvrtc_version, templates_hash, generator_version, semantic_key, bucket, tunables): median ms

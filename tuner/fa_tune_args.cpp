@@ -218,7 +218,8 @@ std::string usage_text() {
       "  --prune                delete stale rows\n"
       "  --export FILE          copy the valid rows into another cache file\n"
       "  --import FILE          copy the valid rows of another cache file into this one\n"
-      "  --progress / --no-progress   force the progress bar on or off (default: on when stderr is a terminal)\n"
+      "  --progress / --no-progress   force the progress bar on, or every progress line off (default: a bar\n"
+      "                         when stderr is a terminal, else a line per item)\n"
       "  -h, --help\n"
       "exit codes: 0 ok, 1 failure, 2 bad command line, 3 no usable GPU\n";
   return u;

@@ -40,7 +40,7 @@ struct TuneArgs {
   double budget_ms = -1.0;           // per tuning key; < 0: $FA_TUNE_BUDGET_MS / 2000
   int threads = 0;                   // compile threads; 0: automatic
   int max_candidates = 0;            // > 0: cap per semantic (quick runs)
-  int progress = -1;                 // -1: progress bar when stderr is a terminal; 0: plain lines; 1: bar
+  int progress = -1;                 // -1: a bar when stderr is a terminal, else a line per item; 0: none; 1: bar
 };
 
 struct GridPoint {
