@@ -148,8 +148,8 @@ bool exists(const std::string& p) {
 std::string unwritable_reason(const std::string& file) {
   if (!exists(file)) return "";
   if (::access(file.c_str(), W_OK) != 0) return file + " is not writable by this process";
-  std::string dir = std::filesystem::path(file).parent_path().string();
-  if (dir.empty()) dir = ".";
+  const std::filesystem::path parent = std::filesystem::path(file).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
   if (::access(dir.c_str(), W_OK) != 0) return "its directory " + dir + " is not writable by this process";
   return "";
 }

@@ -30,6 +30,14 @@ inline std::vector<uint8_t> random_blob(size_t n) {
   return b;
 }
 
+// "<prefix><n>", built by appending: `"literal" + std::to_string(n)` inlined into a test body trips GCC 12's
+// -Wrestrict false positive (GCC bug 105329, memcpy "may overlap" in basic_string::_M_replace).
+inline std::string numbered(const char* prefix, long long n) {
+  std::string s = prefix;
+  s += std::to_string(n);
+  return s;
+}
+
 inline cache::CubinRow make_cubin(const std::string& key, size_t size, int arch = 90) {
   cache::CubinRow r;
   r.compile_key = key;

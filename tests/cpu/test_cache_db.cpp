@@ -116,7 +116,7 @@ TEST_F(CacheDbTest, CubinRoundTrip) {
   const std::string path = dir.file("cache.sqlite");
   std::vector<CubinRow> rows;
   const size_t sizes[] = {1, 17, 4096, 250000 + rng()() % 1000};
-  for (size_t i = 0; i < 4; ++i) rows.push_back(make_cubin("key_" + std::to_string(i), sizes[i], 80 + 10 * int(i % 2)));
+  for (size_t i = 0; i < 4; ++i) rows.push_back(make_cubin(numbered("key_", i), sizes[i], 80 + 10 * int(i % 2)));
   {
     auto db = Db::open(path, env, warnings.fn());
     for (const auto& r : rows) ASSERT_TRUE(db->put_cubin(r)) << db->last_error();
@@ -159,7 +159,7 @@ TEST_F(CacheDbTest, TuneResultsKeepEveryCandidateAndBestIsMinOk) {
     TuneRow r;
     r.semantic_key = sem;
     r.bucket = bucket;
-    r.tunables = "bm" + std::to_string(64 * (1 + i % 4)) + "_w" + std::to_string(i);
+    r.tunables = numbered("bm", 64 * (1 + i % 4)) + numbered("_w", i);
     r.status = statuses[rng()() % 6];
     r.median_ms = r.status == "compile_error" ? std::numeric_limits<double>::quiet_NaN()
                                               : 0.01 + std::uniform_real_distribution<double>(0.0, 5.0)(rng());
@@ -261,8 +261,8 @@ TEST_F(CacheDbTest, StaleRowsAreMissesAndPruneCountsThem) {
   const int n_cubins = 3 + static_cast<int>(rng()() % 5), n_tune = 4 + static_cast<int>(rng()() % 5);
   std::vector<CubinRow> cubins;
   std::vector<TuneRow> tunes;
-  for (int i = 0; i < n_cubins; ++i) cubins.push_back(make_cubin("k" + std::to_string(i), 100));
-  for (int i = 0; i < n_tune; ++i) tunes.push_back({"sem", "b", "t" + std::to_string(i), 1.0 + i, "ok"});
+  for (int i = 0; i < n_cubins; ++i) cubins.push_back(make_cubin(numbered("k", i), 100));
+  for (int i = 0; i < n_tune; ++i) tunes.push_back({"sem", "b", numbered("t", i), 1.0 + i, "ok"});
   {
     auto db = Db::open(path, env, warnings.fn());
     for (const auto& c : cubins) ASSERT_TRUE(db->put_cubin(c));
@@ -351,11 +351,11 @@ TEST_F(CacheDbTest, ExportImportRoundTripCopiesOnlyValidRows) {
   const std::string src_path = dir.file("src.sqlite"), out_path = dir.file("out/export.sqlite");
   auto src = Db::open(src_path, env, warnings.fn());
   std::vector<CubinRow> cubins;
-  for (int i = 0; i < 5; ++i) cubins.push_back(make_cubin("c" + std::to_string(i), 500 + rng()() % 5000));
+  for (int i = 0; i < 5; ++i) cubins.push_back(make_cubin(numbered("c", i), 500 + rng()() % 5000));
   for (const auto& c : cubins) ASSERT_TRUE(src->put_cubin(c));
   std::vector<TuneRow> tunes;
   for (int i = 0; i < 7; ++i) {
-    tunes.push_back({"s" + std::to_string(i % 2), "b", "t" + std::to_string(i),
+    tunes.push_back({numbered("s", i % 2), "b", numbered("t", i),
                      std::uniform_real_distribution<double>(0.1, 3.0)(rng()), i == 3 ? "compile_error" : "ok"});
   }
   ASSERT_TRUE(src->put_tune_results(tunes));
@@ -500,7 +500,7 @@ TEST_F(CacheDbTest, ThreadsShareOneDb) {
   std::vector<std::vector<CubinRow>> rows(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     for (int i = 0; i < kPerThread; ++i) {
-      rows[size_t(t)].push_back(make_cubin("t" + std::to_string(t) + "_" + std::to_string(i), 64 + rng()() % 512));
+      rows[size_t(t)].push_back(make_cubin(numbered("t", t) + numbered("_", i), 64 + rng()() % 512));
     }
   }
   std::vector<int> failures(kThreads, 0);

@@ -210,11 +210,11 @@ TEST_F(CacheDbRobustTest, ProcessesWritingOneFileLoseAndDuplicateNothing) {
   std::vector<std::vector<CubinRow>> own(kChildren);
   for (int c = 0; c < kChildren; ++c) {
     for (int i = 0; i < kDistinct; ++i) {
-      own[size_t(c)].push_back(make_cubin("p" + std::to_string(c) + "_" + std::to_string(i), 1000 + rng()() % 20000));
+      own[size_t(c)].push_back(make_cubin(numbered("p", c) + numbered("_", i), 1000 + rng()() % 20000));
     }
   }
   std::vector<CubinRow> shared;
-  for (int i = 0; i < kShared; ++i) shared.push_back(make_cubin("shared_" + std::to_string(i), 5000));
+  for (int i = 0; i < kShared; ++i) shared.push_back(make_cubin(numbered("shared_", i), 5000));
 
   int go[2];
   ASSERT_EQ(pipe(go), 0);
@@ -240,7 +240,7 @@ TEST_F(CacheDbRobustTest, ProcessesWritingOneFileLoseAndDuplicateNothing) {
         if (!g || g->cubin != r.cubin) ++failures;
       }
       std::vector<TuneRow> batch;
-      for (int i = 0; i < kBatch; ++i) batch.push_back({"batch", std::to_string(c), "t" + std::to_string(i), 1.0, "ok"});
+      for (int i = 0; i < kBatch; ++i) batch.push_back({"batch", std::to_string(c), numbered("t", i), 1.0, "ok"});
       if (!db->put_tune_results(batch)) ++failures;
       _exit(failures == 0 ? 0 : 1);
     }
@@ -272,7 +272,7 @@ TEST_F(CacheDbRobustTest, ProcessesWritingOneFileLoseAndDuplicateNothing) {
 TEST_F(CacheDbRobustTest, WriterKilledMidTransactionLeavesUsableDb) {
   const std::string path = dir.file("killed.sqlite");
   std::vector<CubinRow> committed;
-  for (int i = 0; i < 10; ++i) committed.push_back(make_cubin("committed_" + std::to_string(i), 3000));
+  for (int i = 0; i < 10; ++i) committed.push_back(make_cubin(numbered("committed_", i), 3000));
   {
     auto db = Db::open(path, env, warnings.fn());
     for (const auto& r : committed) ASSERT_TRUE(db->put_cubin(r));
@@ -327,8 +327,8 @@ TEST_F(CacheDbRobustTest, WriterKilledAtRandomMomentLeavesOnlyValidRows) {
     close(ready[0]);
     auto db = Db::open(path, env, {});
     for (int i = 0;; ++i) {
-      db->put_cubin(make_cubin("loop_" + std::to_string(i), 200000));
-      db->put_tune_results({{"s", "b", "t" + std::to_string(i), double(i), "ok"}});
+      db->put_cubin(make_cubin(numbered("loop_", i), 200000));
+      db->put_tune_results({{"s", "b", numbered("t", i), double(i), "ok"}});
       if (i == 2) (void)!write(ready[1], "x", 1);
     }
   }
@@ -382,9 +382,9 @@ TEST_F(CacheDbRobustTest, TruncatedDbIsMovedAsideAndRebuilt) {
   const std::string path = dir.file("cache.sqlite");
   {
     auto db = Db::open(path, env, warnings.fn());
-    for (int i = 0; i < 200; ++i) ASSERT_TRUE(db->put_cubin(make_cubin("k" + std::to_string(i), 6000)));
+    for (int i = 0; i < 200; ++i) ASSERT_TRUE(db->put_cubin(make_cubin(numbered("k", i), 6000)));
     std::vector<TuneRow> rows;
-    for (int i = 0; i < 500; ++i) rows.push_back({"s" + std::to_string(i % 7), "b", "t" + std::to_string(i), 1.0, "ok"});
+    for (int i = 0; i < 500; ++i) rows.push_back({numbered("s", i % 7), "b", numbered("t", i), 1.0, "ok"});
     ASSERT_TRUE(db->put_tune_results(rows));
   }
   ASSERT_FALSE(fs::exists(path + "-wal"));  // the last connection checkpointed and removed the WAL
