@@ -125,9 +125,7 @@ bool same_file(const std::string& a, const std::string& b) {
 
 // Whether `overlay` holds tuning rows of r's environment and key (they shadow r: cache_db.h).
 bool shadowed(sqlite3* overlay, const TuneRecord& r) {
-  const Env env{r.gpu_name,      r.sm_count,       r.driver_version,   r.library_version,
-                r.nvrtc_version, r.templates_hash, r.generator_version};
-  return detail::has_tune_rows(overlay, env, r.row.semantic_key, r.row.bucket);
+  return detail::has_tune_rows(overlay, detail::env_of(r), r.row.semantic_key, r.row.bucket);
 }
 
 // Streams every valid row of `src` (valid for `env`; tuning rows shadowed by `overlay` left out when it is

@@ -33,6 +33,11 @@ void bind_tune_env(Stmt& st, const Env& env) {
   st.bind_int(7, env.generator_version);
 }
 
+Env env_of(const TuneRecord& r) {
+  return Env{r.gpu_name,      r.sm_count,       r.driver_version,   r.library_version,
+             r.nvrtc_version, r.templates_hash, r.generator_version};
+}
+
 bool has_tune_rows(sqlite3* db, const Env& env, const std::string& semantic_key, const std::string& bucket) {
   Stmt st(db, std::string("SELECT 1 FROM tune_results WHERE ") + kTuneEnvWhere +
                   " AND semantic_key = ?8 AND bucket = ?9 LIMIT 1");
@@ -76,13 +81,7 @@ int insert_cubin(Stmt& ins, const CubinRow& row, const std::string& nvrtc_versio
 
 int insert_tune(Stmt& ins, const TuneRecord& rec) {
   ins.reset();
-  ins.bind_text(1, rec.gpu_name);
-  ins.bind_int(2, rec.sm_count);
-  ins.bind_int(3, rec.driver_version);
-  ins.bind_text(4, rec.library_version);
-  ins.bind_text(5, rec.nvrtc_version);
-  ins.bind_u64(6, rec.templates_hash);
-  ins.bind_int(7, rec.generator_version);
+  bind_tune_env(ins, env_of(rec));  // ?1..?7: the insert's first seven columns are the environment's
   ins.bind_text(8, rec.row.semantic_key);
   ins.bind_text(9, rec.row.bucket);
   ins.bind_text(10, rec.row.tunables);

@@ -22,6 +22,8 @@ bool tune_stale(const TuneRecord& r, const Env& env);
 // WHERE clause of one environment's tuning rows, parameters ?1..?7, bound by bind_tune_env.
 extern const char* const kTuneEnvWhere;
 void bind_tune_env(Stmt& st, const Env& env);
+// The environment a tuning row was written under.
+Env env_of(const TuneRecord& r);
 // Whether `db` holds tuning rows of (env, semantic_key, bucket).
 bool has_tune_rows(sqlite3* db, const Env& env, const std::string& semantic_key, const std::string& bucket);
 

@@ -14,12 +14,7 @@
 namespace {
 
 using fa::rt::LogLevel;
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
+using fa::test::count_of;
 
 fa::gen::ProblemDesc problem(int dtype, int head_dim, bool aligned, bool backward) {
   fa::gen::ProblemDesc d;
@@ -56,7 +51,7 @@ TEST_F(AlignmentNote, ForwardSaysItOnceAtInfoLevel) {
   ASSERT_TRUE(fa::gen::select(fa::gen::Role::Forward, d, c->arch).family->reference);
   EXPECT_EQ(note(c, LogLevel::kWarn, fa::gen::Role::Forward, d), "");  // below the level: nothing, not remembered
   const std::string first = note(c, LogLevel::kInfo, fa::gen::Role::Forward, d);
-  EXPECT_EQ(count(first, "fa: info: forward "), 1u) << first;
+  EXPECT_EQ(count_of(first, "fa: info: forward "), 1u) << first;
   EXPECT_NE(first.find("fwd_ref"), std::string::npos) << first;
   EXPECT_NE(first.find("fwd_mma"), std::string::npos) << first;
   EXPECT_NE(first.find("16-byte aligned"), std::string::npos) << first;
@@ -69,7 +64,7 @@ TEST_F(AlignmentNote, BackwardNamesItsTensors) {
   ASSERT_FALSE(fa::gen::select(fa::gen::Role::Backward, problem(fa::gen::kBf16, 96, true, true), c->arch)
                    .family->reference);
   const std::string err = note(c, LogLevel::kInfo, fa::gen::Role::Backward, d);
-  EXPECT_EQ(count(err, "fa: info: backward "), 1u) << err;
+  EXPECT_EQ(count_of(err, "fa: info: backward "), 1u) << err;
   EXPECT_NE(err.find("dout, dq, dk, dv"), std::string::npos) << err;
   EXPECT_NE(err.find("bwd_mma"), std::string::npos) << err;
 }
@@ -103,7 +98,7 @@ TEST(AlignmentNoteThroughPrepare, OneMessageForAMisalignedFp16Problem) {
   const fa_status st = fa_prepare(c, &p);
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_TRUE(st == FA_OK || st == FA_ERROR_NO_DEVICE) << fa_last_error();
-  EXPECT_EQ(count(err, "runs the reference kernel"), 1u) << err;
+  EXPECT_EQ(count_of(err, "runs the reference kernel"), 1u) << err;
   EXPECT_NE(err.find(".d56."), std::string::npos) << err;  // the problem class is named
   fa_context_destroy(c);
 }

@@ -14,12 +14,7 @@
 namespace {
 
 using fa::rt::LogLevel;
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
+using fa::test::count_of;
 
 // A file that is not a database at dir/name: opening a context on it moves it aside with a warning.
 std::string corrupt_cache(const std::string& dir, const char* name) {
@@ -64,20 +59,13 @@ TEST(Log, EachMessagePrintedOncePerProcessAndOnlyUpToTheThreshold) {
   fa::rt::log_line(LogLevel::kDebug, LogLevel::kDebug, "another " + msg, "key " + msg);  // same once_key
   fa::rt::log_line(LogLevel::kOff, LogLevel::kWarn, "off " + msg);
   const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(count(err, "fa: info: " + msg + "\n"), 1u) << err;
-  EXPECT_EQ(count(err, msg), 2u) << err;
-  EXPECT_EQ(count(err, "fa: debug: other " + msg), 1u) << err;
+  EXPECT_EQ(count_of(err, "fa: info: " + msg + "\n"), 1u) << err;
+  EXPECT_EQ(count_of(err, msg), 2u) << err;
+  EXPECT_EQ(count_of(err, "fa: debug: other " + msg), 1u) << err;
 }
 
 TEST(Log, BadFaLogIsRejectedByContextCreate) {
-  fa::test::ScopedEnv env("FA_LOG", "loud");
-  fa_context_options o;
-  fa_context_options_init(&o);
-  o.cache_path = ":memory:";
-  fa_context c = nullptr;
-  EXPECT_EQ(fa_context_create(&o, &c), FA_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(c, nullptr);
-  const std::string err = fa_last_error();
+  const std::string err = fa::test::context_create_error("FA_LOG", "loud");
   EXPECT_NE(err.find("FA_LOG"), std::string::npos) << err;
   EXPECT_NE(err.find("off, warn, info or debug"), std::string::npos) << err;
   EXPECT_NE(err.find("'loud'"), std::string::npos) << err;
@@ -90,8 +78,8 @@ TEST(Log, CacheTroubleIsWarnedByDefaultAndSilencedByOff) {
     fa::test::ScopedEnv env("FA_LOG", nullptr);
     const std::string err = stderr_of_context(corrupt_cache(dir, "a.sqlite"), 0, &st);
     ASSERT_EQ(st, FA_OK);
-    EXPECT_EQ(count(err, "fa: warning: cache: "), 1u) << err;
-    EXPECT_EQ(count(err, "moved aside"), 1u) << err;
+    EXPECT_EQ(count_of(err, "fa: warning: cache: "), 1u) << err;
+    EXPECT_EQ(count_of(err, "moved aside"), 1u) << err;
     EXPECT_NE(err.find(dir + "/a.sqlite"), std::string::npos) << err;
   }
   {
@@ -99,7 +87,7 @@ TEST(Log, CacheTroubleIsWarnedByDefaultAndSilencedByOff) {
     // verbose=1 asks for at least info in code, so it wins over the environment's off.
     const std::string err = stderr_of_context(corrupt_cache(dir, "b.sqlite"), 1, &st);
     ASSERT_EQ(st, FA_OK);
-    EXPECT_EQ(count(err, "moved aside"), 1u) << err;
+    EXPECT_EQ(count_of(err, "moved aside"), 1u) << err;
     const std::string quiet = stderr_of_context(corrupt_cache(dir, "c.sqlite"), 0, &st);
     ASSERT_EQ(st, FA_OK);
     EXPECT_EQ(quiet, "");
