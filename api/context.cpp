@@ -4,6 +4,7 @@
 
 #include "fa/fa.h"
 #include "runtime/context.h"
+#include "api/env_options.h"
 #include "api/stores.h"
 
 namespace fa::rt {
@@ -83,9 +84,9 @@ static Status create(const fa_context_options* in, fa_context* out) {
   c->device_ordinal = o.device_ordinal;
   c->tune_policy = policy;
   c->verbose = o.verbose;
-  if (const char* a = std::getenv("FA_ARCH"); a && *a) c->arch = std::atoi(a);
-  if (c->arch < 80) c->arch = 80;
-  c->limits = fa::gen::limits_for_arch(c->arch);
+  if (Status env = read_log_env(c.get()); !env.ok()) return env;
+  if (Status env = read_cache_readonly_env(c.get()); !env.ok()) return env;
+  if (Status env = read_arch_env(c.get()); !env.ok()) return env;
   Status st = bind_device(c.get());
   if (!st.ok()) return st;
   c->store = make_cubin_store(c.get(), o.cache_path);

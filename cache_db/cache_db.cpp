@@ -1,7 +1,8 @@
 // cache_db.cpp -- cubin and tuning-result lookups and writes of fa::cache::Db (see cache_db.h).
 //
-// Every method takes the Db mutex, works on the one connection, and turns every failure (including an exception
-// such as std::bad_alloc) into a miss / false with last_error() set and a warning.
+// Every method takes the Db mutex and turns every failure (including an exception such as std::bad_alloc) into a
+// miss / false with last_error() set and a warning. Writes go to db_; a read-only Db (ro_ set) reads the overlay db_
+// first and then the file (cache_db.h).
 #include <sqlite3.h>
 
 #include <cmath>
@@ -15,26 +16,13 @@
 
 namespace fa::cache {
 
+using detail::bind_tune_env;
 using detail::describe;
+using detail::kTuneEnvWhere;
 using detail::Stmt;
 using detail::Txn;
 
 namespace {
-
-// WHERE clause of the current-Env tuning key, parameters ?1..?7.
-const char* const kTuneEnvWhere =
-    "gpu_name = ?1 AND sm_count = ?2 AND driver_version = ?3 AND library_version = ?4 AND nvrtc_version = ?5 AND "
-    "templates_hash = ?6 AND generator_version = ?7";
-
-void bind_tune_env(Stmt& st, const Env& env) {
-  st.bind_text(1, env.gpu_name);
-  st.bind_int(2, env.sm_count);
-  st.bind_int(3, env.driver_version);
-  st.bind_text(4, env.library_version);
-  st.bind_text(5, env.nvrtc_version);
-  st.bind_u64(6, env.templates_hash);
-  st.bind_int(7, env.generator_version);
-}
 
 TuneRow read_tune_row(const Stmt& st) {
   TuneRow r;
@@ -55,16 +43,23 @@ std::optional<CubinRow> Db::get_cubin(uint64_t compile_hash, const std::string& 
 std::optional<CubinRow> Db::get_cubin(uint64_t compile_hash, const std::string& compile_key, int arch) {
   std::lock_guard<std::mutex> lock(mu_);
   if (db_ == nullptr) return std::nullopt;
+  std::optional<CubinRow> found = lookup_cubin(db_, true, compile_hash, compile_key, arch);
+  if (!found && ro_ != nullptr) found = lookup_cubin(ro_, false, compile_hash, compile_key, arch);
+  return found;
+}
+
+std::optional<CubinRow> Db::lookup_cubin(sqlite3* conn, bool may_delete, uint64_t compile_hash,
+                                         const std::string& compile_key, int arch) {
   try {
     std::vector<std::pair<int64_t, uint64_t>> bad;  // (rowid, stored checksum)
     std::optional<CubinRow> found;
     {
-      Stmt st(db_, std::string("SELECT rowid, arch, cubin, cubin_size, checksum, registers, spill_bytes, smem_bytes "
-                               "FROM cubins WHERE compile_hash = ?1 AND compile_key = ?2 AND nvrtc_version = ?3 AND "
-                               "generator_version = ?4 AND templates_hash = ?5") +
-                       (arch >= 0 ? " AND arch = ?6" : "") + " ORDER BY created_unix DESC");
+      Stmt st(conn, std::string("SELECT rowid, arch, cubin, cubin_size, checksum, registers, spill_bytes, smem_bytes "
+                                "FROM cubins WHERE compile_hash = ?1 AND compile_key = ?2 AND nvrtc_version = ?3 AND "
+                                "generator_version = ?4 AND templates_hash = ?5") +
+                        (arch >= 0 ? " AND arch = ?6" : "") + " ORDER BY created_unix DESC");
       if (!st.ok()) {
-        fail(describe(db_, st.prepare_rc(), "cubin lookup"));
+        fail(describe(conn, st.prepare_rc(), "cubin lookup"));
         return std::nullopt;
       }
       st.bind_u64(1, compile_hash);
@@ -94,16 +89,20 @@ std::optional<CubinRow> Db::get_cubin(uint64_t compile_hash, const std::string& 
         break;
       }
       if (!found && rc != SQLITE_DONE && rc != SQLITE_ROW) {
-        fail(describe(db_, rc, "cubin lookup"));
+        fail(describe(conn, rc, "cubin lookup"));
       }
     }
     for (const auto& [rowid, stored] : bad) {
+      if (!may_delete) {
+        warn("cubin " + compile_key + " of " + path_ + " failed its checksum; it is a miss (the file is read-only)");
+        continue;
+      }
       warn("cubin " + compile_key + " failed its checksum; the row is deleted");
-      Stmt del(db_, "DELETE FROM cubins WHERE rowid = ?1 AND checksum = ?2");
+      Stmt del(conn, "DELETE FROM cubins WHERE rowid = ?1 AND checksum = ?2");
       del.bind_int(1, rowid);
       del.bind_u64(2, stored);
       const int rc = del.step();
-      if (rc != SQLITE_DONE) warn(describe(db_, rc, "deleting a damaged cubin row"));
+      if (rc != SQLITE_DONE) warn(describe(conn, rc, "deleting a damaged cubin row"));
     }
     return found;
   } catch (...) {
@@ -180,12 +179,13 @@ std::optional<TuneRow> Db::best(const std::string& semantic_key, const std::stri
   std::lock_guard<std::mutex> lock(mu_);
   if (db_ == nullptr) return std::nullopt;
   try {
-    Stmt st(db_, std::string("SELECT semantic_key, bucket, tunables, median_ms, status FROM tune_results WHERE ") +
-                     kTuneEnvWhere +
-                     " AND semantic_key = ?8 AND bucket = ?9 AND status = 'ok' AND median_ms IS NOT NULL "
-                     "ORDER BY median_ms ASC, tunables ASC LIMIT 1");
+    sqlite3* const conn = tune_source(semantic_key, bucket);
+    Stmt st(conn, std::string("SELECT semantic_key, bucket, tunables, median_ms, status FROM tune_results WHERE ") +
+                      kTuneEnvWhere +
+                      " AND semantic_key = ?8 AND bucket = ?9 AND status = 'ok' AND median_ms IS NOT NULL "
+                      "ORDER BY median_ms ASC, tunables ASC LIMIT 1");
     if (!st.ok()) {
-      fail(describe(db_, st.prepare_rc(), "best"));
+      fail(describe(conn, st.prepare_rc(), "best"));
       return std::nullopt;
     }
     bind_tune_env(st, env_);
@@ -193,7 +193,7 @@ std::optional<TuneRow> Db::best(const std::string& semantic_key, const std::stri
     st.bind_text(9, bucket);
     const int rc = st.step();
     if (rc == SQLITE_ROW) return read_tune_row(st);
-    if (rc != SQLITE_DONE) fail(describe(db_, rc, "best"));
+    if (rc != SQLITE_DONE) fail(describe(conn, rc, "best"));
     return std::nullopt;
   } catch (...) {
     fail("best: unexpected exception");
@@ -206,11 +206,12 @@ std::vector<TuneRow> Db::tune_rows(const std::string& semantic_key, const std::s
   std::vector<TuneRow> out;
   if (db_ == nullptr) return out;
   try {
-    Stmt st(db_, std::string("SELECT semantic_key, bucket, tunables, median_ms, status FROM tune_results WHERE ") +
-                     kTuneEnvWhere +
-                     " AND semantic_key = ?8 AND bucket = ?9 ORDER BY median_ms IS NULL, median_ms, tunables");
+    sqlite3* const conn = tune_source(semantic_key, bucket);
+    Stmt st(conn, std::string("SELECT semantic_key, bucket, tunables, median_ms, status FROM tune_results WHERE ") +
+                      kTuneEnvWhere +
+                      " AND semantic_key = ?8 AND bucket = ?9 ORDER BY median_ms IS NULL, median_ms, tunables");
     if (!st.ok()) {
-      fail(describe(db_, st.prepare_rc(), "tune_rows"));
+      fail(describe(conn, st.prepare_rc(), "tune_rows"));
       return out;
     }
     bind_tune_env(st, env_);
@@ -218,11 +219,24 @@ std::vector<TuneRow> Db::tune_rows(const std::string& semantic_key, const std::s
     st.bind_text(9, bucket);
     int rc;
     while ((rc = st.step()) == SQLITE_ROW) out.push_back(read_tune_row(st));
-    if (rc != SQLITE_DONE) fail(describe(db_, rc, "tune_rows"));
+    if (rc != SQLITE_DONE) fail(describe(conn, rc, "tune_rows"));
   } catch (...) {
     fail("tune_rows: unexpected exception");
   }
   return out;
+}
+
+std::vector<sqlite3*> Db::sources() const {
+  std::vector<sqlite3*> out;
+  if (ro_ != nullptr) out.push_back(ro_);
+  if (db_ != nullptr) out.push_back(db_);
+  return out;
+}
+
+sqlite3* Db::tune_source(const std::string& semantic_key, const std::string& bucket) {
+  if (ro_ == nullptr) return db_;
+  // The overlay shadows the file key by key, so that put_tune_results(replace_existing) replaces what lookups see.
+  return detail::has_tune_rows(db_, env_, semantic_key, bucket) ? db_ : ro_;
 }
 
 }  // namespace fa::cache

@@ -3,7 +3,8 @@
 // Two tables (schema v1, PRAGMA user_version = 1, see schema.cpp):
 //   cubins        one row per (compile_hash, compile_key, arch, nvrtc_version, generator_version, templates_hash):
 //                 the cubin blob, its byte size and a 64-bit checksum (checksum.h), ptxas info (registers, spill
-//                 bytes, static smem; -1 = unknown). A row whose checksum does not match its blob is a miss and is
+//                 bytes, shared memory per CTA: ptxas's static part plus the dynamic size it is launched with;
+//                 -1 = unknown). A row whose checksum does not match its blob is a miss and is
 //                 deleted when found.
 //   tune_results  one row per candidate per tuning key (gpu_name, sm_count, driver_version, library_version,
 //                 nvrtc_version, templates_hash, generator_version, semantic_key, bucket, tunables): median ms
@@ -23,13 +24,20 @@
 //   * A process killed mid-write leaves the last committed state (SQLite's journal / WAL recovery).
 //   * A file that is not a database or fails PRAGMA quick_check is renamed to <file>.corrupt-<unix seconds>
 //     (its -wal/-shm/-journal companions likewise) with a warning, and a fresh database is created in its place.
-//   * A location that cannot be created or written (read-only directory, full disk, a busy lock that never clears)
-//     degrades to an in-memory database with a warning; the file is left untouched.
+//   * A file that this process may not write (access(W_OK) fails for it or its directory: a pre-tuned cache shipped
+//     in a read-only image), or any file when opened with OpenMode::kReadOnly ($FA_CACHE_READONLY=1, fa-tune
+//     --list), is opened read-only (read_only.h) and served: lookups read it, and new rows go to a private in-memory
+//     overlay that shadows it (one warning at open says so). It is never written, moved aside or migrated; a read-only
+//     file that fails its checks is not used (in-memory database, warning). A writable file whose writes fail at open
+//     (full disk, I/O error) is served read-only the same way when it passes those checks.
+//   * A location that cannot be created or written otherwise (read-only directory without a cache file, a busy lock
+//     that never clears) degrades to an in-memory database with a warning; the file is left untouched.
 //   * A file whose user_version is NEWER than kSchemaVersion (written by a newer fa) is left untouched and this
 //     process uses an in-memory database with a warning: a newer library's cache is never destroyed or mis-read.
 //   * Older files (user_version < kSchemaVersion) are migrated in place, in one BEGIN IMMEDIATE transaction.
-//   * Warnings go only to the callback given to open() (none by default). The callback is called with the Db's
-//     mutex held: it must not call back into the same Db.
+//   * Warnings go only to the callback given to open() (none by default), without a prefix (the caller adds its
+//     own). The callback is called with the Db's mutex held: it must not call back into the same Db. Failures of
+//     export_to / import_from / prune_stale are returned (last_error()), not warned: their caller reports them.
 // Thread safety: one Db may be shared by threads (a mutex serialises the connection). Do not use a Db across
 // fork(): a child opens its own.
 #pragma once
@@ -49,6 +57,10 @@ namespace fa::cache {
 inline constexpr int kSchemaVersion = 1;
 
 using WarnFn = std::function<void(const std::string&)>;
+
+// kReadWrite: read-write when the file (and its directory) may be written, else read-only as above.
+// kReadOnly: always read-only; the file is never created, written, moved aside or migrated.
+enum class OpenMode { kReadWrite, kReadOnly };
 
 // The environment rows are written under and looked up for.
 struct Env {
@@ -115,12 +127,14 @@ class Db {
  public:
   // Never returns null. path "" means default_cache_path(); ":memory:" is a private in-memory database. Any failure
   // to use the file gives an in-memory database (in_memory() == true) and a warning.
-  static std::unique_ptr<Db> open(const std::string& path, const Env& env, WarnFn warn = {});
+  static std::unique_ptr<Db> open(const std::string& path, const Env& env, WarnFn warn = {},
+                                  OpenMode mode = OpenMode::kReadWrite);
   ~Db();
   Db(const Db&) = delete;
   Db& operator=(const Db&) = delete;
 
   bool in_memory() const { return in_memory_; }
+  bool read_only() const { return ro_ != nullptr; }                      // path() served read-only + overlay
   const std::string& path() const { return path_; }                      // file in use, or ":memory:"
   const std::string& requested_path() const { return requested_path_; }  // what open() was asked for
   const Env& env() const { return env_; }
@@ -143,7 +157,7 @@ class Db {
   std::vector<TuneRecord> list_tune_rows(bool include_stale = true);
   std::vector<CubinSummary> list_cubins(bool include_stale = true);
 
-  // Deletes stale rows of both tables; returns how many, or -1 on failure.
+  // Deletes stale rows of both tables; returns how many, or -1 on failure (always when read_only()).
   int prune_stale();
   // Copies every valid (non-stale, checksum-correct) row into the fa cache at `path` (created or merged; an
   // existing newer-schema or unusable file is a failure). Returns false on failure.
@@ -157,10 +171,22 @@ class Db {
   Db() = default;
   void warn(const std::string& message);      // mu_ held
   bool fail(const std::string& message);      // sets last_error_, warns, returns false; mu_ held
+  bool report(const std::string& message);    // sets last_error_ only (the caller reports it), returns false
   bool setup_memory(const std::string& why);  // (re)opens ":memory:"; mu_ not needed (open only)
+  // Serves `file` read-only (`why`: the reason, for the warning) over an in-memory overlay; on failure an in-memory
+  // database with a warning. open only.
+  void setup_read_only(const std::string& file, const std::string& why);
+  // The connections rows are read from: the read-only file (if any) first, then db_. mu_ held.
+  std::vector<sqlite3*> sources() const;
+  // Where the tuning rows of (semantic_key, bucket) live: db_, or ro_ when the overlay holds none of them. mu_ held.
+  sqlite3* tune_source(const std::string& semantic_key, const std::string& bucket);
+  // get_cubin on one connection; a row failing its checksum is deleted when may_delete. mu_ held.
+  std::optional<CubinRow> lookup_cubin(sqlite3* conn, bool may_delete, uint64_t compile_hash,
+                                       const std::string& compile_key, int arch);
 
   mutable std::mutex mu_;
-  sqlite3* db_ = nullptr;
+  sqlite3* db_ = nullptr;  // the file, or ":memory:" (the overlay when ro_ is set)
+  sqlite3* ro_ = nullptr;  // the file opened read-only, or null
   Env env_;
   WarnFn warn_;
   std::string path_;

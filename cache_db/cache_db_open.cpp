@@ -4,8 +4,10 @@
 // user_version (fails with SQLITE_NOTADB on a file that is not a database), PRAGMA quick_check, WAL journal (kept
 // as the rollback journal where WAL cannot be set), migrate() to kSchemaVersion, verify the layout, and a write
 // probe (rewrites user_version in a BEGIN IMMEDIATE transaction) so that a read-only location or a full disk is
-// found now rather than on the first put. Verdicts: usable; corrupt (moved aside, try again); newer schema or
-// unwritable (in-memory database, file untouched).
+// found now rather than on the first put. Verdicts: usable; corrupt (moved aside, try again); newer schema (in-memory
+// database, file untouched); unwritable (an existing file is served read-only when it passes read_only.h's checks,
+// else an in-memory database; the file is untouched). A file this process may not write, or any file in
+// OpenMode::kReadOnly, skips the read-write tries and is served read-only from the start.
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include <thread>
 
 #include "cache_db/cache_db.h"
+#include "cache_db/read_only.h"
 #include "cache_db/row_io.h"
 #include "cache_db/schema.h"
 #include "cache_db/sqlite_util.h"
@@ -34,6 +37,7 @@ enum class Verdict { kOk, kCorrupt, kUnwritable, kNewer };
 struct Attempt {
   sqlite3* db = nullptr;
   Verdict verdict = Verdict::kOk;
+  int rc = 0;  // the SQLite result code of the failure
   std::string message;
   bool have_id = false;
   dev_t dev = 0;
@@ -47,6 +51,7 @@ Verdict classify(int rc) {
 
 Attempt failed(Attempt a, int rc, const std::string& message) {
   a.verdict = classify(rc);
+  a.rc = rc;
   a.message = message;
   return a;
 }
@@ -138,6 +143,20 @@ bool exists(const std::string& p) {
   return ::lstat(p.c_str(), &st) == 0;
 }
 
+// Why this process may not write the existing cache `file` (it, or its directory where the journal lives); "" when
+// it may, or when there is no such file.
+std::string unwritable_reason(const std::string& file) {
+  if (!exists(file)) return "";
+  if (::access(file.c_str(), W_OK) != 0) return file + " is not writable by this process";
+  const std::filesystem::path parent = std::filesystem::path(file).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  if (::access(dir.c_str(), W_OK) != 0) return "its directory " + dir + " is not writable by this process";
+  return "";
+}
+
+// A lock that never cleared: a read-only open would wait on it again.
+bool busy(int rc) { return (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED; }
+
 // Renames path (and its -wal/-shm/-journal files) to <path>.corrupt-<unix seconds>[-<pid>-<n>]. Returns the new
 // name, or "" when nothing was moved; *replaced is set when path is no longer the file we examined (another
 // process moved it aside first).
@@ -170,12 +189,15 @@ std::string move_aside(const std::string& path, const Attempt& a, bool* replaced
 
 }  // namespace
 
-Db::~Db() { sqlite3_close_v2(db_); }
+Db::~Db() {
+  sqlite3_close_v2(db_);
+  sqlite3_close_v2(ro_);
+}
 
 void Db::warn(const std::string& message) {
   if (warn_) {
     try {
-      warn_("fa cache: " + message);
+      warn_(message);
     } catch (...) {
       // A throwing callback must not break the cache.
     }
@@ -185,6 +207,11 @@ void Db::warn(const std::string& message) {
 bool Db::fail(const std::string& message) {
   last_error_ = message;
   warn(message);
+  return false;
+}
+
+bool Db::report(const std::string& message) {
+  last_error_ = message;
   return false;
 }
 
@@ -215,7 +242,24 @@ bool Db::setup_memory(const std::string& why) {
   return true;
 }
 
-std::unique_ptr<Db> Db::open(const std::string& path, const Env& env, WarnFn warn) {
+void Db::setup_read_only(const std::string& file, const std::string& why) {
+  detail::ReadOnlyFile f = detail::open_read_only(file);
+  if (f.db == nullptr) {
+    setup_memory(why.empty() ? f.error : why + "; reading it read-only failed too: " + f.error);
+    return;
+  }
+  if (!setup_memory("")) {  // the overlay
+    sqlite3_close_v2(f.db);
+    return;
+  }
+  ro_ = f.db;
+  path_ = file;
+  in_memory_ = false;
+  // Asked for (why empty): no news. Found out: worth one warning, since nothing this process adds will persist.
+  if (!why.empty()) warn(file + " is used read-only (" + why + "): its entries are served, new ones stay in memory");
+}
+
+std::unique_ptr<Db> Db::open(const std::string& path, const Env& env, WarnFn warn, OpenMode mode) {
   std::unique_ptr<Db> self(new (std::nothrow) Db());
   if (!self) return self;
   try {
@@ -225,6 +269,15 @@ std::unique_ptr<Db> Db::open(const std::string& path, const Env& env, WarnFn war
     const std::string& file = self->requested_path_;
     if (file == ":memory:") {
       self->setup_memory("");
+      return self;
+    }
+
+    if (mode == OpenMode::kReadOnly) {
+      self->setup_read_only(file, "");
+      return self;
+    }
+    if (const std::string why = unwritable_reason(file); !why.empty()) {
+      self->setup_read_only(file, why);
       return self;
     }
 
@@ -239,6 +292,7 @@ std::unique_ptr<Db> Db::open(const std::string& path, const Env& env, WarnFn war
     }
 
     for (int attempt = 0; attempt < 3; ++attempt) {
+      const bool existed = exists(file);  // a file made by this try is never served read-only
       Attempt a = try_open_file(file);
       if (a.verdict == Verdict::kOk) {
         self->db_ = a.db;
@@ -247,6 +301,10 @@ std::unique_ptr<Db> Db::open(const std::string& path, const Env& env, WarnFn war
         return self;
       }
       sqlite3_close_v2(a.db);
+      if (a.verdict == Verdict::kUnwritable && existed && !busy(a.rc)) {
+        self->setup_read_only(file, a.message);
+        return self;
+      }
       if (a.verdict == Verdict::kNewer || a.verdict == Verdict::kUnwritable) {
         self->setup_memory(a.message);
         return self;

@@ -1,13 +1,16 @@
 // cache_db_transfer.cpp -- listing, pruning, export and import of fa::cache::Db (see cache_db.h).
 //
-// Export opens (or creates) the target through Db::open, so it gets the same health check, schema and locking, and
-// streams every valid row into it in one transaction. Import opens the source read-only with no migration (its
-// user_version must equal kSchemaVersion) and streams its valid rows into this Db in one transaction.
+// Listing and export read every source (a read-only Db's file, then its overlay). Export opens (or creates) the target
+// through Db::open, so it gets the same health check, schema and locking, and streams every valid row into it in one
+// transaction. Import opens the source with read_only.h (no migration, never modified) and streams its valid rows
+// into this Db (a read-only Db's overlay) in one transaction. Export and import report their failures through the
+// return value and last_error() only: the caller says what failed, once.
 #include <sqlite3.h>
 
 #include <filesystem>
 
 #include "cache_db/cache_db.h"
+#include "cache_db/read_only.h"
 #include "cache_db/row_io.h"
 #include "cache_db/schema.h"
 #include "cache_db/sqlite_util.h"
@@ -23,13 +26,15 @@ std::vector<TuneRecord> Db::list_tune_rows(bool include_stale) {
   std::vector<TuneRecord> out;
   if (db_ == nullptr) return out;
   try {
-    const int rc = detail::for_each_tune(db_, [&](const TuneRecord& r) {
-      TuneRecord c = r;
-      c.stale = detail::tune_stale(r, env_);
-      if (include_stale || !c.stale) out.push_back(std::move(c));
-      return true;
-    });
-    if (rc != SQLITE_OK) fail(describe(db_, rc, "list_tune_rows"));
+    for (sqlite3* conn : sources()) {
+      const int rc = detail::for_each_tune(conn, [&](const TuneRecord& r) {
+        TuneRecord c = r;
+        c.stale = detail::tune_stale(r, env_);
+        if (include_stale || !c.stale) out.push_back(std::move(c));
+        return true;
+      });
+      if (rc != SQLITE_OK) fail(describe(conn, rc, "list_tune_rows"));
+    }
   } catch (...) {
     fail("list_tune_rows: unexpected exception");
   }
@@ -41,13 +46,15 @@ std::vector<CubinSummary> Db::list_cubins(bool include_stale) {
   std::vector<CubinSummary> out;
   if (db_ == nullptr) return out;
   try {
-    const int rc = detail::for_each_cubin(db_, false, [&](const detail::StoredCubin& c) {
-      CubinSummary s = c.info;
-      s.stale = detail::cubin_stale(s.nvrtc_version, s.generator_version, s.templates_hash, env_);
-      if (include_stale || !s.stale) out.push_back(std::move(s));
-      return true;
-    });
-    if (rc != SQLITE_OK) fail(describe(db_, rc, "list_cubins"));
+    for (sqlite3* conn : sources()) {
+      const int rc = detail::for_each_cubin(conn, false, [&](const detail::StoredCubin& c) {
+        CubinSummary s = c.info;
+        s.stale = detail::cubin_stale(s.nvrtc_version, s.generator_version, s.templates_hash, env_);
+        if (include_stale || !s.stale) out.push_back(std::move(s));
+        return true;
+      });
+      if (rc != SQLITE_OK) fail(describe(conn, rc, "list_cubins"));
+    }
   } catch (...) {
     fail("list_cubins: unexpected exception");
   }
@@ -57,10 +64,14 @@ std::vector<CubinSummary> Db::list_cubins(bool include_stale) {
 int Db::prune_stale() {
   std::lock_guard<std::mutex> lock(mu_);
   if (db_ == nullptr) return -1;
+  if (ro_ != nullptr) {
+    report("prune: " + path_ + " is open read-only; nothing was deleted");
+    return -1;
+  }
   try {
     Txn txn(db_);
     if (!txn.ok()) {
-      fail(describe(db_, txn.begin_rc(), "prune_stale: BEGIN IMMEDIATE"));
+      report(describe(db_, txn.begin_rc(), "prune_stale: BEGIN IMMEDIATE"));
       return -1;
     }
     int64_t removed = 0;
@@ -72,7 +83,7 @@ int Db::prune_stale() {
       st.bind_u64(3, env_.templates_hash);
       const int rc = st.step();
       if (rc != SQLITE_DONE) {
-        fail(describe(db_, rc, "prune_stale (cubins)"));
+        report(describe(db_, rc, "prune_stale (cubins)"));
         return -1;
       }
       removed += sqlite3_changes64(db_);
@@ -88,19 +99,19 @@ int Db::prune_stale() {
       st.bind_int(5, env_.generator_version);
       const int rc = st.step();
       if (rc != SQLITE_DONE) {
-        fail(describe(db_, rc, "prune_stale (tune_results)"));
+        report(describe(db_, rc, "prune_stale (tune_results)"));
         return -1;
       }
       removed += sqlite3_changes64(db_);
     }
     const int rc = txn.commit();
     if (rc != SQLITE_OK) {
-      fail(describe(db_, rc, "prune_stale: COMMIT"));
+      report(describe(db_, rc, "prune_stale: COMMIT"));
       return -1;
     }
     return static_cast<int>(removed);
   } catch (...) {
-    fail("prune_stale: unexpected exception");
+    report("prune_stale: unexpected exception");
     return -1;
   }
 }
@@ -112,9 +123,14 @@ bool same_file(const std::string& a, const std::string& b) {
   return std::filesystem::equivalent(a, b, ec) && !ec;
 }
 
-// Streams every valid row of `src` (valid for `env`) into `dst` inside the caller's transaction. Returns the
-// number of rows written, or -1 with *err set.
-int64_t copy_valid_rows(sqlite3* src, sqlite3* dst, const Env& env, std::string* err) {
+// Whether `overlay` holds tuning rows of r's environment and key (they shadow r: cache_db.h).
+bool shadowed(sqlite3* overlay, const TuneRecord& r) {
+  return detail::has_tune_rows(overlay, detail::env_of(r), r.row.semantic_key, r.row.bucket);
+}
+
+// Streams every valid row of `src` (valid for `env`; tuning rows shadowed by `overlay` left out when it is
+// non-null) into `dst` inside the caller's transaction. Returns the number of rows written, or -1 with *err set.
+int64_t copy_valid_rows(sqlite3* src, sqlite3* dst, const Env& env, std::string* err, sqlite3* overlay = nullptr) {
   int64_t copied = 0;
   Stmt ins_cubin(dst, detail::kInsertCubinSql);
   Stmt ins_tune(dst, detail::kInsertTuneSql);
@@ -136,7 +152,7 @@ int64_t copy_valid_rows(sqlite3* src, sqlite3* dst, const Env& env, std::string*
   });
   if (rc == SQLITE_OK) {
     rc = detail::for_each_tune(src, [&](const TuneRecord& r) {
-      if (detail::tune_stale(r, env)) return true;
+      if (detail::tune_stale(r, env) || (overlay != nullptr && shadowed(overlay, r))) return true;
       write_rc = detail::insert_tune(ins_tune, r);
       if (write_rc != SQLITE_OK) return false;
       ++copied;
@@ -158,87 +174,68 @@ int64_t copy_valid_rows(sqlite3* src, sqlite3* dst, const Env& env, std::string*
 
 bool Db::export_to(const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (db_ == nullptr) return fail("export: no database");
+  const std::string what = "export to " + path + ": ";
+  if (db_ == nullptr) return report(what + "no database");
   try {
-    if (path.empty() || path == ":memory:") return fail("export: a file path is needed");
-    if (!in_memory_ && same_file(path, path_)) return fail("export: " + path + " is this cache itself");
-    bool target_warned = false;
+    if (path.empty() || path == ":memory:") return report("export: a file path is needed, got '" + path + "'");
+    if (!in_memory_ && same_file(path, path_)) return report(what + "it is this cache itself");
     std::string target_warning;
-    std::unique_ptr<Db> target = Db::open(path, env_, [&](const std::string& m) {
-      target_warned = true;
-      target_warning = m;
-    });
-    if (!target || target->db_ == nullptr || target->in_memory()) {
-      return fail("export: cannot use " + path + (target_warned ? ": " + target_warning : std::string()));
+    std::unique_ptr<Db> target = Db::open(path, env_, [&](const std::string& m) { target_warning = m; });
+    if (!target || target->db_ == nullptr || target->in_memory() || target->read_only()) {
+      return report(what + (target_warning.empty() ? "cannot use it" : target_warning));
     }
     Txn txn(target->db_);
-    if (!txn.ok()) return fail(describe(target->db_, txn.begin_rc(), "export: BEGIN IMMEDIATE on " + path));
+    if (!txn.ok()) return report(describe(target->db_, txn.begin_rc(), what + "BEGIN IMMEDIATE"));
     std::string err;
-    const int64_t n = copy_valid_rows(db_, target->db_, env_, &err);
-    if (n < 0) return fail("export to " + path + ": " + err);
+    // A read-only Db's file first, without the tuning keys its overlay shadows; then the overlay (or the one db_).
+    if (ro_ != nullptr && copy_valid_rows(ro_, target->db_, env_, &err, db_) < 0) return report(what + err);
+    if (copy_valid_rows(db_, target->db_, env_, &err) < 0) return report(what + err);
     const int rc = txn.commit();
-    if (rc != SQLITE_OK) return fail(describe(target->db_, rc, "export: COMMIT on " + path));
+    if (rc != SQLITE_OK) return report(describe(target->db_, rc, what + "COMMIT"));
     return true;
   } catch (...) {
-    return fail("export: unexpected exception");
+    return report(what + "unexpected exception");
   }
 }
 
 int Db::import_from(const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
+  const std::string what = "import from " + path + ": ";
   if (db_ == nullptr) {
-    fail("import: no database");
+    report(what + "no database");
     return -1;
   }
   sqlite3* src = nullptr;
   try {
     if (!in_memory_ && same_file(path, path_)) {
-      fail("import: " + path + " is this cache itself");
+      report(what + "it is this cache itself");
       return -1;
     }
-    int rc = sqlite3_open_v2(path.c_str(), &src, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
-    if (rc != SQLITE_OK) {
-      fail(describe(src, rc, "import: cannot open " + path));
-      sqlite3_close_v2(src);
+    detail::ReadOnlyFile f = detail::open_read_only(path);
+    if (f.db == nullptr) {
+      report(what + f.error);
       return -1;
     }
-    sqlite3_busy_timeout(src, 15000);
-    int version = -1;
-    rc = detail::read_user_version(src, &version);
-    if (rc != SQLITE_OK || version != kSchemaVersion) {
-      fail(rc != SQLITE_OK ? describe(src, rc, "import: " + path + " is not readable as a database")
-                           : "import: " + path + " has cache schema version " + std::to_string(version) +
-                                 ", expected " + std::to_string(kSchemaVersion));
-      sqlite3_close_v2(src);
-      return -1;
-    }
-    std::string err;
-    rc = detail::verify_schema(src, &err);
-    if (rc != SQLITE_OK) {
-      fail("import: " + err);
-      sqlite3_close_v2(src);
-      return -1;
-    }
+    src = f.db;
     int64_t n = -1;
     {
       Txn txn(db_);
+      std::string err;
+      int rc = SQLITE_OK;
       if (!txn.ok()) {
-        fail(describe(db_, txn.begin_rc(), "import: BEGIN IMMEDIATE"));
-      } else {
-        n = copy_valid_rows(src, db_, env_, &err);
-        if (n < 0) {
-          fail("import from " + path + ": " + err);
-        } else if ((rc = txn.commit()) != SQLITE_OK) {
-          fail(describe(db_, rc, "import: COMMIT"));
-          n = -1;
-        }
+        report(describe(db_, txn.begin_rc(), what + "BEGIN IMMEDIATE"));
+      } else if ((n = copy_valid_rows(src, db_, env_, &err)) < 0) {
+        report(what + err);
+      } else if ((rc = txn.commit()) != SQLITE_OK) {
+        report(describe(db_, rc, what + "COMMIT"));
+        n = -1;
       }
     }
     sqlite3_close_v2(src);
     return static_cast<int>(n);
   } catch (...) {
     sqlite3_close_v2(src);
-    fail("import: unexpected exception");
+    report(what + "unexpected exception");
     return -1;
   }
 }

@@ -19,6 +19,35 @@ const char* const kInsertTuneSql =
     "templates_hash, generator_version, semantic_key, bucket, tunables, median_ms, status, created_unix) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 
+const char* const kTuneEnvWhere =
+    "gpu_name = ?1 AND sm_count = ?2 AND driver_version = ?3 AND library_version = ?4 AND nvrtc_version = ?5 AND "
+    "templates_hash = ?6 AND generator_version = ?7";
+
+void bind_tune_env(Stmt& st, const Env& env) {
+  st.bind_text(1, env.gpu_name);
+  st.bind_int(2, env.sm_count);
+  st.bind_int(3, env.driver_version);
+  st.bind_text(4, env.library_version);
+  st.bind_text(5, env.nvrtc_version);
+  st.bind_u64(6, env.templates_hash);
+  st.bind_int(7, env.generator_version);
+}
+
+Env env_of(const TuneRecord& r) {
+  return Env{r.gpu_name,      r.sm_count,       r.driver_version,   r.library_version,
+             r.nvrtc_version, r.templates_hash, r.generator_version};
+}
+
+bool has_tune_rows(sqlite3* db, const Env& env, const std::string& semantic_key, const std::string& bucket) {
+  Stmt st(db, std::string("SELECT 1 FROM tune_results WHERE ") + kTuneEnvWhere +
+                  " AND semantic_key = ?8 AND bucket = ?9 LIMIT 1");
+  if (!st.ok()) return false;
+  bind_tune_env(st, env);
+  st.bind_text(8, semantic_key);
+  st.bind_text(9, bucket);
+  return st.step() == SQLITE_ROW;
+}
+
 bool cubin_stale(const std::string& nvrtc_version, int generator_version, uint64_t templates_hash, const Env& env) {
   return nvrtc_version != env.nvrtc_version || generator_version != env.generator_version ||
          templates_hash != env.templates_hash;
@@ -52,13 +81,7 @@ int insert_cubin(Stmt& ins, const CubinRow& row, const std::string& nvrtc_versio
 
 int insert_tune(Stmt& ins, const TuneRecord& rec) {
   ins.reset();
-  ins.bind_text(1, rec.gpu_name);
-  ins.bind_int(2, rec.sm_count);
-  ins.bind_int(3, rec.driver_version);
-  ins.bind_text(4, rec.library_version);
-  ins.bind_text(5, rec.nvrtc_version);
-  ins.bind_u64(6, rec.templates_hash);
-  ins.bind_int(7, rec.generator_version);
+  bind_tune_env(ins, env_of(rec));  // ?1..?7: the insert's first seven columns are the environment's
   ins.bind_text(8, rec.row.semantic_key);
   ins.bind_text(9, rec.row.bucket);
   ins.bind_text(10, rec.row.tunables);

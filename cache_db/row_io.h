@@ -19,6 +19,14 @@ extern const char* const kInsertTuneSql;
 bool cubin_stale(const std::string& nvrtc_version, int generator_version, uint64_t templates_hash, const Env& env);
 bool tune_stale(const TuneRecord& r, const Env& env);
 
+// WHERE clause of one environment's tuning rows, parameters ?1..?7, bound by bind_tune_env.
+extern const char* const kTuneEnvWhere;
+void bind_tune_env(Stmt& st, const Env& env);
+// The environment a tuning row was written under.
+Env env_of(const TuneRecord& r);
+// Whether `db` holds tuning rows of (env, semantic_key, bucket).
+bool has_tune_rows(sqlite3* db, const Env& env, const std::string& semantic_key, const std::string& bucket);
+
 // Insert-or-replace one row through `ins` (prepared from the matching SQL). Returns the SQLite result code.
 int insert_cubin(Stmt& ins, const CubinRow& row, const std::string& nvrtc_version, int generator_version,
                  uint64_t templates_hash, int64_t created_unix);

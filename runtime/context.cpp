@@ -76,6 +76,10 @@ Status bind_device(fa_context c) {
 
 }  // namespace fa::rt
 
-void fa_context_s::warn(const std::string& msg) const {
-  if (verbose) std::fprintf(stderr, "fa: warning: %s\n", msg.c_str());
+void fa_context_s::warn(const std::string& msg) const { fa::rt::log_line(log_level, fa::rt::LogLevel::kWarn, msg); }
+
+void fa_context_s::info(const std::string& msg, const std::string& once_key) const {
+  fa::rt::log_line(log_level, fa::rt::LogLevel::kInfo, msg, once_key);
 }
+
+void fa_context_s::debug(const std::string& msg) const { fa::rt::log_line(log_level, fa::rt::LogLevel::kDebug, msg); }

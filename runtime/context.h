@@ -15,6 +15,7 @@
 #include "generator/problem.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/log.h"
 #include "runtime/status.h"
 
 namespace fa::rt {
@@ -44,14 +45,16 @@ struct fa_context_s {
   int device_ordinal = 0;
   int tune_policy = FA_TUNE_ON_FIRST_USE;
   std::string cache_path;
+  bool cache_read_only = false;  // $FA_CACHE_READONLY=1: the cache file is only read (api/env_options.h)
   int verbose = 0;
+  fa::rt::LogLevel log_level = fa::rt::LogLevel::kWarn;  // $FA_LOG, raised to info by verbose (api/env_options.h)
   // device (drv == nullptr or has_device == false: no launches; keys, validation and compiles still work)
   const fa::rt::Driver* drv = nullptr;
   bool has_device = false;
   std::string no_device_reason;
   CUdevice dev = 0;
   CUcontext cuctx = nullptr;
-  int arch = 80;
+  int arch = 90;                     // the device's, else $FA_ARCH, else rt::kDefaultArchWithoutDevice
   fa::gen::DeviceLimits limits;
   std::string gpu_name;
   int sm_count = 0;
@@ -61,7 +64,10 @@ struct fa_context_s {
   std::unique_ptr<fa::rt::TunableChooser> chooser;
   std::mutex mu;                     // guards the maps below
   std::set<std::string> untuned;     // keys that ran on defaults while capturing (or by policy)
+  // Messages on stderr at the context's log level, each once per process (runtime/log.h).
   void warn(const std::string& msg) const;
+  void info(const std::string& msg, const std::string& once_key = {}) const;
+  void debug(const std::string& msg) const;
 };
 
 namespace fa::rt {
@@ -78,7 +84,7 @@ class CtxGuard {
   Status st_;
 };
 
-// Arch the context compiles for: the device's, or $FA_ARCH / 80 without a device.
+// Arch the context compiles for: the device's, or $FA_ARCH / rt::kDefaultArchWithoutDevice (90) without a device.
 int context_arch(fa_context c);
 
 }  // namespace fa::rt

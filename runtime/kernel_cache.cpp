@@ -1,6 +1,7 @@
 // kernel_cache.cpp -- once-per-key compilation and module loading.
 #include "runtime/kernel_cache.h"
 
+#include "generator/family.h"
 #include "runtime/driver.h"
 
 namespace fa::rt {
@@ -39,7 +40,7 @@ Status KernelCache::get(const gen::KernelConfig& c, bool allow_compile, std::sha
   k->hash = h;
   Status st;
   if (store_) {
-    if (auto blob = store_->load(h, key, &k->ptxas)) {
+    if (auto blob = store_->load(h, key, gen::smem_of(c), &k->ptxas)) {
       k->cubin = std::move(*blob);
       k->from_store = true;
     }
@@ -57,7 +58,7 @@ Status KernelCache::get(const gen::KernelConfig& c, bool allow_compile, std::sha
       } else {
         k->cubin = std::move(r.cubin);
         k->ptxas = r.ptxas;
-        if (store_) store_->save(h, key, c.s.arch, k->cubin, k->ptxas);
+        if (store_) store_->save(h, key, c.s.arch, k->cubin, k->ptxas, gen::smem_of(c));
       }
     }
   }

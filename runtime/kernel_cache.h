@@ -21,12 +21,15 @@ namespace fa::rt {
 
 struct Driver;
 
-// Where cubins persist between processes (implemented over cache_db/). All calls are best effort.
+// Where cubins persist between processes (implemented over cache_db/). All calls are best effort. dynamic_smem is
+// the dynamic shared memory the kernel is launched with (gen::smem_of): the store keeps the CTA's whole shared
+// memory (ptxas's static part, 0 for fa's kernels, plus this), which is what `fa-tune --list` shows.
 struct CubinStore {
   virtual ~CubinStore() = default;
-  virtual std::optional<std::vector<char>> load(uint64_t hash, const std::string& key, PtxasInfo* info) = 0;
+  virtual std::optional<std::vector<char>> load(uint64_t hash, const std::string& key, unsigned dynamic_smem,
+                                                PtxasInfo* info) = 0;
   virtual void save(uint64_t hash, const std::string& key, int arch, const std::vector<char>& cubin,
-                    const PtxasInfo& info) = 0;
+                    const PtxasInfo& info, unsigned dynamic_smem) = 0;
 };
 
 struct Kernel {

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/alignment_note.h"
+
 namespace fa::rt {
 
 FaFwdArgs make_fwd_args(const fa_params& p, const gen::ProblemDesc& d) {
@@ -92,6 +94,7 @@ Status kernel_for(fa_context c, const gen::KernelConfig& cfg, bool allow_compile
 Status plan_for(fa_context c, gen::Role role, const gen::ProblemDesc& d, const TuneRequest* tune, gen::Plan* out) {
   const gen::Semantic s = gen::select(role, d, context_arch(c));
   if (s.family == nullptr) return error(FA_ERROR_NOT_SUPPORTED, "no kernel family is built in for this problem");
+  note_alignment_fallback(c, role, d, s);
   if (!s.family->tuned_on_first_use) {  // the family runs at its defaults (the reference backward)
     *out = gen::make_plan(s, d);
     return Status::Ok();

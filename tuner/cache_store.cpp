@@ -18,21 +18,24 @@ cache::Env context_env(fa_context c) {
   return e;
 }
 
-std::optional<std::vector<char>> CacheStore::load(uint64_t hash, const std::string& key, rt::PtxasInfo* info) {
+std::optional<std::vector<char>> CacheStore::load(uint64_t hash, const std::string& key, unsigned dynamic_smem,
+                                                  rt::PtxasInfo* info) {
   std::optional<cache::CubinRow> row = db_->get_cubin(hash, key);
   if (!row || row->cubin.empty()) return std::nullopt;
+  c_->debug("cache: cubin " + key + " from " + db_->path());
   if (info != nullptr) {
     *info = rt::PtxasInfo{};
     info->registers = row->registers;
     info->spill_stores = row->spill_bytes > 0 ? row->spill_bytes : 0;
     info->spill_loads = 0;
-    info->smem_static = row->smem_bytes > 0 ? row->smem_bytes : 0;
+    const int dynamic = static_cast<int>(dynamic_smem);
+    info->smem_static = row->smem_bytes > dynamic ? row->smem_bytes - dynamic : 0;
   }
   return std::vector<char>(row->cubin.begin(), row->cubin.end());
 }
 
 void CacheStore::save(uint64_t hash, const std::string& key, int arch, const std::vector<char>& cubin,
-                      const rt::PtxasInfo& info) {
+                      const rt::PtxasInfo& info, unsigned dynamic_smem) {
   cache::CubinRow row;
   row.compile_key = key;
   row.compile_hash = hash;
@@ -40,14 +43,18 @@ void CacheStore::save(uint64_t hash, const std::string& key, int arch, const std
   row.cubin.assign(cubin.begin(), cubin.end());
   row.registers = info.registers;
   row.spill_bytes = info.registers < 0 ? -1 : info.spill_stores + info.spill_loads;
-  row.smem_bytes = info.registers < 0 ? -1 : info.smem_static;
-  db_->put_cubin(row);  // best effort: a failed write was warned about by the Db
+  // ptxas's "bytes smem" is the static part only, 0 for fa's kernels (their tiles are dynamic shared memory).
+  row.smem_bytes = info.registers < 0 ? -1 : info.smem_static + static_cast<int>(dynamic_smem);
+  if (db_->put_cubin(row)) c_->debug("cache: stored cubin " + key + " in " + db_->path());
+  // else best effort: a failed write was warned about by the Db
 }
 
 std::unique_ptr<CacheStore> open_cache_store(fa_context c, const char* path) {
   cache::WarnFn warn = [c](const std::string& m) { c->warn("cache: " + m); };
-  auto db = cache::Db::open(path != nullptr ? std::string(path) : std::string(), context_env(c), std::move(warn));
-  return std::make_unique<CacheStore>(std::move(db));
+  const cache::OpenMode mode = c->cache_read_only ? cache::OpenMode::kReadOnly : cache::OpenMode::kReadWrite;
+  auto db = cache::Db::open(path != nullptr ? std::string(path) : std::string(), context_env(c), std::move(warn),
+                            mode);
+  return std::make_unique<CacheStore>(std::move(db), c);
 }
 
 cache::Db* context_db(fa_context c) {

@@ -21,8 +21,11 @@ rt::Status defaults_for(fa_context c, const gen::Semantic& s, const gen::Problem
 }
 
 void record_untuned(fa_context c, const std::string& key) {
-  std::lock_guard<std::mutex> lock(c->mu);
-  c->untuned.insert(key);
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    c->untuned.insert(key);
+  }
+  c->info("tuner: no tuned entry for " + key + "; it runs at its heuristic defaults (fa-tune tunes it ahead of time)");
 }
 
 // Whether t is valid for some problem of p's tuning key: p itself, or p with seqlen_k in the other shape class.
@@ -107,6 +110,7 @@ bool TuningChooser::lookup(fa_context c, const gen::Semantic& s, const gen::Prob
     }
     return fallback(c, s, p, key, out);
   }
+  c->debug("tuner: " + key + " uses its cached winner " + best->tunables);
   std::lock_guard<std::mutex> lock(mu_);
   memory_[key] = t;
   *out = t;
@@ -146,6 +150,7 @@ rt::Status TuningChooser::choose(fa_context c, const gen::Semantic& s, const gen
     record_untuned(c, key);
     return defaults_for(c, s, p, out);
   }
+  c->info("tuner: tuned " + key + ": " + gen::tunables_key(s, outcome.winner));
   std::lock_guard<std::mutex> lock(mu_);
   memory_[key] = outcome.winner;
   *out = outcome.winner;

@@ -8,6 +8,8 @@
 #include <functional>
 #include <map>
 
+#include "runtime/arch.h"
+
 namespace fa::tune {
 
 namespace {
@@ -203,7 +205,8 @@ std::string usage_text() {
   u +=
       "options:\n"
       "  --dry-run              compile the whole candidate space (no GPU needed) and report counts and spills\n"
-      "  --arch N               SM version to compile for (80, 86, 89, 90; default: the device's, or 90)\n"
+      "  --arch N               SM version to compile for with --dry-run (80, 86, 89, 90; also sm_90, 90a;\n"
+      "                         default: the device's, else $FA_ARCH, else 90)\n"
       "  --budget-ms MS         timing budget per tuning key (default $FA_TUNE_BUDGET_MS or 2000)\n"
       "  --threads N            compile threads (default min(cores, 8, free RAM / 1 GiB))\n"
       "  --max-candidates N     try at most N candidates per kernel besides the default\n"
@@ -215,7 +218,8 @@ std::string usage_text() {
       "  --prune                delete stale rows\n"
       "  --export FILE          copy the valid rows into another cache file\n"
       "  --import FILE          copy the valid rows of another cache file into this one\n"
-      "  --progress / --no-progress   force the progress bar on or off (default: on when stderr is a terminal)\n"
+      "  --progress / --no-progress   force the progress bar on, or every progress line off (default: a bar\n"
+      "                         when stderr is a terminal, else a line per item)\n"
       "  -h, --help\n"
       "exit codes: 0 ok, 1 failure, 2 bad command line, 3 no usable GPU\n";
   return u;
@@ -260,9 +264,8 @@ bool parse_tune_args(const std::vector<std::string>& argv, TuneArgs* out, std::s
       {"--import", [&](const std::string&, const std::string& v) { a.import_path = v; return true; }},
       {"--cache", [&](const std::string&, const std::string& v) { a.cache_path = v; return true; }},
       {"--arch", [&](const std::string& f, const std::string& v) {
-         long long x = 0;
-         if (parse_int(v, 80, 130, &x)) { a.arch = static_cast<int>(x); return true; }
-         *error = fmt::format("{}: expected an SM version such as 80, 86, 89 or 90, got '{}'", f, v);
+         if (rt::parse_arch(v, &a.arch)) return true;
+         *error = fmt::format("{}: expected {}, got '{}'", f, rt::arch_expected(), v);
          return false; }},
       {"--budget-ms", [&](const std::string& f, const std::string& v) {
          char* end = nullptr;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -63,12 +64,22 @@ struct ContextHolder {
   }
 };
 
-int do_list(fa_context c, std::FILE* out) {
-  cache::Db* db = context_db(c);
-  if (db == nullptr) return 1;
+// Why the cache file asked for is not in use ("" when it is, or when none was asked for): "no such file", or
+// "cannot be read" (its Db warned why).
+std::string unusable_file(const cache::Db* db) {
+  if (!db->in_memory() || db->requested_path() == ":memory:") return "";
+  std::error_code ec;
+  return std::filesystem::exists(db->requested_path(), ec) ? "cannot be read" : "no such file";
+}
+
+int do_list(cache::Db* db, std::FILE* out) {
+  if (const std::string why = unusable_file(db); !why.empty()) {
+    fmt::print(out, "cache {}: {}; nothing listed\n", db->requested_path(), why);
+    return why == "no such file" ? 0 : 1;  // no cache yet is not a failure
+  }
   const auto rows = db->list_tune_rows(true);
   const auto cubins = db->list_cubins(true);
-  fmt::print(out, "cache {}{}\n", db->path(), db->in_memory() ? " (in memory)" : "");
+  fmt::print(out, "cache {}{}\n", db->path(), db->in_memory() ? " (in memory)" : db->read_only() ? " (read-only)" : "");
   fmt::print(out, "tuning rows: {}\n", rows.size());
   for (const cache::TuneRecord& r : rows) {
     fmt::print(out, "  {:<5} {} sm{} | {} | {} | {} | {} ms | {}\n", r.stale ? "STALE" : "", r.gpu_name, r.sm_count,
@@ -84,8 +95,8 @@ int do_list(fa_context c, std::FILE* out) {
 }
 
 // --dry-run: every candidate config of the grid compiled once (deduplicated), pruned by ptxas.
-int do_dry_run(fa_context c, const TuneArgs& a, bool bar, std::FILE* out, std::FILE* err) {
-  const int arch = a.arch > 0 ? a.arch : (c->has_device ? c->arch : 90);
+int do_dry_run(fa_context c, const TuneArgs& a, ProgressMode progress_mode, std::FILE* out, std::FILE* err) {
+  const int arch = a.arch > 0 ? a.arch : c->arch;  // the context's: the device's, else $FA_ARCH, else the default
   const gen::DeviceLimits lim = c->has_device && arch == c->arch ? c->limits : gen::limits_for_arch(arch);
   const std::vector<GridPoint> grid = expand_grid(a);
   std::vector<gen::KernelConfig> configs;
@@ -104,7 +115,7 @@ int do_dry_run(fa_context c, const TuneArgs& a, bool bar, std::FILE* out, std::F
   fmt::print(out, "dry run for sm_{}: {} grid points, {} kernel semantics, {} distinct candidate kernels\n", arch,
              grid.size(), semantics.size(), configs.size());
   std::fflush(out);
-  Progress progress(err, bar, configs.size(), "compile");
+  Progress progress(err, progress_mode, configs.size(), "compile");
   TuneOptions o;
   o.threads = a.threads;
   std::atomic<long long> cpu_ms{0}, from_store{0};
@@ -156,7 +167,7 @@ struct Row {
   std::string error;
 };
 
-int do_tune(fa_context c, const TuneArgs& a, bool bar, std::FILE* out, std::FILE* err) {
+int do_tune(fa_context c, const TuneArgs& a, ProgressMode progress_mode, std::FILE* out, std::FILE* err) {
   const std::vector<GridPoint> grid = expand_grid(a);
   TuneOptions o;
   o.budget_ms = a.budget_ms;
@@ -164,7 +175,7 @@ int do_tune(fa_context c, const TuneArgs& a, bool bar, std::FILE* out, std::FILE
   o.use_cache = !a.force;
   o.max_candidates = a.max_candidates;
   std::vector<Row> rows;
-  Progress progress(err, bar, grid.size(), "tune");
+  Progress progress(err, progress_mode, grid.size(), "tune");
   for (const GridPoint& g : grid) {
     Row row{g, {}, {}};
     std::unique_ptr<DeviceProblem> dp;
@@ -255,28 +266,48 @@ int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std
   fa_context_options opt;
   fa_context_options_init(&opt);
   opt.tune_policy = FA_TUNE_DEFAULTS_ONLY;  // fa-tune times explicitly; nothing implicit
-  opt.verbose = 1;
-  opt.cache_path = a.cache_path.empty() ? nullptr : a.cache_path.c_str();
+  // Messages follow $FA_LOG (warn by default), as for any program using fa.
+  // --list and --export only read the cache: the file is opened read-only (never written, migrated or moved aside,
+  // even when corrupt) and the context gets a private in-memory cache. Everything else uses the context's cache.
+  const bool writes = a.grid_given || a.dry_run || a.prune || !a.import_path.empty();
+  opt.cache_path = !writes ? ":memory:" : a.cache_path.empty() ? nullptr : a.cache_path.c_str();
   ContextHolder holder{hooks};
   if (hooks.context_create(&opt, &holder.c) != FA_OK) {
     fmt::print(err, "fa-tune: cannot create an fa context: {}\n", fa_last_error());
     return 1;
   }
   fa_context c = holder.c;
-  const bool bar = a.progress == 1 || (a.progress == -1 && isatty(fileno(err)));
-  cache::Db* db = context_db(c);
+  std::unique_ptr<cache::Db> reading;
+  if (!writes) {
+    const std::string path = a.cache_path.empty() ? cache::default_cache_path() : a.cache_path;
+    std::error_code ec;
+    cache::WarnFn warn;  // a missing file needs no warning: do_list says "no such file", export names it
+    if (std::filesystem::exists(path, ec)) {
+      warn = [err](const std::string& m) { fmt::print(err, "fa-tune: cache: {}\n", m); };
+    }
+    reading = cache::Db::open(path, context_env(c), warn, cache::OpenMode::kReadOnly);
+  }
+  const ProgressMode progress = a.progress == 0   ? ProgressMode::kOff
+                                : a.progress == 1 ? ProgressMode::kBar
+                                                  : (isatty(fileno(err)) ? ProgressMode::kBar : ProgressMode::kLines);
+  cache::Db* db = writes ? context_db(c) : reading.get();
+  if (db == nullptr) {
+    fmt::print(err, "fa-tune: internal error: the context has no cache\n");
+    return 1;
+  }
   int rc = 0;
 
+  // The Db's messages name the action and the file ("import from F: ..."): printed once, as they are.
   if (!a.import_path.empty()) {
-    const int n = db ? db->import_from(a.import_path) : -1;
+    const int n = db->import_from(a.import_path);
     if (n < 0) {
-      fmt::print(err, "fa-tune: --import: cannot import '{}': {}\n", a.import_path, db ? db->last_error() : "no cache");
+      fmt::print(err, "fa-tune: {}\n", db->last_error());
       return 1;
     }
     fmt::print(out, "imported {} rows from {}\n", n, a.import_path);
   }
   if (a.dry_run) {
-    rc = std::max(rc, do_dry_run(c, a, bar, out, err));
+    rc = std::max(rc, do_dry_run(c, a, progress, out, err));
   } else if (a.grid_given) {
     if (!c->has_device) {
       fmt::print(err, "fa-tune: no usable GPU: {}\nfa-tune: use --dry-run (with --arch 80|90) to compile the candidate "
@@ -288,21 +319,24 @@ int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std
                  c->arch);
       return 2;
     }
-    rc = std::max(rc, do_tune(c, a, bar, out, err));
+    rc = std::max(rc, do_tune(c, a, progress, out, err));
   }
   if (a.prune) {
-    const int n = db ? db->prune_stale() : -1;
+    const int n = db->prune_stale();
     if (n < 0) {
-      fmt::print(err, "fa-tune: --prune failed: {}\n", db ? db->last_error() : "no cache");
+      fmt::print(err, "fa-tune: --prune failed: {}\n", db->last_error());
       rc = 1;
     } else {
       fmt::print(out, "pruned {} stale rows\n", n);
     }
   }
-  if (a.list && do_list(c, out) != 0) rc = 1;
+  if (a.list && do_list(db, out) != 0) rc = 1;
   if (!a.export_path.empty()) {
-    if (db == nullptr || !db->export_to(a.export_path)) {
-      fmt::print(err, "fa-tune: --export: cannot export to '{}': {}\n", a.export_path, db ? db->last_error() : "no cache");
+    if (const std::string why = unusable_file(db); !why.empty()) {
+      fmt::print(err, "fa-tune: export from {}: {}\n", db->requested_path(), why);
+      rc = 1;
+    } else if (!db->export_to(a.export_path)) {
+      fmt::print(err, "fa-tune: {}\n", db->last_error());
       rc = 1;
     } else {
       fmt::print(out, "exported the cache to {}\n", a.export_path);

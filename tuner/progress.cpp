@@ -1,4 +1,4 @@
-// progress.cpp -- the progress bar / plain progress lines of fa-tune.
+// progress.cpp -- the progress bar / plain progress lines of fa-tune (or nothing: --no-progress).
 #include "tuner/progress.h"
 
 #include <fmt/format.h>
@@ -7,8 +7,8 @@
 
 namespace fa::tune {
 
-Progress::Progress(std::FILE* f, bool bar, size_t total, std::string what)
-    : f_(f), bar_(bar), total_(total), what_(std::move(what)), t0_(std::chrono::steady_clock::now()) {}
+Progress::Progress(std::FILE* f, ProgressMode mode, size_t total, std::string what)
+    : f_(f), mode_(mode), total_(total), what_(std::move(what)), t0_(std::chrono::steady_clock::now()) {}
 
 std::string Progress::clock(double seconds) {
   const long long s = static_cast<long long>(seconds + 0.5);
@@ -17,11 +17,12 @@ std::string Progress::clock(double seconds) {
 }
 
 void Progress::step(const std::string& label) {
+  if (mode_ == ProgressMode::kOff) return;
   std::lock_guard<std::mutex> lock(mu_);
   ++done_;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   const double eta = done_ > 0 ? elapsed / static_cast<double>(done_) * static_cast<double>(total_ - std::min(done_, total_)) : 0;
-  if (bar_) {
+  if (mode_ == ProgressMode::kBar) {
     constexpr size_t kWidth = 30;
     const size_t fill = total_ > 0 ? kWidth * done_ / total_ : kWidth;
     std::string shown = label.size() > 40 ? label.substr(0, 37) + "..." : label;
@@ -35,8 +36,9 @@ void Progress::step(const std::string& label) {
 }
 
 void Progress::finish() {
+  if (mode_ == ProgressMode::kOff) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (bar_ && !finished_) fmt::print(f_, "\n");
+  if (mode_ == ProgressMode::kBar && !finished_) fmt::print(f_, "\n");
   finished_ = true;
   std::fflush(f_);
 }

@@ -1,4 +1,4 @@
-// progress.h -- fa-tune's progress display: a one-line bar with ETA on a terminal, plain lines otherwise.
+// progress.h -- fa-tune's progress display: a one-line bar with ETA, a plain line per item, or nothing.
 #pragma once
 
 #include <chrono>
@@ -8,9 +8,11 @@
 
 namespace fa::tune {
 
+enum class ProgressMode { kOff, kLines, kBar };
+
 class Progress {
  public:
-  Progress(std::FILE* f, bool bar, size_t total, std::string what);
+  Progress(std::FILE* f, ProgressMode mode, size_t total, std::string what);
   // One more item done (thread-safe).
   void step(const std::string& label);
   // Ends the bar's line.
@@ -20,7 +22,7 @@ class Progress {
 
  private:
   std::FILE* f_;
-  bool bar_;
+  ProgressMode mode_;
   size_t total_, done_ = 0;
   std::string what_;
   std::chrono::steady_clock::time_point t0_;

@@ -107,14 +107,21 @@ typedef struct fa_context_options {
   int32_t device_ordinal;     /* CUDA device ordinal (default 0) */
   int32_t tune_policy;        /* fa_tune_policy; default from $FA_TUNE_POLICY (first_use|defaults|require), else 0 */
   const char* cache_path;     /* SQLite file; NULL: $FA_CACHE_PATH, else $XDG_CACHE_HOME/fa/cache.sqlite, else
-                                 ~/.cache/fa/cache.sqlite; ":memory:" keeps nothing across processes */
-  int32_t verbose;            /* 1: warnings (e.g. a corrupt cache moved aside) go to stderr; default 0 */
+                                 ~/.cache/fa/cache.sqlite; ":memory:" keeps nothing across processes. A file this
+                                 process may not write (or its directory), or any file with $FA_CACHE_READONLY=1, is
+                                 only read: its cubins and tuning results are used, new ones stay in memory */
+  int32_t verbose;            /* messages on stderr follow $FA_LOG: off, warn (the default: cache trouble such as
+                                 a file moved aside or not writable, a failed tuning; each message once per
+                                 process), info (also decisions such as a problem sent to the reference kernel),
+                                 debug (also every cache hit and store). 1: at least info; default 0 */
   int32_t reserved0;
 } fa_context_options;
 
 FA_API fa_status fa_context_options_init(fa_context_options* options);
-/* Creates a context. Without a CUDA driver the context is still created (so keys, validation and compilation work)
- * and device-bound calls return FA_ERROR_NO_DEVICE. A context is safe to share between threads. */
+/* Creates a context. Without a CUDA driver the context is still created (so keys, validation and compilation work,
+ * for the arch $FA_ARCH names: 80, 86, 89 or 90, also written sm_90, sm90 or 90a; default 90) and device-bound calls
+ * return FA_ERROR_NO_DEVICE. A bad $FA_ARCH, $FA_LOG, $FA_TUNE_POLICY or $FA_CACHE_READONLY fails with
+ * FA_ERROR_INVALID_ARGUMENT naming the variable. A context is safe to share between threads. */
 FA_API fa_status fa_context_create(const fa_context_options* options, fa_context* out_context);
 /* NULL is a no-op. The caller must not destroy a context while another thread uses it. */
 FA_API void fa_context_destroy(fa_context context);
@@ -136,7 +143,10 @@ typedef struct fa_params {
   int32_t head_dim;     /* of q and k: a multiple of 8 in [8, 256] */
   int32_t head_dim_v;   /* of v and o: a multiple of 8 in [8, 256]; 0 means head_dim */
 
-  /* Device pointers, aligned to the element size; strides in elements, >= 0. */
+  /* Device pointers, aligned to the element size; strides in elements, >= 0. The fast kernel families (fwd_mma,
+   * and bwd_mma in the backward) need more: q, k, v, o (bias; dout, dq, dk, dv) pointers 16-byte aligned, their
+   * batch / seq / head strides multiples of 16 bytes (8 fp16 / bf16 elements), and bias_stride_k == 1. Otherwise the
+   * reference kernels run: the same results, much slower ($FA_LOG=info says so once per problem class). */
   const void* q; int64_t q_stride_batch, q_stride_seq, q_stride_head;
   const void* k; int64_t k_stride_batch, k_stride_seq, k_stride_head;
   const void* v; int64_t v_stride_batch, v_stride_seq, v_stride_head;

@@ -15,6 +15,7 @@ from . import _structs as structs
 from ._lib import available, candidate_paths, last_error, library_path, missing_functions, status_string
 from ._lib import version as library_version
 from .context import Context, default_context, set_default_context
+from .support import Support
 from .errors import (CacheError, CompileError, DriverError, EnvironmentFailure, FaError, InternalError,
                      InvalidArgument, InvalidVersion, LaunchError, LibraryNotFoundError, MissingFunctionError, NoDevice, NotSupported,
                      NotTuned, NvrtcUnavailable, OutOfMemory, StreamCapturing, error_class)
@@ -39,7 +40,7 @@ if not HAS_TORCH:
     attention = prepare = is_supported = problem_key = _no_torch
 
 __all__ = [
-    "attention", "prepare", "is_supported", "problem_key", "Context", "default_context", "set_default_context",
+    "attention", "prepare", "is_supported", "problem_key", "Support", "Context", "default_context", "set_default_context",
     "available", "library_path", "library_version", "candidate_paths", "status_string", "last_error", "structs",
     "FaError", "InvalidArgument", "InvalidVersion", "NotSupported", "NotTuned", "EnvironmentFailure", "NoDevice",
     "DriverError", "OutOfMemory", "CompileError", "NvrtcUnavailable", "LaunchError", "StreamCapturing",

@@ -18,6 +18,7 @@ from torch import Tensor
 from . import _structs as S
 from ._tensor_params import (build_bwd_params, build_params, check_inputs, last_dim_contiguous, output_shapes)
 from .context import default_context
+from .support import Support
 
 
 def _stream(device: torch.device) -> int:
@@ -237,12 +238,12 @@ def prepare(q: Tensor, k: Tensor, v: Tensor, *, backward: Optional[bool] = None,
     del keep
 
 
-def is_supported(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> tuple[bool, str]:
-    """(True, "") when fa.attention(q, k, v, **kwargs) would run, else (False, the library's reason)."""
+def is_supported(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Support:
+    """A fa.Support: truthy when fa.attention(q, k, v, **kwargs) would run, else falsy with the reason in .reason."""
     p, keep, (q2, *_rest) = _problem(q, k, v, dict(kwargs))
-    ok = default_context(_device_index(q2.device)).is_supported(p)
+    answer = default_context(_device_index(q2.device)).is_supported(p)
     del keep
-    return ok
+    return answer
 
 
 def problem_key(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> str:

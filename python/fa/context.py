@@ -11,6 +11,7 @@ import threading
 
 from . import _lib
 from . import _structs as S
+from .support import Support
 
 
 class Context:
@@ -71,10 +72,10 @@ class Context:
     def prepare(self, params: S.Params) -> None:
         _lib.check(self._lib.fa_prepare(self.handle, ctypes.byref(params)))
 
-    def is_supported(self, params: S.Params) -> tuple[bool, str]:
-        """(True, "") or (False, reason)."""
+    def is_supported(self, params: S.Params) -> Support:
+        """A Support: truthy when fa_run would accept params, else falsy with the library's reason in .reason."""
         ok = bool(self._lib.fa_is_supported(self.handle, ctypes.byref(params)))
-        return ok, ("" if ok else _lib.last_error())
+        return Support(ok, "" if ok else _lib.last_error())
 
     def problem_key(self, params: S.Params) -> str:
         buf = ctypes.create_string_buffer(4096)

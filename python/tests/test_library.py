@@ -142,8 +142,9 @@ BAD = [
 
 @requires_lib
 def test_valid_baseline_is_supported(ctx):
-    ok, reason = ctx.is_supported(valid_params())
-    assert ok, reason
+    answer = ctx.is_supported(valid_params())
+    assert answer, answer.reason
+    assert answer.supported is True and answer.reason == ""
     key = ctx.problem_key(valid_params())
     assert key and str(SQ) not in key.split("_") and str(SK) not in key.split("_")
 
@@ -153,8 +154,10 @@ def test_valid_baseline_is_supported(ctx):
 def test_invalid_argument_names_the_field(ctx, desc, mutate, words):
     p = valid_params()
     mutate(p)
-    ok, reason = ctx.is_supported(p)
-    assert not ok, desc
+    answer = ctx.is_supported(p)
+    assert not answer, desc
+    assert answer.supported is False
+    reason = answer.reason
     assert any(re.search(rf"\b{w}\b", reason) for w in words), f"{desc}: {reason!r} names none of {words}"
     with pytest.raises(fa.InvalidArgument) as info:
         ctx.run(p, None)  # NULL stream; validation fails before anything could be launched
@@ -187,9 +190,9 @@ def test_backward_without_forward_params(ctx):
 def test_last_error_cleared_after_success(ctx):
     p = valid_params()
     p.head_dim = 12
-    assert not ctx.is_supported(p)[0]
+    assert not ctx.is_supported(p)
     assert fa.last_error() != ""
-    assert ctx.is_supported(valid_params())[0]
+    assert ctx.is_supported(valid_params())
     assert fa.last_error() == ""
 
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cache_db/cache_db.h"
+#include "tests/cpu/cache_db_support.h"
 
 namespace {
 
@@ -26,17 +27,7 @@ using fa::cache::CubinRow;
 using fa::cache::Db;
 using fa::cache::Env;
 using fa::cache::TuneRow;
-
-std::mt19937_64& rng() {
-  static std::mt19937_64 r{std::random_device{}()};
-  return r;
-}
-
-std::vector<uint8_t> random_blob(size_t n) {
-  std::vector<uint8_t> b(n);
-  for (auto& x : b) x = static_cast<uint8_t>(rng()() & 0xff);
-  return b;
-}
+using namespace fa::test::cachedb;
 
 Env make_env() {
   Env e;
@@ -50,63 +41,7 @@ Env make_env() {
   return e;
 }
 
-CubinRow make_cubin(const std::string& key, size_t size, int arch = 90) {
-  CubinRow r;
-  r.compile_key = key;
-  r.compile_hash = rng()();
-  r.arch = arch;
-  r.cubin = random_blob(size);
-  r.registers = static_cast<int>(rng()() % 255);
-  r.spill_bytes = static_cast<int>(rng()() % 64);
-  r.smem_bytes = static_cast<int>(rng()() % 200000);
-  return r;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/fa_cache_db_test_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    path_ = p != nullptr ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-struct Warnings {
-  std::vector<std::string> list;
-  fa::cache::WarnFn fn() {
-    return [this](const std::string& m) { list.push_back(m); };
-  }
-  bool any_contains(const std::string& s) const {
-    return std::any_of(list.begin(), list.end(), [&](const std::string& m) { return m.find(s) != std::string::npos; });
-  }
-};
-
 // Raw SQLite access, independent of the module under test.
-int64_t raw_scalar(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  int64_t v = std::numeric_limits<int64_t>::min();
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
-    sqlite3_busy_timeout(db, 5000);
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
-      v = sqlite3_column_int64(st, 0);
-    }
-    sqlite3_finalize(st);
-  }
-  sqlite3_close(db);
-  return v;
-}
-
 std::string raw_text(const std::string& path, const std::string& sql) {
   sqlite3* db = nullptr;
   std::string v = "<error>";
@@ -120,14 +55,6 @@ std::string raw_text(const std::string& path, const std::string& sql) {
   }
   sqlite3_close(db);
   return v;
-}
-
-bool raw_exec(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  bool ok = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) == SQLITE_OK &&
-            sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK;
-  sqlite3_close(db);
-  return ok;
 }
 
 // Overwrites the blob of one cubin row (size and checksum columns untouched).
@@ -189,7 +116,7 @@ TEST_F(CacheDbTest, CubinRoundTrip) {
   const std::string path = dir.file("cache.sqlite");
   std::vector<CubinRow> rows;
   const size_t sizes[] = {1, 17, 4096, 250000 + rng()() % 1000};
-  for (size_t i = 0; i < 4; ++i) rows.push_back(make_cubin("key_" + std::to_string(i), sizes[i], 80 + 10 * int(i % 2)));
+  for (size_t i = 0; i < 4; ++i) rows.push_back(make_cubin(numbered("key_", i), sizes[i], 80 + 10 * int(i % 2)));
   {
     auto db = Db::open(path, env, warnings.fn());
     for (const auto& r : rows) ASSERT_TRUE(db->put_cubin(r)) << db->last_error();
@@ -232,7 +159,7 @@ TEST_F(CacheDbTest, TuneResultsKeepEveryCandidateAndBestIsMinOk) {
     TuneRow r;
     r.semantic_key = sem;
     r.bucket = bucket;
-    r.tunables = "bm" + std::to_string(64 * (1 + i % 4)) + "_w" + std::to_string(i);
+    r.tunables = numbered("bm", 64 * (1 + i % 4)) + numbered("_w", i);
     r.status = statuses[rng()() % 6];
     r.median_ms = r.status == "compile_error" ? std::numeric_limits<double>::quiet_NaN()
                                               : 0.01 + std::uniform_real_distribution<double>(0.0, 5.0)(rng());
@@ -334,8 +261,8 @@ TEST_F(CacheDbTest, StaleRowsAreMissesAndPruneCountsThem) {
   const int n_cubins = 3 + static_cast<int>(rng()() % 5), n_tune = 4 + static_cast<int>(rng()() % 5);
   std::vector<CubinRow> cubins;
   std::vector<TuneRow> tunes;
-  for (int i = 0; i < n_cubins; ++i) cubins.push_back(make_cubin("k" + std::to_string(i), 100));
-  for (int i = 0; i < n_tune; ++i) tunes.push_back({"sem", "b", "t" + std::to_string(i), 1.0 + i, "ok"});
+  for (int i = 0; i < n_cubins; ++i) cubins.push_back(make_cubin(numbered("k", i), 100));
+  for (int i = 0; i < n_tune; ++i) tunes.push_back({"sem", "b", numbered("t", i), 1.0 + i, "ok"});
   {
     auto db = Db::open(path, env, warnings.fn());
     for (const auto& c : cubins) ASSERT_TRUE(db->put_cubin(c));
@@ -424,11 +351,11 @@ TEST_F(CacheDbTest, ExportImportRoundTripCopiesOnlyValidRows) {
   const std::string src_path = dir.file("src.sqlite"), out_path = dir.file("out/export.sqlite");
   auto src = Db::open(src_path, env, warnings.fn());
   std::vector<CubinRow> cubins;
-  for (int i = 0; i < 5; ++i) cubins.push_back(make_cubin("c" + std::to_string(i), 500 + rng()() % 5000));
+  for (int i = 0; i < 5; ++i) cubins.push_back(make_cubin(numbered("c", i), 500 + rng()() % 5000));
   for (const auto& c : cubins) ASSERT_TRUE(src->put_cubin(c));
   std::vector<TuneRow> tunes;
   for (int i = 0; i < 7; ++i) {
-    tunes.push_back({"s" + std::to_string(i % 2), "b", "t" + std::to_string(i),
+    tunes.push_back({numbered("s", i % 2), "b", numbered("t", i),
                      std::uniform_real_distribution<double>(0.1, 3.0)(rng()), i == 3 ? "compile_error" : "ok"});
   }
   ASSERT_TRUE(src->put_tune_results(tunes));
@@ -573,7 +500,7 @@ TEST_F(CacheDbTest, ThreadsShareOneDb) {
   std::vector<std::vector<CubinRow>> rows(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     for (int i = 0; i < kPerThread; ++i) {
-      rows[size_t(t)].push_back(make_cubin("t" + std::to_string(t) + "_" + std::to_string(i), 64 + rng()() % 512));
+      rows[size_t(t)].push_back(make_cubin(numbered("t", t) + numbered("_", i), 64 + rng()() % 512));
     }
   }
   std::vector<int> failures(kThreads, 0);

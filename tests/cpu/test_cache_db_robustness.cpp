@@ -1,7 +1,7 @@
 // test_cache_db_robustness.cpp -- fa::cache::Db under real conditions: schema migration (v0 files, old layouts,
 // a transactional fake v1 -> v2 step, newer files left untouched), several processes writing one file at once, a
-// writer killed by SIGKILL mid-transaction, corrupt and truncated files moved aside, a read-only location, an
-// uncreatable directory and a full disk (RLIMIT_FSIZE) degrading to memory. Child processes report through their
+// writer killed by SIGKILL mid-transaction, corrupt and truncated files moved aside, a read-only location (a cache in
+// it served read-only), an uncreatable directory and a full disk (RLIMIT_FSIZE) degrading to memory. Child processes report through their
 // exit status; each test uses a fresh temporary directory and random data.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -27,6 +27,7 @@
 #include "cache_db/cache_db.h"
 #include "cache_db/checksum.h"
 #include "cache_db/schema.h"
+#include "tests/cpu/cache_db_support.h"
 
 namespace {
 
@@ -35,17 +36,7 @@ using fa::cache::CubinRow;
 using fa::cache::Db;
 using fa::cache::Env;
 using fa::cache::TuneRow;
-
-std::mt19937_64& rng() {
-  static std::mt19937_64 r{std::random_device{}()};
-  return r;
-}
-
-std::vector<uint8_t> random_blob(size_t n) {
-  std::vector<uint8_t> b(n);
-  for (auto& x : b) x = static_cast<uint8_t>(rng()() & 0xff);
-  return b;
-}
+using namespace fa::test::cachedb;
 
 Env make_env() {
   Env e;
@@ -57,92 +48,6 @@ Env make_env() {
   e.templates_hash = rng()();
   e.generator_version = 1;
   return e;
-}
-
-CubinRow make_cubin(const std::string& key, size_t size) {
-  CubinRow r;
-  r.compile_key = key;
-  r.compile_hash = rng()();
-  r.arch = 90;
-  r.cubin = random_blob(size);
-  r.registers = static_cast<int>(rng()() % 255);
-  r.spill_bytes = 0;
-  r.smem_bytes = static_cast<int>(rng()() % 100000);
-  return r;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/fa_cache_robust_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    path_ = p != nullptr ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
-         it.increment(ec)) {
-      std::error_code e2;
-      if (it->is_directory(e2)) fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, e2);
-    }
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-struct Warnings {
-  std::vector<std::string> list;
-  fa::cache::WarnFn fn() {
-    return [this](const std::string& m) { list.push_back(m); };
-  }
-  bool any_contains(const std::string& s) const {
-    return std::any_of(list.begin(), list.end(), [&](const std::string& m) { return m.find(s) != std::string::npos; });
-  }
-};
-
-int64_t raw_scalar(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  int64_t v = std::numeric_limits<int64_t>::min();
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
-    sqlite3_busy_timeout(db, 5000);
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
-      v = sqlite3_column_int64(st, 0);
-    }
-    sqlite3_finalize(st);
-  }
-  sqlite3_close(db);
-  return v;
-}
-
-bool raw_exec(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  bool ok = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) == SQLITE_OK &&
-            sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK;
-  sqlite3_close(db);
-  return ok;
-}
-
-std::vector<char> read_file(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-std::vector<std::string> corrupt_copies(const std::string& dir, const std::string& base) {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(base + ".corrupt-", 0) == 0 && name.find("-wal") == std::string::npos &&
-        name.find("-shm") == std::string::npos) {
-      out.push_back(e.path().string());
-    }
-  }
-  return out;
 }
 
 // Waits for a child; returns its exit status, or 1000 + signal number.
@@ -305,11 +210,11 @@ TEST_F(CacheDbRobustTest, ProcessesWritingOneFileLoseAndDuplicateNothing) {
   std::vector<std::vector<CubinRow>> own(kChildren);
   for (int c = 0; c < kChildren; ++c) {
     for (int i = 0; i < kDistinct; ++i) {
-      own[size_t(c)].push_back(make_cubin("p" + std::to_string(c) + "_" + std::to_string(i), 1000 + rng()() % 20000));
+      own[size_t(c)].push_back(make_cubin(numbered("p", c) + numbered("_", i), 1000 + rng()() % 20000));
     }
   }
   std::vector<CubinRow> shared;
-  for (int i = 0; i < kShared; ++i) shared.push_back(make_cubin("shared_" + std::to_string(i), 5000));
+  for (int i = 0; i < kShared; ++i) shared.push_back(make_cubin(numbered("shared_", i), 5000));
 
   int go[2];
   ASSERT_EQ(pipe(go), 0);
@@ -335,7 +240,7 @@ TEST_F(CacheDbRobustTest, ProcessesWritingOneFileLoseAndDuplicateNothing) {
         if (!g || g->cubin != r.cubin) ++failures;
       }
       std::vector<TuneRow> batch;
-      for (int i = 0; i < kBatch; ++i) batch.push_back({"batch", std::to_string(c), "t" + std::to_string(i), 1.0, "ok"});
+      for (int i = 0; i < kBatch; ++i) batch.push_back({"batch", std::to_string(c), numbered("t", i), 1.0, "ok"});
       if (!db->put_tune_results(batch)) ++failures;
       _exit(failures == 0 ? 0 : 1);
     }
@@ -367,7 +272,7 @@ TEST_F(CacheDbRobustTest, ProcessesWritingOneFileLoseAndDuplicateNothing) {
 TEST_F(CacheDbRobustTest, WriterKilledMidTransactionLeavesUsableDb) {
   const std::string path = dir.file("killed.sqlite");
   std::vector<CubinRow> committed;
-  for (int i = 0; i < 10; ++i) committed.push_back(make_cubin("committed_" + std::to_string(i), 3000));
+  for (int i = 0; i < 10; ++i) committed.push_back(make_cubin(numbered("committed_", i), 3000));
   {
     auto db = Db::open(path, env, warnings.fn());
     for (const auto& r : committed) ASSERT_TRUE(db->put_cubin(r));
@@ -422,8 +327,8 @@ TEST_F(CacheDbRobustTest, WriterKilledAtRandomMomentLeavesOnlyValidRows) {
     close(ready[0]);
     auto db = Db::open(path, env, {});
     for (int i = 0;; ++i) {
-      db->put_cubin(make_cubin("loop_" + std::to_string(i), 200000));
-      db->put_tune_results({{"s", "b", "t" + std::to_string(i), double(i), "ok"}});
+      db->put_cubin(make_cubin(numbered("loop_", i), 200000));
+      db->put_tune_results({{"s", "b", numbered("t", i), double(i), "ok"}});
       if (i == 2) (void)!write(ready[1], "x", 1);
     }
   }
@@ -477,9 +382,9 @@ TEST_F(CacheDbRobustTest, TruncatedDbIsMovedAsideAndRebuilt) {
   const std::string path = dir.file("cache.sqlite");
   {
     auto db = Db::open(path, env, warnings.fn());
-    for (int i = 0; i < 200; ++i) ASSERT_TRUE(db->put_cubin(make_cubin("k" + std::to_string(i), 6000)));
+    for (int i = 0; i < 200; ++i) ASSERT_TRUE(db->put_cubin(make_cubin(numbered("k", i), 6000)));
     std::vector<TuneRow> rows;
-    for (int i = 0; i < 500; ++i) rows.push_back({"s" + std::to_string(i % 7), "b", "t" + std::to_string(i), 1.0, "ok"});
+    for (int i = 0; i < 500; ++i) rows.push_back({numbered("s", i % 7), "b", numbered("t", i), 1.0, "ok"});
     ASSERT_TRUE(db->put_tune_results(rows));
   }
   ASSERT_FALSE(fs::exists(path + "-wal"));  // the last connection checkpointed and removed the WAL
@@ -515,18 +420,22 @@ TEST_F(CacheDbRobustTest, WarningsAreNeverPrintedByDefault) {
 
 // ---- unwritable locations -----------------------------------------------------------------------------------------
 
-TEST_F(CacheDbRobustTest, ReadOnlyDirectoryDegradesToMemory) {
+TEST_F(CacheDbRobustTest, ReadOnlyDirectoryIsServedReadOnlyOrDegradesToMemory) {
   // Root ignores permissions, so a root run drops to nobody in a child process; the child reports by exit status.
+  // A read-only directory without a cache degrades to memory; a cache file in one (a WAL file whose -shm cannot be
+  // created: the immutable open) is served read-only, its rows found, new rows kept in memory.
   fs::permissions(dir.path(), fs::perms::all, fs::perm_options::replace);
   const std::string ro_empty = dir.file("ro_empty"), ro_existing = dir.file("ro_existing");
   fs::create_directory(ro_empty);
   fs::create_directory(ro_existing);
+  const CubinRow shipped = make_cubin("shipped", 100);
   {
     auto db = Db::open(ro_existing + "/cache.sqlite", env, warnings.fn());
-    ASSERT_TRUE(db->put_cubin(make_cubin("x", 100)));
+    ASSERT_TRUE(db->put_cubin(shipped));
   }
   fs::permissions(ro_existing + "/cache.sqlite", fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read,
                   fs::perm_options::replace);
+  const std::vector<char> before = read_file(ro_existing + "/cache.sqlite");
   for (const auto& d : {ro_empty, ro_existing}) {
     fs::permissions(d, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read | fs::perms::group_exec |
                            fs::perms::others_read | fs::perms::others_exec,
@@ -541,22 +450,26 @@ TEST_F(CacheDbRobustTest, ReadOnlyDirectoryDegradesToMemory) {
     if (fd >= 0) _exit(77);  // permissions are not enforced for this user: cannot test
     int code = 0;
     for (const auto& d : {ro_empty, ro_existing}) {
+      const bool existing = d == ro_existing;
       bool warned = false;
       auto db = Db::open(d + "/cache.sqlite", env, [&](const std::string&) { warned = true; });
-      if (!db->in_memory()) code |= 1;
+      if (db->in_memory() == existing || db->read_only() != existing) code |= 1;
       if (!warned) code |= 2;
       CubinRow c = make_cubin("mem", 300);
       if (!db->put_cubin(c)) code |= 4;
       auto g = db->get_cubin(c.compile_hash, c.compile_key);
       if (!g || g->cubin != c.cubin) code |= 8;
+      auto s = db->get_cubin(shipped.compile_hash, shipped.compile_key);
+      if (existing && (!s || s->cubin != shipped.cubin)) code |= 16;
     }
     _exit(code);
   }
   const int code = wait_child(pid);
   if (code == 77) GTEST_SKIP() << "cannot run as an unprivileged user here";
-  EXPECT_EQ(code, 0) << "bit 1: not in memory, 2: no warning, 4: put failed, 8: get failed";
+  EXPECT_EQ(code, 0) << "bit 1: wrong mode, 2: no warning, 4: put failed, 8: get failed, 16: shipped row missing";
   EXPECT_FALSE(fs::exists(ro_empty + "/cache.sqlite"));
   EXPECT_TRUE(corrupt_copies(ro_existing, "cache.sqlite").empty());
+  EXPECT_EQ(read_file(ro_existing + "/cache.sqlite"), before);
 }
 
 TEST_F(CacheDbRobustTest, UncreatableLocationDegradesToMemory) {

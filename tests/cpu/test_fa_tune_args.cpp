@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 
@@ -44,6 +47,13 @@ CliRun run_cli(const std::vector<std::string>& args) {
   r.err = slurp(err);
   return r;
 }
+
+std::vector<char> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
 
 std::string temp_dir() {
   char tmpl[] = "/tmp/fa_tune_cli_XXXXXX";
@@ -94,6 +104,8 @@ TEST(FaTuneArgs, ErrorsNameTheFlagAndExitWith2) {
       {{"--features", "softcap:-1"}, "--features"},
       {{"--preset", "llama9"}, "--preset"},
       {{"--arch", "70"}, "--arch"},
+      {{"--arch", "banana"}, "'banana'"},
+      {{"--arch", "100"}, "--arch: expected 80, 86, 89 or 90"},
       {{"--budget-ms", "0"}, "--budget-ms"},
       {{"--threads", "many"}, "--threads"},
       {{"--max-candidates", "0"}, "--max-candidates"},
@@ -187,23 +199,83 @@ TEST(FaTuneCli, DryRunOfTheCiPresetCompilesAndPersists) {
   const CliRun r = run_cli(args);
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("dry run for sm_80"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("compile ["), std::string::npos) << "--no-progress printed progress: " << r.err;
   std::ifstream jf(json);
   std::stringstream js;
   js << jf.rdbuf();
   EXPECT_NE(js.str().find("\"mode\":\"dry-run\""), std::string::npos);
   EXPECT_NE(js.str().find("\"status\":\"ok\""), std::string::npos);
-  // Every compiled kernel is in the cache now: a second dry run compiles nothing.
-  const CliRun again = run_cli(args);
+  // Every compiled kernel is in the cache now: a second dry run compiles nothing. Without --no-progress, and with
+  // stderr not a terminal, progress is a line per kernel.
+  std::vector<std::string> with_progress(args.begin(), args.end() - 1);
+  const CliRun again = run_cli(with_progress);
   ASSERT_EQ(again.rc, 0) << again.err;
   EXPECT_NE(again.out.find("(0.0 s NVRTC time"), std::string::npos) << again.out;
-  // --list shows the cubins; --export copies them.
+  EXPECT_NE(again.err.find("compile [1/"), std::string::npos) << again.err;
+  // --list shows the cubins with their shared memory (the dynamic tiles, not ptxas's static 0) and leaves the file
+  // as it was; --export copies them.
+  const std::vector<char> before = read_bytes(cache);
   const CliRun list = run_cli({"--list", "--cache", cache, "--export", exported});
   ASSERT_EQ(list.rc, 0) << list.err;
   EXPECT_NE(list.out.find("sm_80"), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("(read-only)"), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find(" smem "), std::string::npos) << list.out;
+  EXPECT_EQ(list.out.find(" smem 0 "), std::string::npos) << list.out;
+  EXPECT_EQ(list.out.find(" smem -1 "), std::string::npos) << list.out;
+  EXPECT_EQ(read_bytes(cache), before);
   cache::Env env;
   auto db = cache::Db::open(exported, env);
   EXPECT_FALSE(db->list_cubins(true).empty());
   const CliRun prune = run_cli({"--prune", "--cache", cache});
   EXPECT_EQ(prune.rc, 0) << prune.err;
   EXPECT_NE(prune.out.find("pruned 0 stale rows"), std::string::npos) << prune.out;
+}
+
+TEST(FaTuneCli, ListNeverModifiesACorruptOrMissingCache) {
+  const std::string dir = temp_dir();
+  const std::string cache = dir + "/cache.sqlite", missing = dir + "/missing.sqlite";
+  { std::ofstream(cache, std::ios::binary) << std::string(6000, 'q'); }
+  const std::vector<char> before = read_bytes(cache);
+  const CliRun r = run_cli({"--list", "--cache", cache});
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("cannot be read; nothing listed"), std::string::npos) << r.out;
+  const CliRun ex = run_cli({"--export", dir + "/out.sqlite", "--cache", cache});  // a copy of nothing is no export
+  EXPECT_EQ(ex.rc, 1);
+  EXPECT_NE(ex.err.find("fa-tune: export from " + cache + ": cannot be read"), std::string::npos) << ex.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out.sqlite"));
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("fa-tune: cache: " + cache), std::string::npos) << r.err;
+  EXPECT_EQ(read_bytes(cache), before);
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename().string().find(".corrupt-"), std::string::npos) << e.path();
+  }
+  const CliRun m = run_cli({"--list", "--cache", missing});
+  EXPECT_EQ(m.rc, 0) << m.err;
+  EXPECT_NE(m.out.find("no such file"), std::string::npos) << m.out;
+  EXPECT_EQ(m.err, "");
+  EXPECT_FALSE(std::filesystem::exists(missing));
+}
+
+TEST(FaTuneCli, FailedExportAndImportSayItOnce) {
+  const std::string dir = temp_dir();
+  const std::string cache = dir + "/cache.sqlite", plain = dir + "/plain.txt";
+  { std::ofstream(plain) << "not a directory"; }
+  cache::Env env;
+  { ASSERT_TRUE(cache::Db::open(cache, env)->put_tune_results({{"s", "b", "t", 1.0, "ok"}})); }
+  const std::string bad_target = plain + "/sub/export.sqlite", missing = dir + "/missing.sqlite";
+  testing::internal::CaptureStderr();  // the library's own log must stay quiet: fa-tune reports the failure
+  const CliRun ex = run_cli({"--cache", cache, "--export", bad_target});
+  const CliRun im = run_cli({"--cache", ":memory:", "--import", missing});
+  const std::string library_log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(library_log, "");
+  EXPECT_EQ(ex.rc, 1);
+  EXPECT_EQ(lines(ex.err), 1u) << ex.err;
+  EXPECT_EQ(ex.err.rfind("fa-tune: export to " + bad_target + ": ", 0), 0u) << ex.err;
+  EXPECT_EQ(im.rc, 1);
+  EXPECT_EQ(lines(im.err), 1u) << im.err;
+  EXPECT_EQ(im.err.rfind("fa-tune: import from " + missing + ": ", 0), 0u) << im.err;
+  for (const CliRun* r : {&ex, &im}) {
+    EXPECT_EQ(r->err.find("fa cache"), std::string::npos) << r->err;
+    EXPECT_EQ(r->err.find("cache: cache"), std::string::npos) << r->err;
+  }
 }

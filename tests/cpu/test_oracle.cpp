@@ -154,6 +154,9 @@ struct Case {
   bool expect_masked_rows = false;  // the case must contain fully masked query rows
 };
 
+// How gtest shows a Case (--gtest_list_tests, failure messages): its name, not its 136 raw bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 const std::vector<Case>& all_cases() {
   using fo::kMaskCausal, fo::kMaskSlidingWindow;
   static const std::vector<Case> cases = {

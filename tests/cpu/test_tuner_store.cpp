@@ -1,5 +1,6 @@
 // test_tuner_store.cpp -- the CubinStore adapter over cache_db: a cubin compiled once is loaded by a fresh
-// KernelCache (new Db on the same file) without an NVRTC call; the context's store opens the requested file.
+// KernelCache (new Db on the same file) without an NVRTC call, with its ptxas info and the CTA's shared memory; the
+// context's store opens the requested file.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -46,8 +47,14 @@ TEST(TunerStore, CubinRoundTripWithoutNvrtc) {
     EXPECT_EQ(cache.stats().store_hits, 0);
     ASSERT_FALSE(k1->cubin.empty());
   }
-  const size_t cubins = tune::context_db(c)->list_cubins(false).size();
-  EXPECT_GE(cubins, 1u);
+  const std::vector<cache::CubinSummary> listed = tune::context_db(c)->list_cubins(false);
+  EXPECT_GE(listed.size(), 1u);
+  // The row's shared memory is the CTA's: ptxas's static part plus the dynamic tiles the family launches with.
+  ASSERT_GT(gen::smem_of(cfg), 0u);
+  for (const cache::CubinSummary& row : listed) {
+    if (row.compile_key != k1->key) continue;
+    EXPECT_EQ(row.smem_bytes, k1->ptxas.smem_static + static_cast<int>(gen::smem_of(cfg)));
+  }
   fa_context_destroy(c);
 
   // A new process-like setup: a new Db on the same file, a new cache.
@@ -63,6 +70,7 @@ TEST(TunerStore, CubinRoundTripWithoutNvrtc) {
   EXPECT_TRUE(k2->from_store);
   EXPECT_EQ(k2->cubin, k1->cubin);
   EXPECT_EQ(k2->ptxas.registers, k1->ptxas.registers);
+  EXPECT_EQ(k2->ptxas.smem_static, k1->ptxas.smem_static);  // the dynamic part is taken off again
   EXPECT_EQ(k2->ptxas.spill_stores + k2->ptxas.spill_loads, k1->ptxas.spill_stores + k1->ptxas.spill_loads);
   fa_context_destroy(c2);
 }

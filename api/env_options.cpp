@@ -1,0 +1,46 @@
+// env_options.cpp -- the environment variables of fa_context_create (see env_options.h).
+#include "api/env_options.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "runtime/arch.h"
+
+namespace fa::rt {
+
+Status read_cache_readonly_env(fa_context c) {
+  const char* v = std::getenv("FA_CACHE_READONLY");
+  const std::string text = v != nullptr ? v : "";
+  if (text.empty() || text == "0") {
+    c->cache_read_only = false;
+  } else if (text == "1") {
+    c->cache_read_only = true;
+  } else {
+    return invalid("FA_CACHE_READONLY", "0 or 1", "'" + text + "'");
+  }
+  return Status::Ok();
+}
+
+Status read_arch_env(fa_context c) {
+  const char* v = std::getenv("FA_ARCH");
+  const std::string text = v != nullptr ? v : "";
+  int arch = kDefaultArchWithoutDevice;
+  if (!text.empty() && !parse_arch(text, &arch)) return invalid("FA_ARCH", arch_expected(), "'" + text + "'");
+  c->arch = arch;
+  c->limits = gen::limits_for_arch(arch);
+  return Status::Ok();
+}
+
+Status read_log_env(fa_context c) {
+  const char* v = std::getenv("FA_LOG");
+  const std::string text = v != nullptr ? v : "";
+  LogLevel level = LogLevel::kWarn;
+  if (!text.empty() && !parse_log_level(text, &level)) {
+    return invalid("FA_LOG", "off, warn, info or debug", "'" + text + "'");
+  }
+  if (c->verbose != 0 && static_cast<int>(level) < static_cast<int>(LogLevel::kInfo)) level = LogLevel::kInfo;
+  c->log_level = level;
+  return Status::Ok();
+}
+
+}  // namespace fa::rt

@@ -1,0 +1,23 @@
+// env_options.h -- the environment variables a context reads at fa_context_create, parsed and validated in one
+// place: a bad value fails fa_context_create with FA_ERROR_INVALID_ARGUMENT naming the variable, the expected and
+// the actual value (never a silent default).
+#pragma once
+
+#include "runtime/context.h"
+#include "runtime/status.h"
+
+namespace fa::rt {
+
+// $FA_CACHE_READONLY: unset, "" or "0": the cache file is written when it may be; "1": it is only read (new
+// entries stay in memory). Sets c->cache_read_only.
+Status read_cache_readonly_env(fa_context c);
+
+// $FA_ARCH: unset or "": rt::kDefaultArchWithoutDevice; else an arch as runtime/arch.h parses it. Sets c->arch
+// and c->limits (the device's replace them when there is one).
+Status read_arch_env(fa_context c);
+
+// $FA_LOG: unset or "": warn; else one of off, warn, info, debug (runtime/log.h). c->verbose == 1 raises the level
+// to at least info. Sets c->log_level.
+Status read_log_env(fa_context c);
+
+}  // namespace fa::rt
