@@ -374,6 +374,7 @@ std::vector<GridPoint> expand_grid(const TuneArgs& a) {
                 p.has_softcap = f.softcap > 0;
                 p.has_lse = true;
                 p.aligned16 = true;
+                p.tma_ok = true;  // fa-tune's own contiguous BSHD buffers
                 g.softcap = f.softcap;
                 g.label = fmt::format("{} d{} hq{}/kv{} {} {} s{} b{}", gen::dtype_name(dt), d, hq, hk, m.name, f.name,
                                       s, p.batch);

@@ -210,7 +210,7 @@ TEST(Validity, DefaultsOfEverySelectedKernelAreValid) {
           p.has_alibi = feat == 4;
           p.has_softcap = feat == 4;
           p.varlen = feat == 2;
-          p.aligned16 = true;
+          p.aligned16 = p.tma_ok = true;
           p.seqlen_q = p.seqlen_k = 512;
           p.total_q = p.total_k = 512;
           const Semantic s = select_forward(p, arch);
