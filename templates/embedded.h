@@ -6,7 +6,7 @@
 namespace fa::templates {
 
 struct Template {
-  const char* name;     // file name, e.g. "fwd_ref.cuh": the name the rendered source #includes
+  const char* name;     // path below templates/, e.g. "fwd_ref.cuh", "common/sm80.cuh": the name #included
   const char* source;   // file contents
 };
 extern const Template kAll[];
