@@ -340,8 +340,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
           float mx = row_m[mt][hh];
 #pragma unroll
           for (int n = 0; n < kNs; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][hh * 2], s[mt][n][hh * 2 + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          mx = fa_lanes_max<4>(mx);  // the row's quad
           const float ms = mx == FA_MMA_NEG_INF ? 0.f : mx * mul;
           const float corr = fa_exp2(row_m[mt][hh] * mul - ms);
           row_m[mt][hh] = mx;
@@ -421,9 +420,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      float l = row_l[mt][hh];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float l = fa_lanes_sum<4>(row_l[mt][hh]);
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const int r = wrow0 + mt * 16 + gq + hh * 8;
       if constexpr (fa_cfg::kHasLse) {
