@@ -32,9 +32,11 @@
 #define FA_BWD_MMA_CUH
 
 #include "bwd_mma_tiling.cuh"
+#include "common/sm80.cuh"
 #include "smem_layout.cuh"
 
 namespace fa_bwd_mma {
+using namespace fa_sm80;
 typedef unsigned short T;
 constexpr int BM = fa_cfg::kBlockM, BN = fa_cfg::kBlockN, W = fa_cfg::kWarps, NS = fa_cfg::kStages;
 constexpr int D = fa_cfg::kHeadDim, DV = fa_cfg::kHeadDimV;
@@ -64,80 +66,6 @@ static_assert(kOffV % 64 == 0 && kOffQ % 64 == 0 && kOffDo % 64 == 0 && (BM * PK
               "bwd_mma: tiles 128-byte aligned");
 constexpr float kLog2e = 1.4426950408889634f;
 
-FA_DEVICE unsigned smem_u32(const void* p) {
-  unsigned r;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-  return r;
-}
-FA_DEVICE void cp_async16(unsigned dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-FA_DEVICE void cp_async4(unsigned dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-FA_DEVICE void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-FA_DEVICE void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-FA_DEVICE void ldsm_x4(unsigned addr, unsigned* r) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-FA_DEVICE void ldsm_x4_t(unsigned addr, unsigned* r) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-FA_DEVICE void mma16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-  if constexpr (fa_cfg::kDtype == 2) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-// c = A B (no accumulator input: the first k step of a tile, instead of zeroing c first).
-FA_DEVICE void mma16816_first(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-  const float z = 0.f;
-  if constexpr (fa_cfg::kDtype == 2) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%10,%10,%10,%10};\n"
-        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(z));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%10,%10,%10,%10};\n"
-        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(z));
-  }
-}
-FA_DEVICE unsigned pack2(float lo, float hi) {
-  unsigned r;
-  if constexpr (fa_cfg::kDtype == 2) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  }
-  return r;
-}
-FA_DEVICE void red_add2(float* p, float x, float y) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
-#else
-  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(x) : "memory");
-  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p + 1), "f"(y) : "memory");
-#endif
-}
-FA_DEVICE int ld_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-FA_DEVICE void st_release(int* p, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
 // ROWS x (DIM / 8) 16-byte chunks from global (row stride gs elements) into shared (pitch PITCH elements, row
 // layout from smem_layout.cuh); rows >= valid are zero-filled (FULL: every row is valid, no predicates). When the
 // CTA's threads cover whole rows, each thread keeps one column chunk and steps rows by a fixed stride (unrolled, no
@@ -447,7 +375,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         cp_commit();
       }
     }
-    cp_wait_all();
+    cp_wait<0>();
     __syncthreads();  // stage `st` landed for every thread; the previous tile's readers are done
     if constexpr (NS == 2) {
       if (it + 1 < total) {
@@ -630,7 +558,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   }
 
   // ---- Epilogue: dK = scale * acc_dk, dV = acc_dv in the dtype (32-bit stores of column pairs).
-  cp_wait_all();
+  cp_wait<0>();
   {
     const int n0e = cta_coord(mailbox, 0) * BN, ge = cta_coord(mailbox, 1), be = cta_coord(mailbox, 2);
     const long long dkb = varlen ? 0 : (long long)be * args.dk_sb, dvb = varlen ? 0 : (long long)be * args.dv_sb;

@@ -10,7 +10,7 @@
 // reference backward sums dP in the same order) one warp per row, lane l summing elements l, l + 32, ... It also
 // zeroes, for its rows, the float32 dQ accumulator (args.dq_accum: row r = token index (b * seqlen_q + i, or
 // cu_seqlens_q[b] + i), column h * kHeadDim + c of accum_q_stride_row, 8 x 8 tiled: fa_dq_accum_off in
-// fa_common.cuh; the 8 columns of one row in one block are 32 contiguous bytes: two 16-byte stores) when present,
+// common/dq_accum.cuh; the 8 columns of one row in one block are 32 contiguous bytes: two 16-byte stores) when present,
 // and the int32 deterministic-dQ semaphores (args.dk_accum reinterpreted, element r * heads_q + h) when
 // args.deterministic and present.
 // Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kBlockM, kWarps.
@@ -76,9 +76,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
 #pragma unroll
           for (int e = 0; e < kVec; ++e) acc += E::to_float(ot[e]) * E::to_float(dt[e]);
         }
-        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+        acc = fa_lanes_sum<8>(acc);  // the row's eight lanes
         if (l8 == 0 && k0 + u < kIters && i < seq.sq) store_delta(i, acc);
       }
     }

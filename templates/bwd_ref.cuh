@@ -14,11 +14,13 @@
 #ifndef FA_BWD_REF_CUH
 #define FA_BWD_REF_CUH
 
+#include "common/rows.cuh"
+
 namespace fa_bwd_ref {
 typedef FaElem<fa_cfg::kDtype> E;
 typedef typename E::T T;
-constexpr int kDPerLane = (fa_cfg::kHeadDim + 31) / 32;
-constexpr int kDvPerLane = (fa_cfg::kHeadDimV + 31) / 32;
+constexpr int kD = fa_cfg::kHeadDim, kDV = fa_cfg::kHeadDimV;
+constexpr int kDSlots = fa_row_slots(kD), kDVSlots = fa_row_slots(kDV);  // per lane (common/rows.cuh)
 
 struct Score {  // s after softcap/bias/alibi, and the softcap derivative factor
   float s, dcap;
@@ -38,6 +40,20 @@ FA_DEVICE Score score(const FaFwdArgs& a, float dot, int b, int h, int i, int j,
   if (fa_cfg::kHasAlibi) s -= a.alibi[h] * fabsf((float)(i + sk - sq - j));
   r.s = s;
   return r;
+}
+struct Grad {  // p and ds of one (query i, key j) pair
+  float p, ds;
+};
+// From this lane's parts of the dot products q_i.k_j and dO_i.v_j (summed across the warp here).
+FA_DEVICE Grad grad(const FaFwdArgs& a, float dot, float dp, float lse, float delta, int b, int h, int i, int j, int sq,
+                    int sk) {
+  dot = fa_warp_sum(dot);
+  dp = fa_warp_sum(dp);
+  const Score sc = score(a, dot, b, h, i, j, sq, sk);
+  Grad g;
+  g.p = expf(sc.s - lse);
+  g.ds = g.p * (dp - delta) * sc.dcap;
+  return g;
 }
 }  // namespace fa_bwd_ref
 
@@ -61,18 +77,9 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     const T* dout = static_cast<const T*>(args.dout) + dob + (seq.base_q + i) * args.do_ss + (long long)h * args.do_sh;
     const T* k = static_cast<const T*>(a.k) + kb + seq.base_k * a.k_ss + (long long)g * a.k_sh;
     const T* v = static_cast<const T*>(a.v) + vb + seq.base_k * a.v_ss + (long long)g * a.v_sh;
-    float qr[kDPerLane], dq[kDPerLane], dor[kDvPerLane];
-#pragma unroll
-    for (int t = 0; t < kDPerLane; ++t) {
-      const int c = lane + 32 * t;
-      qr[t] = c < fa_cfg::kHeadDim ? E::to_float(q[c]) : 0.f;
-      dq[t] = 0.f;
-    }
-#pragma unroll
-    for (int t = 0; t < kDvPerLane; ++t) {
-      const int c = lane + 32 * t;
-      dor[t] = c < fa_cfg::kHeadDimV ? E::to_float(dout[c]) : 0.f;
-    }
+    float qr[kDSlots], dq[kDSlots] = {}, dor[kDVSlots];
+    fa_row_load<E, kD>(qr, q, lane);
+    fa_row_load<E, kDV>(dor, dout, lane);
     const long long li = (long long)b * a.lse_sb + (long long)h * a.lse_sh + seq.base_q + i;
     const float lse = a.lse[li], delta = args.delta[li];
     int lo, hi;
@@ -81,54 +88,22 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     for (int j = lo; j < hi; ++j) {
       const T* kj = k + (long long)j * a.k_ss;
       const T* vj = v + (long long)j * a.v_ss;
-      float dot = 0.f, dp = 0.f;
-#pragma unroll
-      for (int t = 0; t < kDPerLane; ++t) {
-        const int c = lane + 32 * t;
-        if (c < fa_cfg::kHeadDim) dot += qr[t] * E::to_float(kj[c]);
-      }
-#pragma unroll
-      for (int t = 0; t < kDvPerLane; ++t) {
-        const int c = lane + 32 * t;
-        if (c < fa_cfg::kHeadDimV) dp += dor[t] * E::to_float(vj[c]);
-      }
-      dot = fa_warp_sum(dot);
-      dp = fa_warp_sum(dp);
-      const Score sc = score(a, dot, b, h, i, j, seq.sq, seq.sk);
-      const float p = expf(sc.s - lse);
-      const float ds = p * (dp - delta) * sc.dcap;
-#pragma unroll
-      for (int t = 0; t < kDPerLane; ++t) {
-        const int c = lane + 32 * t;
-        if (c < fa_cfg::kHeadDim) dq[t] += ds * E::to_float(kj[c]);
-      }
+      const Grad gr = grad(a, fa_row_dot<E, kD>(qr, kj, lane), fa_row_dot<E, kDV>(dor, vj, lane), lse, delta, b, h, i,
+                           j, seq.sq, seq.sk);
+      fa_row_axpy<E, kD>(dq, gr.ds, kj, lane);
     }
     const long long dqb = varlen ? 0 : (long long)b * args.dq_sb;
     T* dqp = static_cast<T*>(args.dq) + dqb + (seq.base_q + i) * args.dq_ss + (long long)h * args.dq_sh;
-#pragma unroll
-    for (int t = 0; t < kDPerLane; ++t) {
-      const int c = lane + 32 * t;
-      if (c < fa_cfg::kHeadDim) dqp[c] = E::from_float(dq[t] * a.scale);
-    }
+    fa_row_store<E, kD>(dqp, dq, a.scale, lane);
   } else {
     const int g = blockIdx.y;
     const int j = blockIdx.x * fa_cfg::kWarps + warp;
     if (j >= seq.sk) return;
     const T* kj = static_cast<const T*>(a.k) + kb + (seq.base_k + j) * a.k_ss + (long long)g * a.k_sh;
     const T* vj = static_cast<const T*>(a.v) + vb + (seq.base_k + j) * a.v_ss + (long long)g * a.v_sh;
-    float kr[kDPerLane], dk[kDPerLane], vr[kDvPerLane], dv[kDvPerLane];
-#pragma unroll
-    for (int t = 0; t < kDPerLane; ++t) {
-      const int c = lane + 32 * t;
-      kr[t] = c < fa_cfg::kHeadDim ? E::to_float(kj[c]) : 0.f;
-      dk[t] = 0.f;
-    }
-#pragma unroll
-    for (int t = 0; t < kDvPerLane; ++t) {
-      const int c = lane + 32 * t;
-      vr[t] = c < fa_cfg::kHeadDimV ? E::to_float(vj[c]) : 0.f;
-      dv[t] = 0.f;
-    }
+    float kr[kDSlots], dk[kDSlots] = {}, vr[kDVSlots], dv[kDVSlots] = {};
+    fa_row_load<E, kD>(kr, kj, lane);
+    fa_row_load<E, kDV>(vr, vj, lane);
     // Query rows that see key j: lo(i) <= j < hi(i), with diag(i) = i + sk - sq.
     const int off = seq.sk - seq.sq;
     int ilo = 0, ihi = seq.sq;
@@ -144,47 +119,17 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         const float delta = args.delta[lb + i];
         const T* qi = q + (long long)i * a.q_ss;
         const T* doi = dout + (long long)i * args.do_ss;
-        float dot = 0.f, dp = 0.f;
-#pragma unroll
-        for (int t = 0; t < kDPerLane; ++t) {
-          const int c = lane + 32 * t;
-          if (c < fa_cfg::kHeadDim) dot += kr[t] * E::to_float(qi[c]);
-        }
-#pragma unroll
-        for (int t = 0; t < kDvPerLane; ++t) {
-          const int c = lane + 32 * t;
-          if (c < fa_cfg::kHeadDimV) dp += vr[t] * E::to_float(doi[c]);
-        }
-        dot = fa_warp_sum(dot);
-        dp = fa_warp_sum(dp);
-        const Score sc = score(a, dot, b, h, i, j, seq.sq, seq.sk);
-        const float p = expf(sc.s - lse);
-        const float ds = p * (dp - delta) * sc.dcap;
-#pragma unroll
-        for (int t = 0; t < kDPerLane; ++t) {
-          const int c = lane + 32 * t;
-          if (c < fa_cfg::kHeadDim) dk[t] += ds * E::to_float(qi[c]);
-        }
-#pragma unroll
-        for (int t = 0; t < kDvPerLane; ++t) {
-          const int c = lane + 32 * t;
-          if (c < fa_cfg::kHeadDimV) dv[t] += p * E::to_float(doi[c]);
-        }
+        const Grad gr = grad(a, fa_row_dot<E, kD>(kr, qi, lane), fa_row_dot<E, kDV>(vr, doi, lane), lse, delta, b, h, i,
+                             j, seq.sq, seq.sk);
+        fa_row_axpy<E, kD>(dk, gr.ds, qi, lane);
+        fa_row_axpy<E, kDV>(dv, gr.p, doi, lane);
       }
     }
     const long long dkb = varlen ? 0 : (long long)b * args.dk_sb, dvb = varlen ? 0 : (long long)b * args.dv_sb;
     T* dkp = static_cast<T*>(args.dk) + dkb + (seq.base_k + j) * args.dk_ss + (long long)g * args.dk_sh;
     T* dvp = static_cast<T*>(args.dv) + dvb + (seq.base_k + j) * args.dv_ss + (long long)g * args.dv_sh;
-#pragma unroll
-    for (int t = 0; t < kDPerLane; ++t) {
-      const int c = lane + 32 * t;
-      if (c < fa_cfg::kHeadDim) dkp[c] = E::from_float(dk[t] * a.scale);
-    }
-#pragma unroll
-    for (int t = 0; t < kDvPerLane; ++t) {
-      const int c = lane + 32 * t;
-      if (c < fa_cfg::kHeadDimV) dvp[c] = E::from_float(dv[t]);
-    }
+    fa_row_store<E, kD>(dkp, dk, a.scale, lane);
+    fa_row_store<E, kDV>(dvp, dv, 1.f, lane);
   }
 }
 

@@ -30,9 +30,11 @@
 #ifndef FA_FWD_MMA_CUH
 #define FA_FWD_MMA_CUH
 
+#include "common/sm80.cuh"
 #include "smem_layout.cuh"
 
 namespace fa_mma {
+using namespace fa_sm80;
 
 constexpr int kD = fa_cfg::kHeadDim;
 constexpr int kDV = fa_cfg::kHeadDimV;
@@ -60,7 +62,6 @@ constexpr int kKSlot = kBN * kKStride * 2;
 constexpr int kVSlot = kBN * kVStride * 2;
 static_assert(kRegion0 % 128 == 0 && kKSlot % 128 == 0 && kVSlot % 128 == 0, "fwd_mma: tiles 128-byte aligned");
 constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap;
-constexpr bool kIsBf16 = fa_cfg::kDtype == 2;
 constexpr bool kJoint = fa_cfg::kKvJoint;  // wait for K and V together, one barrier per block
 #define FA_MMA_NEG_INF __int_as_float(0xff800000)
 
@@ -70,53 +71,6 @@ static_assert(kBN % 16 == 0, "fwd_mma: block_n multiple of 16");
 static_assert(kStages >= 1 && kStages <= 4, "fwd_mma: 1..4 stages");
 static_assert(kD % 8 == 0 && kDV % 8 == 0 && kD <= 256 && kDV <= 256, "fwd_mma: head dims");
 
-FA_DEVICE unsigned smem_u32(const void* p) {
-  unsigned r;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-  return r;
-}
-FA_DEVICE void cp_async16(unsigned dst, const void* src, int src_bytes) {  // src_bytes 0: zero fill
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-FA_DEVICE void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-FA_DEVICE void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-FA_DEVICE void ldsm_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-FA_DEVICE void ldsm_x4_t(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-// c += a * b  (m16n8k16, row.col, fp32 accumulate)
-FA_DEVICE void mma16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-  if constexpr (kIsBf16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-// Two floats -> one 32-bit register of 16-bit values, lo in the low half (the lower column index).
-FA_DEVICE unsigned pack2(float lo, float hi) {
-  unsigned r;
-  if constexpr (kIsBf16) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  }
-  return r;
-}
 FA_DEVICE float elem_to_float(unsigned short x) { return FaElem<fa_cfg::kDtype>::to_float(x); }
 
 // Copies a [rows x cols] tile (cols a multiple of 8 elements, padded to pcols) from global to shared memory with
@@ -385,8 +339,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
           float mx = row_m[mt][hh];
 #pragma unroll
           for (int n = 0; n < kNs; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][hh * 2], s[mt][n][hh * 2 + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          mx = fa_lanes_max<4>(mx);  // the row's quad
           const float ms = mx == FA_MMA_NEG_INF ? 0.f : mx * mul;
           const float corr = fa_exp2(row_m[mt][hh] * mul - ms);
           row_m[mt][hh] = mx;
@@ -466,9 +419,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      float l = row_l[mt][hh];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float l = fa_lanes_sum<4>(row_l[mt][hh]);
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const int r = wrow0 + mt * 16 + gq + hh * 8;
       if constexpr (fa_cfg::kHasLse) {

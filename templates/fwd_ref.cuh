@@ -12,10 +12,13 @@
 #ifndef FA_FWD_REF_CUH
 #define FA_FWD_REF_CUH
 
+#include "common/rows.cuh"
+
 namespace fa_fwd_ref {
 typedef FaElem<fa_cfg::kDtype> E;
 typedef typename E::T T;
-constexpr int kDvPerLane = (fa_cfg::kHeadDimV + 31) / 32;
+constexpr int kDV = fa_cfg::kHeadDimV;
+constexpr int kDVSlots = fa_row_slots(kDV);  // output columns per lane (common/rows.cuh)
 }  // namespace fa_fwd_ref
 
 extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
@@ -48,9 +51,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     bias_row = static_cast<const T*>(a.bias) + (long long)b * a.bias_sb + (long long)h * a.bias_sh + (long long)i * a.bias_sq;
 
   float m = -INFINITY, l = 0.0f;
-  float acc[kDvPerLane];
-#pragma unroll
-  for (int t = 0; t < kDvPerLane; ++t) acc[t] = 0.0f;
+  float acc[kDVSlots] = {};
 
   for (int j0 = lo; j0 < hi; j0 += 32) {
     const int j = j0 + lane;
@@ -72,24 +73,19 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     l = l * corr + fa_warp_sum(p);
     m = m_new;
 #pragma unroll
-    for (int t = 0; t < kDvPerLane; ++t) acc[t] *= corr;
+    for (int t = 0; t < kDVSlots; ++t) acc[t] *= corr;
     const int nk = min(32, hi - j0);
     for (int jj = 0; jj < nk; ++jj) {
       const float pj = __shfl_sync(0xffffffffu, p, jj);
-      const T* vr = v + (long long)(j0 + jj) * a.v_ss;
+      const T* vr = v + (long long)(j0 + jj) * a.v_ss;  // fmaf as written, not fa_row_axpy's acc += p v: other SASS
 #pragma unroll
-      for (int t = 0; t < kDvPerLane; ++t) {
+      for (int t = 0; t < kDVSlots; ++t) {
         const int d = lane + 32 * t;
-        if (d < fa_cfg::kHeadDimV) acc[t] = fmaf(pj, E::to_float(vr[d]), acc[t]);
+        if (d < kDV) acc[t] = fmaf(pj, E::to_float(vr[d]), acc[t]);
       }
     }
   }
-  const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-#pragma unroll
-  for (int t = 0; t < kDvPerLane; ++t) {
-    const int d = lane + 32 * t;
-    if (d < fa_cfg::kHeadDimV) o[d] = E::from_float(acc[t] * inv_l);
-  }
+  fa_row_store<E, kDV>(o, acc, l > 0.0f ? 1.0f / l : 0.0f, lane);
   if (fa_cfg::kHasLse && a.lse != nullptr && lane == 0)
     a.lse[(long long)b * a.lse_sb + (long long)h * a.lse_sh + seq.base_q + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 }

@@ -1,0 +1,35 @@
+// common/seq.cuh -- the sequence geometry of one (batch, head) work item and the mask band, as every kernel reads
+// them from the kernel ABI (fa_args.cuh): sequence lengths and token offsets (varlen: from cu_seqlens), and the
+// key range a query row sees under the window (win_left, win_right; causal is (-1, 0)), bottom-right aligned:
+// key j is visible to query i iff i + sk - sq - win_left <= j <= i + sk - sq + win_right (a negative side is open).
+#ifndef FA_COMMON_SEQ_CUH
+#define FA_COMMON_SEQ_CUH
+
+// Sequence geometry of one (batch, head) work item, shared by all kernels.
+struct FaSeq {
+  int sq, sk;            // lengths of this sequence
+  long long base_q, base_k;  // token offsets (varlen) or 0
+  long long boff_q, boff_k;  // unused placeholders kept for clarity
+};
+FA_DEVICE FaSeq fa_seq(const FaFwdArgs& a, int b) {
+  FaSeq s;
+  if (a.cu_seqlens_q) {
+    int q0 = a.cu_seqlens_q[b], q1 = a.cu_seqlens_q[b + 1];
+    int k0 = a.cu_seqlens_k[b], k1 = a.cu_seqlens_k[b + 1];
+    s.sq = q1 - q0; s.sk = k1 - k0; s.base_q = q0; s.base_k = k0;
+  } else {
+    s.sq = a.seqlen_q; s.sk = a.seqlen_k; s.base_q = 0; s.base_k = 0;
+  }
+  s.boff_q = 0; s.boff_k = 0;
+  return s;
+}
+// Visible key range [lo, hi) of query row i (lo >= hi: fully masked).
+FA_DEVICE void fa_key_range(const FaFwdArgs& a, int i, int sq, int sk, int* lo, int* hi) {
+  int diag = i + sk - sq;
+  int l = 0, h = sk;
+  if (a.win_left >= 0) l = max(l, diag - a.win_left);
+  if (a.win_right >= 0) h = min(h, diag + a.win_right + 1);
+  *lo = l; *hi = h;
+}
+
+#endif  // FA_COMMON_SEQ_CUH
