@@ -2,7 +2,7 @@
 //
 // One CTA per (query block of kBlockM rows, query head, batch); K/V blocks of kBlockN keys stream through a
 // kStages-deep cp.async pipeline (separate commit groups for K and V, so S = Q K^T starts while V still lands).
-// Each warp owns kBlockM / kWarps query rows (kMt = 1 or 2 m16 tiles). Per K/V block j:
+// Each warp owns kBlockM / kWarps query rows (kQueryTiles = 1 or 2 m16 tiles). Per K/V block j:
 //   S   = Q K_j^T                         mma.sync m16n8k16, fp32 accumulators, Q and K via ldmatrix
 //   t   = S * scale_log2                  (plain path: scale folded into the exp2 FMA below)
 //   t   = log2e * (softcap*tanh(S*scale/softcap) + bias - slope*|i + sk - sq - j|)   (feature path)
@@ -38,44 +38,48 @@ using namespace fa_sm80;
 
 constexpr int kD = fa_cfg::kHeadDim;
 constexpr int kDV = fa_cfg::kHeadDimV;
-constexpr int kDp = (kD + 15) / 16 * 16;    // padded head dims (MMA k granularity 16, ldmatrix.x4 covers 16)
-constexpr int kDVp = (kDV + 15) / 16 * 16;
-constexpr int kBM = fa_cfg::kBlockM;
-constexpr int kBN = fa_cfg::kBlockN;
-constexpr int kW = fa_cfg::kWarps;
-constexpr int kThreads = kW * 32;
+constexpr int kDPad = (kD + 15) / 16 * 16;  // padded head dims (MMA k granularity 16, ldmatrix.x4 covers 16)
+constexpr int kDVPad = (kDV + 15) / 16 * 16;
+constexpr int kBlockM = fa_cfg::kBlockM;
+constexpr int kBlockN = fa_cfg::kBlockN;
+constexpr int kWarps = fa_cfg::kWarps;
+constexpr int kThreads = kWarps * 32;
 constexpr int kStages = fa_cfg::kStages;
-constexpr int kRowsPerWarp = kBM / kW;
-constexpr int kMt = kRowsPerWarp / 16;      // m16 tiles per warp
-constexpr int kNs = kBN / 8;                // n8 tiles of S per warp
-constexpr int kNo = kDVp / 8;               // n8 tiles of O per warp
-constexpr int kKs = kDp / 16;               // k16 steps of Q K^T
-constexpr bool kBigTile = kMt * (kNs + kNo) * 4 > 160;  // early P packing + conditional O rescale (see above)
-constexpr int kQStride = fa_smem_pitch(kDp);    // smem row strides (elements): swizzled or padded rows
-constexpr int kKStride = fa_smem_pitch(kDp);
-constexpr int kVStride = fa_smem_pitch(kDVp);
-constexpr int kOStride = kDVp + 8;              // O staging: padded (32-bit fragment stores, 16-byte reads)
-constexpr int kQBytes = kBM * kQStride * 2;
-constexpr int kOBytes = kBM * kOStride * 2;
+constexpr int kRowsPerWarp = kBlockM / kWarps;
+// Per warp: m16 tiles of query rows, n8 tiles of keys (S) and of head columns (O), k16 steps of Q K^T.
+constexpr int kQueryTiles = kRowsPerWarp / 16;
+constexpr int kKeyTiles = kBlockN / 8;
+constexpr int kColTiles = kDVPad / 8;
+constexpr int kKSteps = kDPad / 16;
+constexpr bool kBigTile = kQueryTiles * (kKeyTiles + kColTiles) * 4 > 160;  // early P packing + conditional O rescale
+// Shared row pitches (elements): Q, K, V swizzled or padded (smem_layout.cuh); the O staging padded (32-bit
+// fragment stores, 16-byte reads).
+constexpr int kPitchQ = fa_smem_pitch(kDPad);
+constexpr int kPitchK = fa_smem_pitch(kDPad);
+constexpr int kPitchV = fa_smem_pitch(kDVPad);
+constexpr int kPitchO = kDVPad + 8;
+constexpr int kQBytes = kBlockM * kPitchQ * 2;
+constexpr int kOBytes = kBlockM * kPitchO * 2;
 constexpr int kRegion0 = kQBytes > kOBytes ? kQBytes : kOBytes;
-constexpr int kKSlot = kBN * kKStride * 2;
-constexpr int kVSlot = kBN * kVStride * 2;
+constexpr int kKSlot = kBlockN * kPitchK * 2;
+constexpr int kVSlot = kBlockN * kPitchV * 2;
 static_assert(kRegion0 % 128 == 0 && kKSlot % 128 == 0 && kVSlot % 128 == 0, "fwd_mma: tiles 128-byte aligned");
 constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap;
 constexpr bool kJoint = fa_cfg::kKvJoint;  // wait for K and V together, one barrier per block
 #define FA_MMA_NEG_INF __int_as_float(0xff800000)
 
 static_assert(fa_cfg::kDtype == 1 || fa_cfg::kDtype == 2, "fwd_mma: fp16 or bf16 only");
-static_assert(kRowsPerWarp % 16 == 0 && (kMt == 1 || kMt == 2), "fwd_mma: 16 or 32 query rows per warp");
-static_assert(kBN % 16 == 0, "fwd_mma: block_n multiple of 16");
+static_assert(kRowsPerWarp % 16 == 0 && (kQueryTiles == 1 || kQueryTiles == 2),
+              "fwd_mma: 16 or 32 query rows per warp");
+static_assert(kBlockN % 16 == 0, "fwd_mma: block_n multiple of 16");
 static_assert(kStages >= 1 && kStages <= 4, "fwd_mma: 1..4 stages");
 static_assert(kD % 8 == 0 && kDV % 8 == 0 && kD <= 256 && kDV <= 256, "fwd_mma: head dims");
 
 FA_DEVICE float elem_to_float(unsigned short x) { return FaElem<fa_cfg::kDtype>::to_float(x); }
 
 // Copies a [rows x cols] tile (cols a multiple of 8 elements, padded to pcols) from global to shared memory with
-// 16-byte cp.async; rows >= nrows and columns >= cols are zero-filled. Row layout from STRIDE (smem_layout.cuh).
-template <int ROWS, int COLS, int PCOLS, int STRIDE, bool UNROLL = false>
+// 16-byte cp.async; rows >= nrows and columns >= cols are zero-filled. Row layout from PITCH (smem_layout.cuh).
+template <int ROWS, int COLS, int PCOLS, int PITCH, bool UNROLL = false>
 FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstride, int nrows, int tid) {
   // Each thread owns one 16-byte column chunk and walks rows with a running pointer. UNROLL (K/V blocks with
   // kEvenK, no row predicate): the row loop is unrolled, so each cp.async takes its shared address as
@@ -91,16 +95,16 @@ FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstri
   if (kThreads % kChunks != 0 && r0 >= kStep) return;
   const bool col_ok = PCOLS == COLS || ch * 8 < COLS;
   const unsigned short* src = g + (long long)r0 * gstride + ch * 8;
-  unsigned dst = sdst + fa_smem_off<STRIDE>(r0, ch);
+  unsigned dst = sdst + fa_smem_off<PITCH>(r0, ch);
   const long long gstep = (long long)kStep * gstride;
   // Two copies of one loop: a computed `#pragma unroll(N)` gives different code (it spilled 8 bytes at the
   // FA2 d128 tile), so the full unroll and the rolled loop are spelled out.
-  if constexpr (fa_smem_swizzled(STRIDE) && kStep % 8 != 0) {
+  if constexpr (fa_smem_swizzled(PITCH) && kStep % 8 != 0) {
     // Swizzled rows whose thread steps are not a multiple of 8 rows: the chunk's XOR changes from row to row.
 #pragma unroll
     for (int r = r0; r < ROWS; r += kStep) {
       const bool ok = col_ok && r < nrows;
-      cp_async16(sdst + fa_smem_off<STRIDE>(r, ch), ok ? src : g, ok ? 16 : 0);
+      cp_async16(sdst + fa_smem_off<PITCH>(r, ch), ok ? src : g, ok ? 16 : 0);
       src += gstep;
     }
   } else if constexpr (UNROLL) {
@@ -109,7 +113,7 @@ FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstri
       const bool ok = col_ok && r < nrows;
       cp_async16(dst, ok ? src : g, ok ? 16 : 0);
       src += gstep;
-      dst += (unsigned)(kStep * STRIDE * 2);
+      dst += (unsigned)(kStep * PITCH * 2);
     }
   } else {
 #pragma unroll 1
@@ -117,7 +121,7 @@ FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstri
       const bool ok = col_ok && r < nrows;
       cp_async16(dst, ok ? src : g, ok ? 16 : 0);
       src += gstep;
-      dst += (unsigned)(kStep * STRIDE * 2);
+      dst += (unsigned)(kStep * PITCH * 2);
     }
   }
 }
@@ -127,13 +131,13 @@ FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstri
 extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs args) {
   using namespace fa_mma;
   extern __shared__ __attribute__((aligned(128))) unsigned char fa_smem[];
-  typedef unsigned short E;
+  typedef unsigned short T;
 
   const int tid = (int)threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int h = (int)blockIdx.y, b = (int)blockIdx.z;
   const int m_block = fa_cfg::kMask != 0 ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-  const int m0 = m_block * kBM;
+  const int m0 = m_block * kBlockM;
 
   int sq, sk;
   int base_q, base_k;  // token offsets of the sequence (varlen) or 0
@@ -149,10 +153,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   if (m0 >= sq) return;
   const int g = h / args.group;
   const long long bq = fa_cfg::kVarlen ? 0ll : (long long)b;  // batch offsets vanish in varlen mode
-  const E* qg = (const E*)args.q + bq * args.q_sb + (long long)(base_q + m0) * args.q_ss + (long long)h * args.q_sh;
-  const E* kg = (const E*)args.k + bq * args.k_sb + (long long)base_k * args.k_ss + (long long)g * args.k_sh;
-  const E* vg = (const E*)args.v + bq * args.v_sb + (long long)base_k * args.v_ss + (long long)g * args.v_sh;
-  const int q_rows = min(kBM, sq - m0);
+  const T* qg = (const T*)args.q + bq * args.q_sb + (long long)(base_q + m0) * args.q_ss + (long long)h * args.q_sh;
+  const T* kg = (const T*)args.k + bq * args.k_sb + (long long)base_k * args.k_ss + (long long)g * args.k_sh;
+  const T* vg = (const T*)args.v + bq * args.v_sb + (long long)base_k * args.v_ss + (long long)g * args.v_sh;
+  const int q_rows = min(kBlockM, sq - m0);
 
   // Key range of the whole block; whole K/V blocks outside it are skipped.
   const int diag0 = m0 + sk - sq;             // diagonal offset of the block's first row
@@ -162,8 +166,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     if (args.win_left >= 0) key_lo = max(0, diag0 - args.win_left);
     if (args.win_right >= 0) key_hi = min(sk, last_row + sk - sq + args.win_right + 1);
   }
-  const int nb_lo = key_lo / kBN;
-  const int nb_hi = key_hi > key_lo ? (key_hi + kBN - 1) / kBN : nb_lo;
+  const int nb_lo = key_lo / kBlockN;
+  const int nb_hi = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN : nb_lo;
   const int n_blocks = nb_hi - nb_lo;
 
   const unsigned sQ = smem_u32(fa_smem);
@@ -173,31 +177,31 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   const int gq = lane >> 2, tq = lane & 3;    // mma fragment coordinates
   const int wrow0 = warp * kRowsPerWarp;      // first row of this warp inside the block
 
-  float o_acc[kMt][kNo][4];
-  float row_m[kMt][2], row_l[kMt][2];
+  float o_acc[kQueryTiles][kColTiles][4];
+  float row_m[kQueryTiles][2], row_l[kQueryTiles][2];
 #pragma unroll
-  for (int mt = 0; mt < kMt; ++mt) {
+  for (int mt = 0; mt < kQueryTiles; ++mt) {
 #pragma unroll
-    for (int n = 0; n < kNo; ++n) o_acc[mt][n][0] = o_acc[mt][n][1] = o_acc[mt][n][2] = o_acc[mt][n][3] = 0.f;
+    for (int n = 0; n < kColTiles; ++n) o_acc[mt][n][0] = o_acc[mt][n][1] = o_acc[mt][n][2] = o_acc[mt][n][3] = 0.f;
     row_m[mt][0] = row_m[mt][1] = FA_MMA_NEG_INF;
     row_l[mt][0] = row_l[mt][1] = 0.f;
   }
 
   if (n_blocks > 0) {
     // Prologue: Q, then K/V blocks of the first kStages-1 iterations (block index = nb_hi - 1 - it).
-    load_tile<kBM, kD, kDp, kQStride>(sQ, qg, args.q_ss, q_rows, tid);
+    load_tile<kBlockM, kD, kDPad, kPitchQ>(sQ, qg, args.q_ss, q_rows, tid);
     cp_commit();
     auto issue = [&](int it) {
       if (it < n_blocks) {
         const int nb = nb_hi - 1 - it;
         const int slot = it % kStages;
-        const int kn = nb * kBN;
-        const int rows = fa_cfg::kEvenK ? kBN : min(kBN, sk - kn);
-        load_tile<kBN, kD, kDp, kKStride, fa_cfg::kEvenK>(sK + (unsigned)(slot * kKSlot),
-                                                                 kg + (long long)kn * args.k_ss, args.k_ss, rows, tid);
+        const int kn = nb * kBlockN;
+        const int rows = fa_cfg::kEvenK ? kBlockN : min(kBlockN, sk - kn);
+        load_tile<kBlockN, kD, kDPad, kPitchK, fa_cfg::kEvenK>(sK + (unsigned)(slot * kKSlot),
+                                                               kg + (long long)kn * args.k_ss, args.k_ss, rows, tid);
         cp_commit();
-        load_tile<kBN, kDV, kDVp, kVStride, fa_cfg::kEvenK>(sV + (unsigned)(slot * kVSlot),
-                                                                   vg + (long long)kn * args.v_ss, args.v_ss, rows, tid);
+        load_tile<kBlockN, kDV, kDVPad, kPitchV, fa_cfg::kEvenK>(sV + (unsigned)(slot * kVSlot),
+                                                                 vg + (long long)kn * args.v_ss, args.v_ss, rows, tid);
         cp_commit();
       } else {
         cp_commit();
@@ -213,31 +217,31 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     const float* alibi_p = nullptr;
     float slope = 0.f;
     if constexpr (fa_cfg::kHasAlibi) { alibi_p = args.alibi; slope = alibi_p[h] * 1.4426950408889634f; }
-    const E* bias_g = nullptr;
+    const T* bias_g = nullptr;
     if constexpr (fa_cfg::kHasBias)
-      bias_g = (const E*)args.bias + (long long)b * args.bias_sb + (long long)h * args.bias_sh;
+      bias_g = (const T*)args.bias + (long long)b * args.bias_sb + (long long)h * args.bias_sh;
 
     // ldmatrix lane address parts (rows, 16-byte chunks; smem_layout.cuh adds the block's rows and columns)
-    const unsigned q_lane = fa_smem_lane<kQStride>(sQ, wrow0 + (lane & 15), lane >> 4);  // A (Q) operand
+    const unsigned q_lane = fa_smem_lane<kPitchQ>(sQ, wrow0 + (lane & 15), lane >> 4);  // A (Q) operand
     // Q fragments in registers (optional): wait for the Q group only (the K/V prologue groups stay in flight).
-    unsigned q_frag[fa_cfg::kQInRegs ? kMt : 1][fa_cfg::kQInRegs ? kKs : 1][4];
+    unsigned q_frag[fa_cfg::kQInRegs ? kQueryTiles : 1][fa_cfg::kQInRegs ? kKSteps : 1][4];
     if constexpr (fa_cfg::kQInRegs) {
       cp_wait<2 * (kStages - 1)>();
       __syncthreads();
 #pragma unroll
-      for (int mt = 0; mt < kMt; ++mt)
+      for (int mt = 0; mt < kQueryTiles; ++mt)
 #pragma unroll
-        for (int ks = 0; ks < kKs; ++ks)
-          ldsm_x4(fa_smem_at<kQStride>(q_lane, mt * 16, ks * 16), q_frag[mt][ks][0], q_frag[mt][ks][1],
+        for (int ks = 0; ks < kKSteps; ++ks)
+          ldsm_x4(fa_smem_at<kPitchQ>(q_lane, mt * 16, ks * 16), q_frag[mt][ks][0], q_frag[mt][ks][1],
                   q_frag[mt][ks][2], q_frag[mt][ks][3]);
     }
-    const unsigned k_lane = fa_smem_lane<kKStride>(0u, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);  // K^T
-    const unsigned v_lane = fa_smem_lane<kVStride>(0u, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);  // V
+    const unsigned k_lane = fa_smem_lane<kPitchK>(0u, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);  // K^T
+    const unsigned v_lane = fa_smem_lane<kPitchV>(0u, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);  // V
 
     for (int it = 0; it < n_blocks; ++it) {
       const int nb = nb_hi - 1 - it;
       const int slot = it % kStages;
-      const int kn = nb * kBN;
+      const int kn = nb * kBlockN;
       if constexpr (kStages == 1) {
         __syncthreads();  // everyone is done with the single slot
         issue(it);
@@ -248,30 +252,30 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       __syncthreads();
       if constexpr (kStages >= 2) issue(it + kStages - 1);
       // ---- S = Q K^T ----
-      float s[kMt][kNs][4];
+      float s[kQueryTiles][kKeyTiles][4];
 #pragma unroll
-      for (int mt = 0; mt < kMt; ++mt)
+      for (int mt = 0; mt < kQueryTiles; ++mt)
 #pragma unroll
-        for (int n = 0; n < kNs; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+        for (int n = 0; n < kKeyTiles; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
       const unsigned kbase = sK + (unsigned)(slot * kKSlot) + k_lane;
 #pragma unroll
-      for (int ks = 0; ks < kKs; ++ks) {
-        unsigned a[kMt][4];
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        unsigned a[kQueryTiles][4];
 #pragma unroll
-        for (int mt = 0; mt < kMt; ++mt) {
+        for (int mt = 0; mt < kQueryTiles; ++mt) {
           if constexpr (fa_cfg::kQInRegs) {
             a[mt][0] = q_frag[mt][ks][0]; a[mt][1] = q_frag[mt][ks][1];
             a[mt][2] = q_frag[mt][ks][2]; a[mt][3] = q_frag[mt][ks][3];
           } else {
-            ldsm_x4(fa_smem_at<kQStride>(q_lane, mt * 16, ks * 16), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+            ldsm_x4(fa_smem_at<kPitchQ>(q_lane, mt * 16, ks * 16), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
           }
         }
 #pragma unroll
-        for (int np = 0; np < kNs / 2; ++np) {
+        for (int np = 0; np < kKeyTiles / 2; ++np) {
           unsigned b0, b1, b2, b3;
-          ldsm_x4(fa_smem_at<kKStride>(kbase, np * 16, ks * 16), b0, b1, b2, b3);
+          ldsm_x4(fa_smem_at<kPitchK>(kbase, np * 16, ks * 16), b0, b1, b2, b3);
 #pragma unroll
-          for (int mt = 0; mt < kMt; ++mt) {
+          for (int mt = 0; mt < kQueryTiles; ++mt) {
             mma16816(s[mt][2 * np], a[mt], b0, b1);
             mma16816(s[mt][2 * np + 1], a[mt], b2, b3);
           }
@@ -281,12 +285,12 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       // ---- score transforms (feature path) ----
       if constexpr (kFeat) {
 #pragma unroll
-        for (int mt = 0; mt < kMt; ++mt)
+        for (int mt = 0; mt < kQueryTiles; ++mt)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int i = m0 + wrow0 + mt * 16 + gq + hh * 8;
 #pragma unroll
-            for (int n = 0; n < kNs; ++n)
+            for (int n = 0; n < kKeyTiles; ++n)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const int j = kn + n * 8 + tq * 2 + e;
@@ -303,14 +307,14 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       }
 
       // ---- masking: only blocks crossing the band edge or the end of the keys ----
-      bool need_mask = !fa_cfg::kEvenK && kn + kBN > sk;
+      bool need_mask = !fa_cfg::kEvenK && kn + kBlockN > sk;
       if constexpr (fa_cfg::kMask != 0) {
-        if (args.win_left >= 0) need_mask |= kn < m0 + kBM - 1 + sk - sq - args.win_left;
-        if (args.win_right >= 0) need_mask |= kn + kBN - 1 > diag0 + args.win_right;
+        if (args.win_left >= 0) need_mask |= kn < m0 + kBlockM - 1 + sk - sq - args.win_left;
+        if (args.win_right >= 0) need_mask |= kn + kBlockN - 1 > diag0 + args.win_right;
       }
       if (need_mask) {
 #pragma unroll
-        for (int mt = 0; mt < kMt; ++mt)
+        for (int mt = 0; mt < kQueryTiles; ++mt)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int i = m0 + wrow0 + mt * 16 + gq + hh * 8;
@@ -320,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
               if (args.win_right >= 0) hi = min(hi, i + sk - sq + args.win_right + 1);
             }
 #pragma unroll
-            for (int n = 0; n < kNs; ++n)
+            for (int n = 0; n < kKeyTiles; ++n)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const int j = kn + n * 8 + tq * 2 + e;
@@ -330,22 +334,22 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       }
 
       // ---- online softmax (base 2) ----
-      unsigned pk[kBigTile ? kMt : 1][kBigTile ? kBN / 16 : 1][4];  // P as A fragments (kBigTile)
-      float corr_b[kBigTile ? kMt : 1][2];                           // rescale factors (kBigTile)
+      unsigned pk[kBigTile ? kQueryTiles : 1][kBigTile ? kBlockN / 16 : 1][4];  // P as A fragments (kBigTile)
+      float corr_b[kBigTile ? kQueryTiles : 1][2];                           // rescale factors (kBigTile)
 #pragma unroll
-      for (int mt = 0; mt < kMt; ++mt)
+      for (int mt = 0; mt < kQueryTiles; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           float mx = row_m[mt][hh];
 #pragma unroll
-          for (int n = 0; n < kNs; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][hh * 2], s[mt][n][hh * 2 + 1]));
+          for (int n = 0; n < kKeyTiles; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][hh * 2], s[mt][n][hh * 2 + 1]));
           mx = fa_lanes_max<4>(mx);  // the row's quad
           const float ms = mx == FA_MMA_NEG_INF ? 0.f : mx * mul;
           const float corr = fa_exp2(row_m[mt][hh] * mul - ms);
           row_m[mt][hh] = mx;
           float sum = 0.f;
 #pragma unroll
-          for (int n = 0; n < kNs; ++n) {
+          for (int n = 0; n < kKeyTiles; ++n) {
             const float p0 = fa_exp2(s[mt][n][hh * 2] * mul - ms);
             const float p1 = fa_exp2(s[mt][n][hh * 2 + 1] * mul - ms);
             if constexpr (kBigTile) {
@@ -360,18 +364,18 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
             corr_b[mt][hh] = corr;
           } else {
 #pragma unroll
-            for (int n = 0; n < kNo; ++n) { o_acc[mt][n][hh * 2] *= corr; o_acc[mt][n][hh * 2 + 1] *= corr; }
+            for (int n = 0; n < kColTiles; ++n) { o_acc[mt][n][hh * 2] *= corr; o_acc[mt][n][hh * 2 + 1] *= corr; }
           }
         }
       if constexpr (kBigTile) {
         bool rescale = false;
 #pragma unroll
-        for (int mt = 0; mt < kMt; ++mt) rescale |= corr_b[mt][0] != 1.f || corr_b[mt][1] != 1.f;
+        for (int mt = 0; mt < kQueryTiles; ++mt) rescale |= corr_b[mt][0] != 1.f || corr_b[mt][1] != 1.f;
         if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
-          for (int mt = 0; mt < kMt; ++mt)
+          for (int mt = 0; mt < kQueryTiles; ++mt)
 #pragma unroll
-            for (int n = 0; n < kNo; ++n) {
+            for (int n = 0; n < kColTiles; ++n) {
               o_acc[mt][n][0] *= corr_b[mt][0]; o_acc[mt][n][1] *= corr_b[mt][0];
               o_acc[mt][n][2] *= corr_b[mt][1]; o_acc[mt][n][3] *= corr_b[mt][1];
             }
@@ -385,10 +389,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       }
       const unsigned vbase = sV + (unsigned)(slot * kVSlot) + v_lane;
 #pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        unsigned p[kMt][4];
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        unsigned p[kQueryTiles][4];
 #pragma unroll
-        for (int mt = 0; mt < kMt; ++mt) {
+        for (int mt = 0; mt < kQueryTiles; ++mt) {
           if constexpr (kBigTile) {
             p[mt][0] = pk[mt][kk][0]; p[mt][1] = pk[mt][kk][1]; p[mt][2] = pk[mt][kk][2]; p[mt][3] = pk[mt][kk][3];
           } else {
@@ -399,11 +403,11 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
           }
         }
 #pragma unroll
-        for (int dp = 0; dp < kNo / 2; ++dp) {
+        for (int dp = 0; dp < kColTiles / 2; ++dp) {
           unsigned b0, b1, b2, b3;
-          ldsm_x4_t(fa_smem_at<kVStride>(vbase, kk * 16, dp * 16), b0, b1, b2, b3);
+          ldsm_x4_t(fa_smem_at<kPitchV>(vbase, kk * 16, dp * 16), b0, b1, b2, b3);
 #pragma unroll
-          for (int mt = 0; mt < kMt; ++mt) {
+          for (int mt = 0; mt < kQueryTiles; ++mt) {
             mma16816(o_acc[mt][2 * dp], p[mt], b0, b1);
             mma16816(o_acc[mt][2 * dp + 1], p[mt], b2, b3);
           }
@@ -416,7 +420,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   // ---- epilogue: O /= l, LSE, stage O through shared memory, 16-byte stores ----
   __syncthreads();  // every warp is done reading Q / K / V
 #pragma unroll
-  for (int mt = 0; mt < kMt; ++mt)
+  for (int mt = 0; mt < kQueryTiles; ++mt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float l = fa_lanes_sum<4>(row_l[mt][hh]);
@@ -430,23 +434,23 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
           args.lse[(long long)b * args.lse_sb + (long long)h * args.lse_sh + (long long)(base_q + m0 + r)] = lse;
         }
       }
-      unsigned* orow = (unsigned*)(fa_smem + (size_t)(r * kOStride) * 2);
+      unsigned* orow = (unsigned*)(fa_smem + (size_t)(r * kPitchO) * 2);
 #pragma unroll
-      for (int n = 0; n < kNo; ++n)
+      for (int n = 0; n < kColTiles; ++n)
         orow[(n * 8 + tq * 2) / 2] = pack2(o_acc[mt][n][hh * 2] * inv, o_acc[mt][n][hh * 2 + 1] * inv);
     }
   __syncthreads();
-  E* og = (E*)args.o + (fa_cfg::kVarlen ? 0ll : (long long)b * args.o_sb) + (long long)(base_q + m0) * args.o_ss +
+  T* og = (T*)args.o + (fa_cfg::kVarlen ? 0ll : (long long)b * args.o_sb) + (long long)(base_q + m0) * args.o_ss +
           (long long)h * args.o_sh;
   constexpr int kChunks = kDV / 8;
-  constexpr int kTotal = kBM * kChunks;
+  constexpr int kTotal = kBlockM * kChunks;
 #pragma unroll
   for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
     const int idx = tid + it * kThreads;
     if (kTotal % kThreads == 0 || idx < kTotal) {
       const int r = idx / kChunks, ch = idx % kChunks;
       if (r < q_rows) {
-        const uint4 v = *(const uint4*)(fa_smem + (size_t)(r * kOStride + ch * 8) * 2);
+        const uint4 v = *(const uint4*)(fa_smem + (size_t)(r * kPitchO + ch * 8) * 2);
         *(uint4*)(og + (long long)r * args.o_ss + ch * 8) = v;
       }
     }
