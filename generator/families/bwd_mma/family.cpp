@@ -5,7 +5,7 @@
 // Plan: bwd_pre -> bwd_mma -> bwd_post over one float32 workspace (regions 256-byte aligned):
 //   delta     float32 [heads_q * rows_q]         indexed like the LSE (args.f.lse_sb / lse_sh)
 //   dq_accum  float32 [rows_q rounded up to 8, heads_q * head_dim], 8 x 8 tiled (fa_dq_accum_off in
-//                                               templates/fa_common.cuh); accum_q_stride_row = heads_q * head_dim
+//                                               templates/common/dq_accum.cuh); accum_q_stride_row = heads_q * head_dim
 //   dk_accum  int32   [rows_q, heads_q]          deterministic mode only: the dQ ordering semaphores (no float32
 //                                               dK/dV buffers: GQA groups are summed inside the CTA)
 // rows_q = total_q (varlen) or batch * seqlen_q. Binding sets the causal CTA-order fields (fa_bwd_cta_order).
@@ -217,7 +217,7 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   const long long rows = fam::rows_q(p);
   out.off_dq_accum = off;
   out.accum_q_stride_row = static_cast<long long>(p.heads_q) * p.head_dim;
-  // 8 x 8 tiled (templates/fa_common.cuh, fa_dq_accum_off): rows rounded up to a multiple of 8
+  // 8 x 8 tiled (templates/common/dq_accum.cuh, fa_dq_accum_off): rows rounded up to a multiple of 8
   const size_t rows8 = static_cast<size_t>((rows + 7) / 8 * 8);
   off = fam::align256(off + rows8 * static_cast<size_t>(out.accum_q_stride_row) * sizeof(float));
   if (p.deterministic) {
