@@ -14,8 +14,9 @@
 //   head dims padded to 64:  1-2 consumers: block_n <= 240 (2-3 stages), <= 208 (4); 3 consumers: <= 128
 //   padded to 128:           1-2 consumers: <= 192 (2 stages), <= 128 (3), <= 96 (4); 3 consumers: <= 80
 //   padded to 192 or 256:    1 consumer: <= 96 (2), <= 64 (3); 2 consumers: <= 80 (2 stages only); 3: none
-// ALiBi / softcap / bias hold more registers: 3 consumers are out with them (fp16 d 64 spilled 80 bytes); a bias
-// also holds block_n to 64 at head dims padded to 128+ and excludes the persistent loop (CPU compile sweep).
+// ALiBi / softcap / bias hold more registers: 3 consumers are out with them (fp16 d 64 spilled 80 bytes), block_n
+// is held to 128 (64 at head dims padded past 128); a bias also holds block_n to 64 at head dims padded to 128+ and
+// excludes the persistent loop; the persistent loop holds block_n to 176 (CPU compile sweeps).
 #include <fmt/format.h>
 
 #include "../common.h"
@@ -67,7 +68,13 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (s.has_bias && t[kPersistent] != 0) return fail(why, "bias with the persistent tile loop spills (ptxas)");
   if (s.has_bias && dp >= 128 && t[kBlockN] > 64)
     return fail(why, fmt::format("bias at head dims padded to {}: block_n <= 64 (ptxas spills above)", dp));
-  const int limit = max_block_n(dp, t[kConsumers], t[kStages]);
+  int limit = max_block_n(dp, t[kConsumers], t[kStages]);
+  // ALiBi / softcap / bias and the persistent loop hold more registers beside the S tile: the full compile sweep
+  // (`fa_compile_sweep --full --limit 800`, 2026-11-25) spilled 16-680 bytes with them at head dims padded to 64
+  // and block_n 160-240, and 4 bytes at d 224 with 96 keys (ALiBi + softcap, 1 consumer) and at d 256 with 64 keys
+  // and 3 stages (bias + ALiBi): past 128 columns, features take 64 keys and 2 stages.
+  if (features(s)) limit = std::min(limit, dp <= 128 ? 128 : t[kStages] == 2 ? 64 : 0);
+  if (t[kPersistent] != 0) limit = std::min(limit, 176);
   if (t[kBlockN] > limit) {
     return fail(why, fmt::format("registers: block_n {} with {} consumers and {} stages at head dims padded to {} "
                                  "spills (ptxas); expected <= {}", t[kBlockN], t[kConsumers], t[kStages], dp, limit));
@@ -83,7 +90,7 @@ Tunables defaults(const Semantic& s) {
   Tunables t{{2, 128, 2, 1, 1, 0}};
   if (dp <= 64 && !features(s)) t = Tunables{{3, 128, 2, 1, 1, 0}};
   if (dp > 128) t = Tunables{{2, 80, 2, 1, 1, 0}};
-  if (s.has_bias && dp >= 128) t[kBlockN] = 64;
+  if ((s.has_bias && dp >= 128) || (features(s) && dp > 128)) t[kBlockN] = 64;
   if (!valid(KernelConfig{s, t}, nullptr)) t = Tunables{{1, 64, 2, 0, 1, 0}};
   return t;
 }
