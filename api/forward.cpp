@@ -62,15 +62,12 @@ Status prepare(fa_context c, const fa_params* in) {
                 c->has_device && c->tune_policy == FA_TUNE_ON_FIRST_USE ? &tune : nullptr, &plan);
   if (st.ok()) st = load_plan(c, plan);
   if (st.ok() && !d.varlen) {
-    // Every shape class of the tuning bucket, so that no later sequence length in it compiles anything, inside or
-    // outside graph capture: a kernel's class is whether seqlen_k is a multiple of its block_n, and the chooser may
-    // serve a length with the tuned winner or with its fallback (tuner/chooser.h). Lengths in the bucket that are
-    // multiples of 128 / of 64 not 128 / of 32 not 64 / of 16 not 32 / odd cover every pattern of divisibility.
-    const int top = static_cast<int>(fa::tune::pow2_ceil(d.seqlen_k));
-    for (int back : {0, 64, 32, 16, 1}) {
+    // Every shape class of the tuning bucket (tune::bucket_class_lengths), so that no later sequence length in it
+    // compiles anything, inside or outside graph capture: the chooser may serve a length with the tuned winner or
+    // with its fallback (tuner/chooser.h).
+    for (int sk : fa::tune::bucket_class_lengths(d)) {
       fa::gen::ProblemDesc other = d;
-      other.seqlen_k = top - back;
-      if (other.seqlen_k <= top / 2 || other.seqlen_k <= 0) continue;
+      other.seqlen_k = sk;
       st = plan_for(c, fa::gen::Role::Forward, other, nullptr, &plan);
       if (st.ok()) st = load_plan(c, plan);
       if (!st.ok()) break;

@@ -165,7 +165,7 @@ void register_family(const Family* f);
 const std::vector<const Family*>& all_families();
 const Family* find_family(std::string_view name);  // nullptr when no such family is built in
 // The families of `role` whose arch range includes `arch`, highest priority first (registration order on ties).
-std::vector<const Family*> ranked_families(Role role, int arch);
+const std::vector<const Family*>& ranked_families(Role role, int arch);
 #define FA_FAMILY_FOLDER(folder) void fa_register_family_##folder()
 
 // The value of the knob named `knob` in t for s's family; `fallback` when the family has no such knob.
@@ -185,6 +185,5 @@ std::vector<Tunables> all_valid_points(const Semantic& s, const DeviceLimits& li
 
 // Small shared helpers for families.
 unsigned smem_of(const KernelConfig& c);  // the family's smem_bytes, or 0
-Launch launch_of(const KernelConfig& c, const LaunchShape& shape);
 
 }  // namespace fa::gen

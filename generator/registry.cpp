@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "generator/family.h"
 
@@ -53,12 +55,20 @@ const Family* find_family(std::string_view name) {
   return nullptr;
 }
 
-std::vector<const Family*> ranked_families(Role role, int arch) {
-  std::vector<const Family*> out;
-  for (const Family* f : all_families())
-    if (f->role == role && arch >= f->arch_min && arch <= f->arch_max) out.push_back(f);
-  std::stable_sort(out.begin(), out.end(), [](const Family* a, const Family* b) { return a->priority > b->priority; });
-  return out;
+const std::vector<const Family*>& ranked_families(Role role, int arch) {
+  // Every fa_run asks (the selector): ranked once per (role, arch), the registry never changes after registration.
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, std::vector<const Family*>> memo;
+  const std::vector<const Family*>& all = all_families();
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, fresh] = memo.try_emplace({static_cast<int>(role), arch});
+  if (fresh) {
+    for (const Family* f : all)
+      if (f->role == role && arch >= f->arch_min && arch <= f->arch_max) it->second.push_back(f);
+    std::stable_sort(it->second.begin(), it->second.end(),
+                     [](const Family* a, const Family* b) { return a->priority > b->priority; });
+  }
+  return it->second;
 }
 
 int Family::knob_index(std::string_view knob_name) const {
@@ -101,12 +111,6 @@ DeviceLimits limits_for_arch(int arch) {
 
 unsigned smem_of(const KernelConfig& c) {
   return c.s.family != nullptr && c.s.family->smem_bytes != nullptr ? c.s.family->smem_bytes(c) : 0u;
-}
-
-Launch launch_of(const KernelConfig& c, const LaunchShape& shape) {
-  Launch l = c.s.family->launch(c, shape);
-  l.smem = smem_of(c);
-  return l;
 }
 
 bool is_valid(const KernelConfig& c, const DeviceLimits& lim, std::string* why) {

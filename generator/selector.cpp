@@ -67,8 +67,7 @@ Semantic select(Role role, const ProblemDesc& p, int arch, std::string* why) {
   }
   // No family covers the problem (not reachable while a reference family covers everything): the reference, whose
   // validity check then says why.
-  const Family* f = fallback ? fallback : find_family(role == Role::Forward ? "fwd_ref" : "bwd_ref_dq");
-  return f ? semantic_for(*f, p, arch) : Semantic{};
+  return fallback ? semantic_for(*fallback, p, arch) : Semantic{};
 }
 
 KernelConfig finalize(const Semantic& s, const Tunables& t, const ProblemDesc& p) {

@@ -12,7 +12,7 @@ void note_alignment_fallback(fa_context c, gen::Role role, const gen::ProblemDes
   if (static_cast<int>(c->log_level) < static_cast<int>(LogLevel::kInfo)) return;  // the re-selection is not free
   if (chosen.family == nullptr || !chosen.family->reference || d.aligned16 || d.dtype == gen::kFp32) return;
   gen::ProblemDesc aligned = d;
-  aligned.aligned16 = true;
+  aligned.aligned16 = aligned.tma_ok = true;
   const gen::Semantic fast = gen::select(role, aligned, context_arch(c));
   // Still a reference family when aligned: not the alignment's doing (FA_FORCE_REFERENCE, an uncovered feature).
   if (fast.family == nullptr || fast.family->reference) return;

@@ -17,6 +17,16 @@ std::string shape_bucket(const gen::ProblemDesc& p) {
   return fmt::format("q{}.k{}.bh{}", pow2_ceil(p.seqlen_q), pow2_ceil(p.seqlen_k), pow2_ceil(bh));
 }
 
+std::vector<int> bucket_class_lengths(const gen::ProblemDesc& p) {
+  if (p.varlen) return {p.seqlen_k};
+  const int top = static_cast<int>(pow2_ceil(p.seqlen_k));
+  std::vector<int> out;
+  for (int back : {0, 64, 32, 16, 1})
+    if (top - back > top / 2 && top - back > 0) out.push_back(top - back);
+  if (out.empty()) out.push_back(p.seqlen_k);
+  return out;
+}
+
 std::string tuning_semantic_key(const gen::Semantic& s) {
   gen::Semantic c = s;
   c.even_k = false;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "generator/config.h"
 #include "generator/problem.h"
@@ -19,6 +20,10 @@ long long pow2_ceil(long long n);
 std::string shape_bucket(const gen::ProblemDesc& p);
 // semantic_key with even_k cleared.
 std::string tuning_semantic_key(const gen::Semantic& s);
+// Key counts in p's seqlen_k bucket that meet every shape class a kernel can have there: a kernel's class is whether
+// seqlen_k is a multiple of its block_n, and multiples of 128 / of 64 not 128 / of 32 not 64 / of 16 not 32 / odd
+// lengths cover every pattern of divisibility (varlen: p's own length only; it has one class).
+std::vector<int> bucket_class_lengths(const gen::ProblemDesc& p);
 // tuning_semantic_key + "|" + shape_bucket: the in-memory key of a tuned entry.
 std::string tuning_key(const gen::Semantic& s, const gen::ProblemDesc& p);
 

@@ -28,12 +28,15 @@ void record_untuned(fa_context c, const std::string& key) {
   c->info("tuner: no tuned entry for " + key + "; it runs at its heuristic defaults (fa-tune tunes it ahead of time)");
 }
 
-// Whether t is valid for some problem of p's tuning key: p itself, or p with seqlen_k in the other shape class.
+// Whether t is valid for some problem of p's tuning key: p itself, or p at a length of another shape class.
 bool any_class_valid(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, const gen::Tunables& t) {
   if (gen::is_valid(gen::finalize(s, t, p), c->limits, nullptr)) return true;
   gen::ProblemDesc q = p;
-  q.seqlen_k = p.seqlen_k % 128 == 0 ? p.seqlen_k - 1 : static_cast<int>(pow2_ceil(p.seqlen_k));
-  return q.seqlen_k > 0 && gen::is_valid(gen::finalize(s, t, q), c->limits, nullptr);
+  for (int sk : bucket_class_lengths(p)) {
+    q.seqlen_k = sk;
+    if (gen::is_valid(gen::finalize(s, t, q), c->limits, nullptr)) return true;
+  }
+  return false;
 }
 
 // Whether tunables t serve the call at hand: a winner is tuned at one length and valid there; another length of
