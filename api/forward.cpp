@@ -19,7 +19,9 @@ namespace {
 // The context checked and the params validated: the validated copy and its problem description.
 Status validated(fa_context c, const fa_params* in, fa_params* p, fa::gen::ProblemDesc* d) {
   Status st = check_context(c);
-  return st.ok() ? validate_forward(in, p, d) : st;
+  if (st.ok()) st = validate_forward(in, p, d);
+  if (st.ok()) d->sm_count = c->sm_count > 0 ? c->sm_count : c->limits.sm_count;  // split-KV plans size by it
+  return st;
 }
 
 Status run(fa_context c, const fa_params* in, CUstream stream) {
@@ -37,8 +39,8 @@ Status run(fa_context c, const fa_params* in, CUstream stream) {
                 !capturing && c->tune_policy == FA_TUNE_ON_FIRST_USE ? &tune : nullptr, &plan);
   if (!st.ok()) return st;
   FaFwdArgs args = make_fwd_args(p, d);
-  return enqueue_plan(c, plan, fa::gen::launch_shape(d), PlanArgs{&args, sizeof args, {}}, !capturing, stream,
-                      nullptr, 0);
+  return enqueue_plan(c, plan, fa::gen::launch_shape(d), forward_plan_args(plan, &args), !capturing, stream,
+                      p.workspace, p.workspace_size);
 }
 
 // Compiles and loads every kernel of a plan.
@@ -91,6 +93,20 @@ Status key(fa_context c, const fa_params* in, char* buf, size_t size) {
   return Status::Ok();
 }
 
+Status workspace_size(fa_context c, const fa_params* in, size_t* out) {
+  fa_params p;
+  fa::gen::ProblemDesc d;
+  Status st = validated(c, in, &p, &d);
+  if (!st.ok()) return st;
+  if (out == nullptr) return invalid("out_bytes", "a non-NULL size_t*", "NULL");
+  // The split count and workspace depend on the family's plan at its tunables: the chooser's answer without tuning.
+  fa::gen::Plan plan;
+  st = plan_for(c, fa::gen::Role::Forward, d, nullptr, &plan);
+  if (!st.ok()) return st;
+  *out = plan.workspace_bytes;
+  return Status::Ok();
+}
+
 Status supported(fa_context c, const fa_params* params) {
   fa_params p;
   fa::gen::ProblemDesc d;
@@ -116,6 +132,10 @@ extern "C" FA_API fa_status fa_prepare(fa_context c, const fa_params* params) {
 
 extern "C" FA_API int fa_is_supported(fa_context c, const fa_params* params) {
   return guarded("fa_is_supported", [&] { return supported(c, params); }) == FA_OK ? 1 : 0;
+}
+
+extern "C" FA_API fa_status fa_forward_workspace_size(fa_context c, const fa_params* params, size_t* out_bytes) {
+  return guarded("fa_forward_workspace_size", [&] { return workspace_size(c, params, out_bytes); });
 }
 
 extern "C" FA_API fa_status fa_problem_key(fa_context c, const fa_params* params, char* buf, size_t size) {

@@ -38,7 +38,8 @@ const char* mask_name(int mask) {
 std::string semantic_key(const Semantic& s) {
   return fmt::format("{}.sm{}.{}.d{}.dv{}.{}.b{}a{}s{}v{}e{}l{}", family_name(s), s.arch, dtype_name(s.dtype),
                      s.head_dim, s.head_dim_v, mask_name(s.mask), int(s.has_bias), int(s.has_alibi),
-                     int(s.has_softcap), int(s.varlen), int(s.even_k), int(s.has_lse));
+                     int(s.has_softcap), int(s.varlen), int(s.even_k), int(s.has_lse)) +
+         (s.paged ? ".paged" : "");
 }
 
 std::string tunables_key(const Semantic& s, const Tunables& t) {
@@ -124,7 +125,7 @@ bool ConfigLess::operator()(const KernelConfig& a, const KernelConfig& b) const 
   auto tie = [](const KernelConfig& c) {
     const Semantic& s = c.s;
     return std::tie(s.family, s.arch, s.dtype, s.head_dim, s.head_dim_v, s.mask, s.has_bias, s.has_alibi,
-                    s.has_softcap, s.varlen, s.even_k, s.has_lse, c.t.v);
+                    s.has_softcap, s.varlen, s.even_k, s.has_lse, s.paged, c.t.v);
   };
   return tie(a) < tie(b);
 }
@@ -148,6 +149,7 @@ std::string render_source(const KernelConfig& c) {
   src += fmt::format("constexpr bool kVarlen = {};\n", b(s.varlen));
   src += fmt::format("constexpr bool kEvenK = {};\n", b(s.even_k));
   src += fmt::format("constexpr bool kHasLse = {};\n", b(s.has_lse));
+  src += fmt::format("constexpr bool kPaged = {};\n", b(s.paged));
   if (s.family != nullptr) {
     const auto& knobs = s.family->knobs;
     for (size_t i = 0; i < knobs.size(); ++i) {

@@ -16,14 +16,18 @@ namespace fa::gen {
 struct Family;  // family.h
 
 // Bumped whenever rendering or any template's meaning changes; part of every compile key.
-inline constexpr int kGeneratorVersion = 2;
+inline constexpr int kGeneratorVersion = 3;
 
 enum Dtype : int { kFp16 = 1, kBf16 = 2, kFp32 = 3 };  // values equal fa_dtype
 enum Mask : int { kMaskNone = 0, kMaskCausal = 1, kMaskWindow = 2 };  // values equal fa_mask
 
-// Head dims a kernel may be asked for: multiples of 8 in [8, kMaxHeadDim] (the API validates the same rule).
-inline constexpr int kMaxHeadDim = 256;
-inline bool head_dim_ok(int d) { return d >= 8 && d <= kMaxHeadDim && d % 8 == 0; }
+// Head dims a kernel may be asked for: multiples of 8 in [8, kMaxHeadDim] for q / k and [8, kMaxHeadDimV] for v / o
+// (the API validates the same rule; MLA decode is d 576 / dv 512). Families state their own limits in covers():
+// the tensor-core prefill and backward families stop at kMaxHeadDimFast.
+inline constexpr int kMaxHeadDim = 576;
+inline constexpr int kMaxHeadDimV = 512;
+inline constexpr int kMaxHeadDimFast = 256;
+inline bool head_dim_ok(int d, int max = kMaxHeadDim) { return d >= 8 && d <= max && d % 8 == 0; }
 
 struct Semantic {
   const Family* family = nullptr;  // which kernel family (registered in family.h's registry)
@@ -38,6 +42,7 @@ struct Semantic {
   bool varlen = false;
   bool even_k = false;    // fixed-length and seqlen_k % block_n == 0: no key-boundary predicates
   bool has_lse = true;    // the kernel writes LSE (backward needs it; fa_run may pass lse == null)
+  bool paged = false;     // k / v read through a block table of pages (fa_params.block_table)
   bool operator==(const Semantic&) const = default;
 };
 

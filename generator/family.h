@@ -38,6 +38,7 @@ struct LaunchShape {
   int total_q = 0;       // varlen totals (fixed: batch * seqlen)
   int total_k = 0;
   int sm_count = 0;      // the device's SMs (persistent grids); 0: unknown
+  int num_splits = 1;    // split-KV: key splits per (batch, kv head), from the plan
 };
 
 struct Launch {
@@ -73,6 +74,10 @@ struct Plan {
   size_t workspace_bytes = 0;       // total, each region 256-byte aligned
   size_t off_delta = SIZE_MAX, off_dq_accum = SIZE_MAX, off_dk_accum = SIZE_MAX, off_dv_accum = SIZE_MAX;
   long long accum_q_stride_row = 0, accum_kv_stride_row = 0;
+  // Split-KV forward plans: the key splits per (batch, kv head) and the float32 partial-output regions
+  // (FaFwdArgs::part_o / part_lse); num_splits == 1: none.
+  int num_splits = 1;
+  size_t off_part_o = SIZE_MAX, off_part_lse = SIZE_MAX;
 };
 
 // A tensor map the runtime encodes for a family (cuTensorMapEncodeTiled): element type, global dims (innermost

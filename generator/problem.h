@@ -25,6 +25,12 @@ struct ProblemDesc {
                            // positive byte stride below 2^40
   bool backward = false;
   bool deterministic = false;
+  // KV cache (fa_params version 2)
+  bool seqused = false;    // seqused_k given: the keys each sequence uses are read on the device
+  bool paged = false;      // block_table given: k / v are page pools
+  int page_size = 0;       // rows per page (paged)
+  int num_splits = 0;      // split-KV count forced by the caller (0: the family's heuristic; 1: no split)
+  int sm_count = 0;        // the device's SMs, for plans that size work by the device (split-KV); 0: unknown
 };
 
 // The semantic part of problem p for family f on arch: the problem's dtype, head dims, mask and features. Forward

@@ -123,9 +123,10 @@ bool is_valid(const KernelConfig& c, const DeviceLimits& lim, std::string* why) 
                                  f.arch_max == INT_MAX ? 999 : f.arch_max, s.arch));
   if (s.arch != lim.arch) return fail(why, fmt::format("arch: config is sm_{} but device limits are sm_{}", s.arch, lim.arch));
   if (s.dtype < kFp16 || s.dtype > kFp32) return fail(why, fmt::format("dtype: expected 1..3, got {}", s.dtype));
-  for (int d : {s.head_dim, s.head_dim_v})
-    if (!head_dim_ok(d))
-      return fail(why, fmt::format("head_dim: expected a multiple of 8 in [8, {}], got {}", kMaxHeadDim, d));
+  if (!head_dim_ok(s.head_dim))
+    return fail(why, fmt::format("head_dim: expected a multiple of 8 in [8, {}], got {}", kMaxHeadDim, s.head_dim));
+  if (!head_dim_ok(s.head_dim_v, kMaxHeadDimV))
+    return fail(why, fmt::format("head_dim_v: expected a multiple of 8 in [8, {}], got {}", kMaxHeadDimV, s.head_dim_v));
   if (s.mask < kMaskNone || s.mask > kMaskWindow) return fail(why, fmt::format("mask: expected 0..2, got {}", s.mask));
   if (s.varlen && s.even_k) return fail(why, "even_k: expected false in varlen mode, got true");
   for (size_t i = 0; i < f.knobs.size(); ++i) {

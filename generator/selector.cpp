@@ -29,6 +29,7 @@ Semantic semantic_for(const Family& f, const ProblemDesc& p, int arch) {
   s.has_alibi = p.has_alibi;
   s.has_softcap = p.has_softcap;
   s.varlen = p.varlen;
+  s.paged = p.paged;
   if (f.role == Role::Forward) {
     s.has_lse = p.has_lse;
     s.even_k = !p.varlen && p.seqlen_k > 0 && p.seqlen_k % 64 == 0;  // a hint; finalize() sets the real flag
@@ -97,6 +98,7 @@ LaunchShape launch_shape(const ProblemDesc& p) {
   l.heads_kv = p.heads_kv;
   l.total_q = p.varlen ? p.total_q : p.batch * p.seqlen_q;
   l.total_k = p.varlen ? p.total_k : p.batch * p.seqlen_k;
+  l.sm_count = p.sm_count;
   return l;
 }
 

@@ -52,7 +52,27 @@ FaFwdArgs make_fwd_args(const fa_params& p, const gen::ProblemDesc& d) {
   a.scale_log2 = a.scale * 1.4426950408889634f;
   a.softcap = p.softcap;
   a.inv_softcap = p.softcap > 0.0f ? 1.0f / p.softcap : 0.0f;
+  a.seqused_k = p.seqused_k;
+  if (d.paged) {
+    a.block_table = p.block_table;
+    a.bt_stride = p.block_table_stride;
+    a.page_size = p.page_size;
+    while ((1 << a.page_shift) < p.page_size) ++a.page_shift;
+    a.num_pages = p.num_pages;
+  }
+  a.num_splits = 1;  // the plan's split count and partial regions are bound with the workspace (bind_split)
   return a;
+}
+
+PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args) {
+  PlanArgs pa{args, sizeof *args, {}};
+  args->num_splits = plan.num_splits;
+  if (plan.num_splits > 1)
+    pa.bind_workspace = [args, &plan](char* ws) {
+      args->part_o = reinterpret_cast<float*>(ws + plan.off_part_o);
+      args->part_lse = reinterpret_cast<float*>(ws + plan.off_part_lse);
+    };
+  return pa;
 }
 
 Status stream_capturing(fa_context c, CUstream stream, bool* capturing) {
@@ -141,6 +161,7 @@ Status enqueue_plan(fa_context c, const gen::Plan& plan, const gen::LaunchShape&
                     bool allow_compile, CUstream stream, void* ws_in, size_t ws_size) {
   gen::LaunchShape shape = shape_in;
   shape.sm_count = c->sm_count > 0 ? c->sm_count : c->limits.sm_count;
+  shape.num_splits = plan.num_splits;
   std::vector<std::shared_ptr<Kernel>> kernels;
   kernels.reserve(plan.steps.size());
   for (const auto& step : plan.steps) {
@@ -155,7 +176,10 @@ Status enqueue_plan(fa_context c, const gen::Plan& plan, const gen::LaunchShape&
   bool owned = false;
   if (ws_in != nullptr) {
     if (ws_size < plan.workspace_bytes)
-      return invalid("workspace_size", fmt::format(">= {} bytes (fa_backward_workspace_size)", plan.workspace_bytes), ws_size);
+      return invalid("workspace_size", fmt::format(">= {} bytes ({})", plan.workspace_bytes,
+                                                   plan.off_delta != SIZE_MAX ? "fa_backward_workspace_size"
+                                                                              : "fa_forward_workspace_size"),
+                     ws_size);
   } else if (plan.workspace_bytes > 0) {
     CUresult r = c->drv->cuMemAllocAsync(&ws, plan.workspace_bytes, stream);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) return error(FA_ERROR_OUT_OF_MEMORY, driver_error(*c->drv, "cuMemAllocAsync", r));
@@ -204,7 +228,7 @@ Status launch_config(fa_context c, const gen::KernelConfig& cfg, const fa_params
                      CUstream stream) {
   const gen::Plan plan = gen::make_plan(cfg.s, cfg.t, d);
   FaFwdArgs args = make_fwd_args(p, d);
-  return enqueue_plan(c, plan, gen::launch_shape(d), PlanArgs{&args, sizeof args, {}}, true, stream, nullptr, 0);
+  return enqueue_plan(c, plan, gen::launch_shape(d), forward_plan_args(plan, &args), true, stream, nullptr, 0);
 }
 
 double half_value(int dtype, const unsigned char* b) {

@@ -35,6 +35,10 @@ struct PlanArgs {
   std::function<void(char* ws)> bind_workspace;
 };
 
+// The forward plan's args: the split count, and the workspace binding of the split partials (plan and args must
+// outlive the returned PlanArgs' use).
+PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args);
+
 // Enqueues every step of `plan` on `stream`: kernels (allow_compile as in kernel_for), the workspace (the caller's
 // `ws` of `ws_size` bytes, or a stream-ordered allocation freed on the stream after the last step), each step's
 // parameters (the family's bind, default: the common args), the launch (with the family's cluster dims).

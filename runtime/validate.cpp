@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -77,10 +78,14 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   if (in->version < 1 || in->version > FA_PARAMS_VERSION)
     return error(FA_ERROR_INVALID_VERSION, fmt::format("params.version: expected 1..{} (call fa_params_init), got {}",
                                                        FA_PARAMS_VERSION, in->version));
-  if (in->struct_size != sizeof(fa_params))
+  // Version 1 ended before the KV-cache fields: its struct is read as far as it goes, the rest stays zero.
+  const size_t expected_size = in->version == 1 ? offsetof(fa_params, seqused_k) : sizeof(fa_params);
+  if (in->struct_size != expected_size)
     return error(FA_ERROR_INVALID_VERSION, fmt::format("params.struct_size: expected {} for version {} (call fa_params_init), got {}",
-                                                       sizeof(fa_params), in->version, in->struct_size));
-  fa_params p = *in;
+                                                       expected_size, in->version, in->struct_size));
+  fa_params p;
+  std::memset(&p, 0, sizeof p);
+  std::memcpy(&p, in, expected_size);
 
   if (p.dtype != FA_DTYPE_FP16 && p.dtype != FA_DTYPE_BF16 && p.dtype != FA_DTYPE_FP32)
     return invalid("dtype", "FA_DTYPE_FP16 (1), FA_DTYPE_BF16 (2) or FA_DTYPE_FP32 (3)", p.dtype);
@@ -92,8 +97,8 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   if (!gen::head_dim_ok(p.head_dim))
     return invalid("head_dim", fmt::format("a multiple of 8 in [8, {}]", gen::kMaxHeadDim), p.head_dim);
   if (p.head_dim_v == 0) p.head_dim_v = p.head_dim;
-  if (!gen::head_dim_ok(p.head_dim_v))
-    return invalid("head_dim_v", fmt::format("0 or a multiple of 8 in [8, {}]", gen::kMaxHeadDim), p.head_dim_v);
+  if (!gen::head_dim_ok(p.head_dim_v, gen::kMaxHeadDimV))
+    return invalid("head_dim_v", fmt::format("0 or a multiple of 8 in [8, {}]", gen::kMaxHeadDimV), p.head_dim_v);
 
   const bool varlen = p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr;
   if (varlen) {
@@ -109,11 +114,37 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
     if (p.seqlen_q < 1) return invalid("seqlen_q", ">= 1", p.seqlen_q);
     if (p.seqlen_k < 0) return invalid("seqlen_k", ">= 0", p.seqlen_k);
   }
+  const bool paged = p.block_table != nullptr;
+  if (p.reserved1 != 0) return invalid("reserved1", "0", p.reserved1);
+  if (p.num_splits < 0 || p.num_splits > 256) return invalid("num_splits", "0 (automatic), 1 (off) or 2..256", p.num_splits);
+  if (p.seqused_k != nullptr && reinterpret_cast<uintptr_t>(p.seqused_k) % 4)
+    return invalid("seqused_k", "4-byte aligned", ptr_str(p.seqused_k));
+  if (paged) {
+    if (varlen) return invalid("block_table", "NULL in varlen mode (a paged cache takes fixed-length batches)", ptr_str(p.block_table));
+    if (reinterpret_cast<uintptr_t>(p.block_table) % 4) return invalid("block_table", "4-byte aligned", ptr_str(p.block_table));
+    if (p.page_size < 1 || p.page_size > 512 || (p.page_size & (p.page_size - 1)) != 0)
+      return invalid("page_size", "a power of two in [1, 512]", p.page_size);
+    if (p.num_pages < 1) return invalid("num_pages", ">= 1 (pages in the k / v pools)", p.num_pages);
+    const int64_t pages_needed = (int64_t(p.seqlen_k) + p.page_size - 1) / p.page_size;
+    if (p.block_table_stride < pages_needed || p.block_table_stride > (int64_t(1) << 31))
+      return invalid("block_table_stride", fmt::format(">= {} (seqlen_k {} in pages of {}) and <= 2^31", pages_needed,
+                                                       p.seqlen_k, p.page_size), p.block_table_stride);
+  } else {
+    if (p.page_size != 0) return invalid("page_size", "0 without block_table", p.page_size);
+    if (p.num_pages != 0) return invalid("num_pages", "0 without block_table", p.num_pages);
+    if (p.block_table_stride != 0) return invalid("block_table_stride", "0 without block_table", p.block_table_stride);
+  }
+  if (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 256)
+    return invalid("workspace", "a 256-byte aligned pointer or NULL", ptr_str(p.workspace));
+  if (p.workspace == nullptr && p.workspace_size != 0)
+    return invalid("workspace_size", "0 when workspace is NULL", p.workspace_size);
   const int64_t sq = varlen ? p.max_seqlen_q : p.seqlen_q;
   const int64_t sk = varlen ? p.max_seqlen_k : p.seqlen_k;
   const int64_t nb = varlen ? 1 : p.batch;
   const int64_t tq = varlen ? p.total_q : sq;
-  const int64_t tk = varlen ? p.total_k : sk;
+  // Paged: k / v are pools of num_pages pages of page_size rows (their "batch" dim is the page).
+  const int64_t nbk = paged ? p.num_pages : nb;
+  const int64_t tk = paged ? p.page_size : varlen ? p.total_k : sk;
 
   if (p.mask != FA_MASK_NONE && p.mask != FA_MASK_CAUSAL && p.mask != FA_MASK_SLIDING_WINDOW)
     return invalid("mask", "FA_MASK_NONE (0), FA_MASK_CAUSAL (1) or FA_MASK_SLIDING_WINDOW (2)", p.mask);
@@ -134,10 +165,10 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   st = check_tensor("q", p.q, es, {{"q_stride_batch", {nb, p.q_stride_batch}}, {"q_stride_seq", {tq, p.q_stride_seq}},
                                    {"q_stride_head", {p.heads_q, p.q_stride_head}}}, p.head_dim, &span_q);
   if (!st.ok()) return st;
-  st = check_tensor("k", p.k, es, {{"k_stride_batch", {nb, p.k_stride_batch}}, {"k_stride_seq", {tk, p.k_stride_seq}},
+  st = check_tensor("k", p.k, es, {{"k_stride_batch", {nbk, p.k_stride_batch}}, {"k_stride_seq", {tk, p.k_stride_seq}},
                                    {"k_stride_head", {p.heads_kv, p.k_stride_head}}}, p.head_dim, &span_k);
   if (!st.ok()) return st;
-  st = check_tensor("v", p.v, es, {{"v_stride_batch", {nb, p.v_stride_batch}}, {"v_stride_seq", {tk, p.v_stride_seq}},
+  st = check_tensor("v", p.v, es, {{"v_stride_batch", {nbk, p.v_stride_batch}}, {"v_stride_seq", {tk, p.v_stride_seq}},
                                    {"v_stride_head", {p.heads_kv, p.v_stride_head}}}, p.head_dim_v, &span_v);
   if (!st.ok()) return st;
   st = check_tensor("o", p.o, es, {{"o_stride_batch", {nb, p.o_stride_batch}}, {"o_stride_seq", {tq, p.o_stride_seq}},
@@ -183,6 +214,10 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   d.has_alibi = p.alibi_slopes != nullptr;
   d.has_softcap = p.softcap > 0.0f;
   d.has_lse = p.lse != nullptr;
+  d.seqused = p.seqused_k != nullptr;
+  d.paged = paged;
+  d.page_size = paged ? p.page_size : 0;
+  d.num_splits = p.num_splits;
   const int64_t v16 = static_cast<int64_t>(16 / es);
   auto s16 = [&](int64_t s) { return s % v16 == 0; };
   d.aligned16 = aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o) &&
@@ -200,7 +235,7 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   };
   const int64_t tma_b = varlen ? 1 : p.batch, tma_q = varlen ? d.total_q : p.seqlen_q,
                 tma_k = varlen ? d.total_k : p.seqlen_k;
-  d.tma_ok = d.aligned16 && tma_stride(p.q_stride_seq, tma_q) && tma_stride(p.q_stride_head, p.heads_q) &&
+  d.tma_ok = d.aligned16 && !paged && tma_stride(p.q_stride_seq, tma_q) && tma_stride(p.q_stride_head, p.heads_q) &&
              tma_stride(p.q_stride_batch, tma_b) && tma_stride(p.k_stride_seq, tma_k) &&
              tma_stride(p.k_stride_head, p.heads_kv) && tma_stride(p.k_stride_batch, tma_b) &&
              tma_stride(p.v_stride_seq, tma_k) && tma_stride(p.v_stride_head, p.heads_kv) &&
@@ -226,6 +261,11 @@ Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc
   v.bwd = *in;
   const fa_params& p = v.fwd;
   if (p.lse == nullptr) return invalid("fwd.lse", "the forward's LSE (non-NULL) for the backward", "NULL");
+  if (d.paged) return error(FA_ERROR_NOT_SUPPORTED, "fwd.block_table: the backward takes no paged cache (expected NULL)");
+  if (d.seqused) return error(FA_ERROR_NOT_SUPPORTED, "fwd.seqused_k: the backward takes no used lengths (expected NULL)");
+  if (p.head_dim > gen::kMaxHeadDimFast || p.head_dim_v > gen::kMaxHeadDimFast)
+    return error(FA_ERROR_NOT_SUPPORTED, fmt::format("fwd.head_dim / head_dim_v: the backward takes head dims up to {}, got {} / {}",
+                                                     gen::kMaxHeadDimFast, p.head_dim, p.head_dim_v));
   const bool varlen = d.varlen;
   const int64_t nb = varlen ? 1 : p.batch;
   const int64_t tq = varlen ? p.total_q : d.seqlen_q;

@@ -7,6 +7,12 @@
 //   q row i of (b, h):  q + boff + (base_q + i)*q_ss + h*q_sh        (k/v use kv head g = h / group)
 //   lse row i:          lse + b*lse_sb + h*lse_sh + base_q + i     (varlen: lse_sb = 0, lse_sh = total_q)
 //   bias(i, j):         bias + b*bias_sb + h*bias_sh + i*bias_sq + j*bias_sk   (i, j local to the sequence)
+//   k row j of (b, g), paged (block_table != null): k + page*k_sb + (j & (page_size-1))*k_ss + g*k_sh with
+//                       page = block_table[b*bt_stride + (j >> page_shift)] (v likewise); pages outside
+//                       [0, num_pages) are never read: their keys are masked (common/seq.cuh, fa_kv_page)
+//   keys of sequence b: seqlen_k (varlen: from cu_seqlens_k), then min(that, seqused_k[b]) when seqused_k != null
+//   split-KV partials (num_splits > 1): row r = ((split*batch + b)*heads_q + h)*seqlen_q + i of
+//                       part_o [.., head_dim_v] and part_lse [..] (float32, natural-log LSE, -inf: no key)
 // Window: key j visible to query i iff (win_left < 0 || j >= i + sk - sq - win_left) &&
 //                                     (win_right < 0 || j <= i + sk - sq + win_right); causal = (-1, 0).
 #ifndef FA_ARGS_CUH
@@ -30,7 +36,15 @@ struct FaFwdArgs {
   float scale_log2;               // scale * log2(e)
   float softcap;                  // 0: off
   float inv_softcap;              // 1 / softcap
-  int pad0, pad1;
+  // KV cache (version 2 of fa_params): used lengths, pages, split-KV. Zero / null when absent.
+  const int* seqused_k;           // [batch] keys used per sequence (clamped to [0, seqlen_k]), or null
+  const int* block_table;         // [batch, bt_stride] page indices in order, or null (contiguous k / v)
+  long long bt_stride;            // elements between sequences of block_table
+  int page_size, page_shift;      // rows per page (a power of two) and its log2; 0 when not paged
+  int num_pages;                  // pages in the k / v pools
+  int num_splits;                 // key splits per (batch, kv head); 1: no split (o written directly)
+  float* part_o;                  // workspace (num_splits > 1): [num_splits, batch, heads_q, seqlen_q, head_dim_v]
+  float* part_lse;                // workspace (num_splits > 1): [num_splits, batch, heads_q, seqlen_q]
 };
 
 struct FaBwdArgs {

@@ -7,8 +7,10 @@
 //   m'  = max(m, max_j s_j);  l' = l * e^(m - m') + sum_j e^(s_j - m');  o' = o * e^(m - m') + sum_j e^(s_j - m') v_j
 // and at the end o = o / l, lse = m + log l (o = 0 and lse = -inf when no key is visible or every score is -inf).
 // Each lane owns output columns lane, lane + 32, ... of head_dim_v. Accumulation is float32 (natural exp, expf).
-// Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasLse, kWarps
-// (rows per CTA; kBlockM == kWarps, kBlockN == 32).
+// KV cache: the keys of sequence b are min(seqlen_k, seqused_k[b]) when seqused_k is given (fa_seq_used); with
+// kPaged, key j is row j % page_size of page block_table[b][j / page_size] (a page outside the pool masks the key).
+// Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasLse, kPaged,
+// kWarps (rows per CTA; kBlockM == kWarps, kBlockN == 32).
 #ifndef FA_FWD_REF_CUH
 #define FA_FWD_REF_CUH
 
@@ -19,6 +21,16 @@ typedef FaElem<fa_cfg::kDtype> E;
 typedef typename E::T T;
 constexpr int kDV = fa_cfg::kHeadDimV;
 constexpr int kDVSlots = fa_row_slots(kDV);  // output columns per lane (common/rows.cuh)
+
+// Key row j of (b, kv head g) in k (ss, sh: its seq / head strides; base: the contiguous sequence's row 0), or null
+// when its page is outside the pool.
+FA_DEVICE const T* key_row(const FaFwdArgs& a, const void* pool, const T* base, long long sb, long long ss,
+                           long long sh, int b, int g, int j) {
+  if (!fa_cfg::kPaged) return base + (long long)j * ss;
+  const long long page = fa_kv_page(a, b, j, sb);
+  if (page < 0) return nullptr;
+  return static_cast<const T*>(pool) + page + (long long)(j & (a.page_size - 1)) * ss + (long long)g * sh;
+}
 }  // namespace fa_fwd_ref
 
 extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
@@ -27,7 +39,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int b = blockIdx.z, h = blockIdx.y;
   const int i = blockIdx.x * fa_cfg::kWarps + warp;
-  const FaSeq seq = fa_seq(a, b);
+  const FaSeq seq = fa_seq_used(a, b);
   if (i >= seq.sq) return;
   const int g = h / a.group;
   const long long qb = a.cu_seqlens_q ? 0 : (long long)b * a.q_sb;
@@ -57,7 +69,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     const int j = j0 + lane;
     float s = -INFINITY;
     if (j < hi) {
-      const T* kr = k + (long long)j * a.k_ss;
+      const T* kr = key_row(a, a.k, k, a.k_sb, a.k_ss, a.k_sh, b, g, j);
+      if (kr != nullptr) {
       float dot = 0.0f;
 #pragma unroll 8
       for (int d = 0; d < fa_cfg::kHeadDim; ++d) dot = fmaf(qs[d], E::to_float(kr[d]), dot);
@@ -65,6 +78,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       if (fa_cfg::kHasSoftcap) s = a.softcap * fa_tanh(s * a.inv_softcap);
       if (fa_cfg::kHasBias) s += E::to_float(bias_row[(long long)j * a.bias_sk]);
       if (fa_cfg::kHasAlibi) s -= slope * fabsf((float)(i + seq.sk - seq.sq - j));
+      }
     }
     const float m_new = fmaxf(m, fa_warp_max(s));
     if (m_new == -INFINITY) continue;  // every score so far is -inf (e.g. a -inf bias): nothing to add
@@ -77,7 +91,9 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     const int nk = min(32, hi - j0);
     for (int jj = 0; jj < nk; ++jj) {
       const float pj = __shfl_sync(0xffffffffu, p, jj);
-      const T* vr = v + (long long)(j0 + jj) * a.v_ss;  // fmaf as written, not fa_row_axpy's acc += p v: other SASS
+      if (fa_cfg::kPaged && pj == 0.0f) continue;  // also every key of a page outside the pool (never read)
+      const T* vr = key_row(a, a.v, v, a.v_sb, a.v_ss, a.v_sh, b, g, j0 + jj);  // fmaf as written, not
+                                                                                // fa_row_axpy's acc += p v
 #pragma unroll
       for (int t = 0; t < kDVSlots; ++t) {
         const int d = lane + 32 * t;

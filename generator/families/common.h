@@ -24,6 +24,16 @@ inline bool fail(std::string* why, const char* family, const std::string& msg) {
 }
 
 
+// The prefill families' common limits (fwd_mma, fwd_wgmma): contiguous k / v without used lengths (the KV-cache
+// fields are fwd_split's and fwd_ref's), head dims up to kMaxHeadDimFast.
+inline bool contiguous_kv_fast_dims(const ProblemDesc& p, const char* family, std::string* why) {
+  if (p.paged) return fail(why, family, "reads no paged KV cache");
+  if (p.seqused) return fail(why, family, "takes no seqused_k");
+  if (p.head_dim > kMaxHeadDimFast || p.head_dim_v > kMaxHeadDimFast)
+    return fail(why, family, "head dims up to " + std::to_string(kMaxHeadDimFast));
+  return true;
+}
+
 // Grid (row blocks of `rows_per_cta`, heads, batch) with `warps` warps: the shape of every kernel that gives each
 // CTA a block of rows of one (batch, head).
 inline Launch rows_launch(int rows, int rows_per_cta, int heads, int batch, int warps, unsigned smem) {

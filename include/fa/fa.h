@@ -129,7 +129,7 @@ FA_API void fa_context_destroy(fa_context context);
 FA_API int fa_context_has_device(fa_context context);
 
 /* ---- forward --------------------------------------------------------------------------------------------------- */
-#define FA_PARAMS_VERSION 1
+#define FA_PARAMS_VERSION 2
 typedef struct fa_params {
   uint32_t struct_size; /* sizeof(fa_params) */
   uint32_t version;     /* FA_PARAMS_VERSION */
@@ -140,8 +140,8 @@ typedef struct fa_params {
   int32_t seqlen_k;     /* >= 0 (ignored in varlen mode) */
   int32_t heads_q;      /* >= 1 */
   int32_t heads_kv;     /* >= 1, divides heads_q (GQA / MQA) */
-  int32_t head_dim;     /* of q and k: a multiple of 8 in [8, 256] */
-  int32_t head_dim_v;   /* of v and o: a multiple of 8 in [8, 256]; 0 means head_dim */
+  int32_t head_dim;     /* of q and k: a multiple of 8 in [8, 576] (above 256: forward only; MLA is 576) */
+  int32_t head_dim_v;   /* of v and o: a multiple of 8 in [8, 512]; 0 means head_dim (above 256: forward only) */
 
   /* Device pointers, aligned to the element size; strides in elements, >= 0. The fast kernel families (fwd_mma,
    * and bwd_mma in the backward) need more: q, k, v, o (bias; dout, dq, dk, dv) pointers 16-byte aligned, their
@@ -170,9 +170,37 @@ typedef struct fa_params {
   float softmax_scale;   /* 0 means 1/sqrt(head_dim) */
 
   float* lse;            /* optional float32 output, see the layout above */
+
+  /* ---- version 2: the KV cache of inference servers (all zero / NULL: as in version 1) -------------------------
+   * Used lengths: seqused_k (device int32 [batch]) gives the keys each sequence uses, so the cache (seqlen_k keys,
+   * its capacity) may be longer than what is used; values are clamped to [0, seqlen_k]. Masks align to the used
+   * length (bottom-right: query i of Sq sees key j under causal iff j <= i + used - Sq).
+   * Paged cache: with block_table (device int32 [batch, block_table_stride]) k and v point at page pools of
+   * num_pages pages of page_size rows: key j of sequence b lives in page block_table[b][j / page_size], row
+   * j % page_size, at k + page * k_stride_batch + row * k_stride_seq + head * k_stride_head (vLLM / FlashAttention
+   * layout [num_pages, page_size, heads_kv, head_dim] is k_stride_batch = page_size*heads_kv*head_dim,
+   * k_stride_seq = heads_kv*head_dim, k_stride_head = head_dim). seqlen_k is the capacity and at most
+   * block_table_stride * page_size; page_size a power of two in [1, 512]. Entries outside [0, num_pages) are never
+   * read: their keys are treated as masked. Not with varlen, and forward only (the backward rejects both fields).
+   * Split-KV: num_splits 0 lets fa split the keys of each (sequence, KV head) over several CTAs when the grid would
+   * leave the GPU idle (decode), 1 never splits, n >= 2 asks for n (at most the key blocks there are). Splits need
+   * float32 workspace: `workspace` of fa_forward_workspace_size bytes (256-byte aligned), or NULL for stream-ordered
+   * memory (cuMemAllocAsync, legal in graph capture). The split count depends on batch, heads, seqlen_k (the
+   * capacity) and the device, never on seqused_k, so a captured graph replays with new used lengths and tables. */
+  const int32_t* seqused_k;
+  const int32_t* block_table;
+  int64_t block_table_stride;
+  int32_t page_size;
+  int32_t num_pages;
+  int32_t num_splits;
+  int32_t reserved1;     /* must be 0 */
+  void* workspace;
+  size_t workspace_size;
 } fa_params;
 
 FA_API fa_status fa_params_init(fa_params* params);
+/* Bytes of workspace fa_run(params) needs (0 when it needs none: no split-KV). Same validation as fa_run. */
+FA_API fa_status fa_forward_workspace_size(fa_context context, const fa_params* params, size_t* out_bytes);
 
 /* Computes attention on `stream` (a CUstream / cudaStream_t; NULL is the legacy default stream). Returns once the
  * work is enqueued. The first call of a new problem class may compile (and, by policy, tune) a kernel; later calls

@@ -57,7 +57,7 @@ FA_TUNE_DEFAULTS_ONLY = 1
 FA_TUNE_REQUIRE_TUNED = 2
 
 FA_CONTEXT_OPTIONS_VERSION = 1
-FA_PARAMS_VERSION = 1
+FA_PARAMS_VERSION = 2
 FA_BWD_PARAMS_VERSION = 1
 
 
@@ -115,6 +115,16 @@ class Params(ctypes.Structure):
         ("softcap", c_float),
         ("softmax_scale", c_float),
         ("lse", c_void_p),
+        # version 2: the KV cache
+        ("seqused_k", c_void_p),
+        ("block_table", c_void_p),
+        ("block_table_stride", c_int64),
+        ("page_size", c_int32),
+        ("num_pages", c_int32),
+        ("num_splits", c_int32),
+        ("reserved1", c_int32),
+        ("workspace", c_void_p),
+        ("workspace_size", c_size_t),
     ]
 
 

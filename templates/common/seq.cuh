@@ -23,6 +23,19 @@ FA_DEVICE FaSeq fa_seq(const FaFwdArgs& a, int b) {
   s.boff_q = 0; s.boff_k = 0;
   return s;
 }
+// The same with the keys a KV-cache call uses: sk = min(sk, seqused_k[b]) when seqused_k is given (values below 0
+// count as 0). Kernels of families that cover seqused_k / paged problems call this one (fwd_ref, fwd_split).
+FA_DEVICE FaSeq fa_seq_used(const FaFwdArgs& a, int b) {
+  FaSeq s = fa_seq(a, b);
+  if (a.seqused_k) s.sk = max(0, min(s.sk, a.seqused_k[b]));
+  return s;
+}
+// Paged KV: the element offset of the page holding key j of batch b (page index * page stride), or -1 when the
+// block table names a page outside [0, num_pages) (the key is then masked, never read).
+FA_DEVICE long long fa_kv_page(const FaFwdArgs& a, int b, int j, long long page_stride) {
+  const int page = a.block_table[(long long)b * a.bt_stride + (j >> a.page_shift)];
+  return (page >= 0 && page < a.num_pages) ? (long long)page * page_stride : -1;
+}
 // Visible key range [lo, hi) of query row i (lo >= hi: fully masked).
 FA_DEVICE void fa_key_range(const FaFwdArgs& a, int i, int sq, int sk, int* lo, int* hi) {
   int diag = i + sk - sq;

@@ -172,7 +172,7 @@ TEST(Validity, RejectsOutOfRangeSemantics) {
   EXPECT_FALSE(is_valid(c, lim, &why));
   EXPECT_NE(why.find("head_dim"), std::string::npos);
   c = sample();
-  c.s.head_dim_v = 264;
+  c.s.head_dim_v = 520;
   EXPECT_FALSE(is_valid(c, lim, &why));
   c = sample();
   c.s.arch = 75;

@@ -149,7 +149,7 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (arch < 80) return fail(why, "needs sm_80 or newer, device is sm_" + std::to_string(arch));
   if (!p.aligned16) return fail(why, "pointers or strides not 16-byte aligned");
-  return true;
+  return fam::contiguous_kv_fast_dims(p, "fwd_mma", why);
 }
 
 // even_k: fixed-length and seqlen_k a multiple of block_n (no key-boundary predicates).

@@ -1,0 +1,184 @@
+// test_kv_cache_params.cpp -- the KV-cache fields of fa_params version 2 (seqused_k, block table, page size,
+// split count, workspace): each rejection names its field, version-1 structs still validate, the backward refuses
+// the cache fields, and paged problems reach a family that reads pages (no GPU needed: validation and selection).
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+#include "fa/fa.h"
+#include "generator/problem.h"
+#include "runtime/validate.h"
+
+namespace {
+
+void* addr(uintptr_t x) { return reinterpret_cast<void*>(x); }
+
+// A decode problem against a paged cache: batch 2, one query token, 8 query heads over 2 KV heads, d 64, pages of
+// 16 rows, capacity 80 keys (5 pages per sequence), a pool of 12 pages.
+struct KvCache : ::testing::Test {
+  fa_context ctx = nullptr;
+  fa_params p{};
+  void SetUp() override {
+    fa_context_options o;
+    ASSERT_EQ(fa_context_options_init(&o), FA_OK);
+    o.cache_path = ":memory:";
+    ASSERT_EQ(fa_context_create(&o, &ctx), FA_OK) << fa_last_error();
+    fa_params_init(&p);
+    p.dtype = FA_DTYPE_BF16;
+    p.batch = 2; p.seqlen_q = 1; p.seqlen_k = 80; p.heads_q = 8; p.heads_kv = 2; p.head_dim = 64;
+    const int64_t D = 64;
+    p.q = addr(0x10000000); p.q_stride_batch = 8 * D; p.q_stride_seq = 8 * D; p.q_stride_head = D;
+    p.k = addr(0x20000000); p.k_stride_batch = 16 * 2 * D; p.k_stride_seq = 2 * D; p.k_stride_head = D;
+    p.v = addr(0x30000000); p.v_stride_batch = 16 * 2 * D; p.v_stride_seq = 2 * D; p.v_stride_head = D;
+    p.o = addr(0x40000000); p.o_stride_batch = 8 * D; p.o_stride_seq = 8 * D; p.o_stride_head = D;
+    p.seqused_k = static_cast<const int32_t*>(addr(0x50000000));
+    p.block_table = static_cast<const int32_t*>(addr(0x60000000));
+    p.block_table_stride = 5;
+    p.page_size = 16;
+    p.num_pages = 12;
+  }
+  void TearDown() override { fa_context_destroy(ctx); }
+
+  void expect_rejected(fa_status status, const char* field) {
+    EXPECT_EQ(fa_run(ctx, &p, nullptr), status) << fa_last_error();
+    const std::string msg = fa_last_error();
+    EXPECT_NE(msg.find(field), std::string::npos) << "message must name " << field << ": " << msg;
+    EXPECT_EQ(fa_prepare(ctx, &p), status);
+    EXPECT_EQ(fa_is_supported(ctx, &p), 0);
+    size_t bytes = 12345;
+    EXPECT_EQ(fa_forward_workspace_size(ctx, &p, &bytes), status);
+    EXPECT_EQ(bytes, 12345u) << "a rejected call writes nothing";
+  }
+  fa::gen::ProblemDesc desc() {
+    fa_params out;
+    fa::gen::ProblemDesc d;
+    const fa::rt::Status st = fa::rt::validate_forward(&p, &out, &d);
+    EXPECT_TRUE(st.ok()) << st.message;
+    return d;
+  }
+};
+
+TEST_F(KvCache, PagedDecodeIsSupported) {
+  EXPECT_EQ(fa_is_supported(ctx, &p), 1) << fa_last_error();
+  const fa::gen::ProblemDesc d = desc();
+  EXPECT_TRUE(d.paged);
+  EXPECT_TRUE(d.seqused);
+  EXPECT_EQ(d.page_size, 16);
+  char key[256];
+  ASSERT_EQ(fa_problem_key(ctx, &p, key, sizeof key), FA_OK) << fa_last_error();
+  EXPECT_NE(std::string(key).find(".paged"), std::string::npos) << key;
+  EXPECT_EQ(std::string(key).find("fwd_mma"), std::string::npos) << "fwd_mma reads no pages: " << key;
+  EXPECT_EQ(std::string(key).find("fwd_wgmma"), std::string::npos) << "fwd_wgmma reads no pages: " << key;
+}
+
+TEST_F(KvCache, ContiguousWithUsedLengthsAvoidsThePrefillFamilies) {
+  p.block_table = nullptr; p.block_table_stride = 0; p.page_size = 0; p.num_pages = 0;
+  p.k_stride_batch = 80 * 2 * 64; p.v_stride_batch = 80 * 2 * 64;
+  EXPECT_EQ(fa_is_supported(ctx, &p), 1) << fa_last_error();
+  char key[256];
+  ASSERT_EQ(fa_problem_key(ctx, &p, key, sizeof key), FA_OK) << fa_last_error();
+  EXPECT_EQ(std::string(key).find(".paged"), std::string::npos) << key;
+  EXPECT_EQ(std::string(key).find("fwd_mma"), std::string::npos) << key;
+}
+
+TEST_F(KvCache, VersionOneStructStillValidates) {
+  fa_params v1;
+  fa_params_init(&v1);
+  std::memcpy(&v1, &p, offsetof(fa_params, seqused_k));
+  v1.version = 1;
+  v1.struct_size = offsetof(fa_params, seqused_k);
+  v1.k_stride_batch = 80 * 2 * 64; v1.v_stride_batch = 80 * 2 * 64;
+  // Whatever lies past the version-1 size is never read: poison it.
+  std::memset(reinterpret_cast<char*>(&v1) + offsetof(fa_params, seqused_k), 0xab,
+              sizeof v1 - offsetof(fa_params, seqused_k));
+  EXPECT_EQ(fa_is_supported(ctx, &v1), 1) << fa_last_error();
+  fa_params out;
+  fa::gen::ProblemDesc d;
+  ASSERT_TRUE(fa::rt::validate_forward(&v1, &out, &d).ok());
+  EXPECT_FALSE(d.paged);
+  EXPECT_FALSE(d.seqused);
+  EXPECT_EQ(out.workspace, nullptr);
+  v1.struct_size = sizeof(fa_params);  // a version-1 struct of the version-2 size is a caller bug
+  EXPECT_EQ(fa_is_supported(ctx, &v1), 0);
+  EXPECT_NE(std::string(fa_last_error()).find("struct_size"), std::string::npos) << fa_last_error();
+}
+
+TEST_F(KvCache, PageSizeNotAPowerOfTwo) { p.page_size = 24; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "page_size"); }
+TEST_F(KvCache, PageSizeAbove512) {
+  p.page_size = 1024; p.block_table_stride = 1;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "page_size");
+}
+TEST_F(KvCache, PageSizeZero) { p.page_size = 0; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "page_size"); }
+TEST_F(KvCache, NoPages) { p.num_pages = 0; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "num_pages"); }
+TEST_F(KvCache, BlockTableTooNarrow) {
+  p.block_table_stride = 4;  // 80 keys need 5 pages of 16
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "block_table_stride");
+}
+TEST_F(KvCache, BlockTableMisaligned) {
+  p.block_table = static_cast<const int32_t*>(addr(0x60000002));
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "block_table");
+}
+TEST_F(KvCache, SequsedMisaligned) {
+  p.seqused_k = static_cast<const int32_t*>(addr(0x50000001));
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "seqused_k");
+}
+TEST_F(KvCache, PageFieldsWithoutTable) {
+  p.block_table = nullptr;
+  p.k_stride_batch = 80 * 2 * 64; p.v_stride_batch = 80 * 2 * 64;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "page_size");
+}
+TEST_F(KvCache, PagedVarlen) {
+  static int32_t cu[3] = {0, 1, 2};
+  p.cu_seqlens_q = cu; p.cu_seqlens_k = cu; p.max_seqlen_q = 1; p.max_seqlen_k = 80; p.total_q = 2; p.total_k = 160;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "block_table");
+}
+TEST_F(KvCache, SplitsOutOfRange) { p.num_splits = 257; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "num_splits"); }
+TEST_F(KvCache, SplitsNegative) { p.num_splits = -1; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "num_splits"); }
+TEST_F(KvCache, ReservedNotZero) { p.reserved1 = 3; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "reserved1"); }
+TEST_F(KvCache, WorkspaceMisaligned) {
+  p.workspace = addr(0x70000010); p.workspace_size = 1 << 20;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "workspace");
+}
+TEST_F(KvCache, WorkspaceSizeWithoutWorkspace) {
+  p.workspace_size = 64;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "workspace_size");
+}
+TEST_F(KvCache, PagePoolStridesMustNotAlias) {
+  p.k_stride_batch = 16;  // pages overlapping each other's rows
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "k_stride");
+}
+
+TEST_F(KvCache, MlaHeadDimsReachTheForward) {
+  p.heads_q = 128; p.heads_kv = 1; p.head_dim = 576; p.head_dim_v = 512; p.page_size = 64;
+  p.block_table_stride = 2; p.num_pages = 4;
+  p.q_stride_head = 576; p.q_stride_seq = p.q_stride_batch = 128 * 576;
+  p.k_stride_head = 576; p.k_stride_seq = 576; p.k_stride_batch = 64 * 576;
+  p.v = addr(0x20000000); p.v_stride_head = 576; p.v_stride_seq = 576; p.v_stride_batch = 64 * 576;  // V = K's first 512
+  p.o_stride_head = 512; p.o_stride_seq = p.o_stride_batch = 128 * 512;
+  EXPECT_EQ(fa_is_supported(ctx, &p), 1) << fa_last_error();
+}
+
+TEST_F(KvCache, BackwardRefusesTheCacheFields) {
+  p.lse = reinterpret_cast<float*>(0x78000000);
+  fa_bwd_params b;
+  fa_bwd_params_init(&b);
+  b.fwd = &p;
+  const int64_t D = 64;
+  b.dout = addr(0x90000000); b.dout_stride_batch = 8 * D; b.dout_stride_seq = 8 * D; b.dout_stride_head = D;
+  b.dq = addr(0xa0000000); b.dq_stride_batch = 8 * D; b.dq_stride_seq = 8 * D; b.dq_stride_head = D;
+  b.dk = addr(0xb0000000); b.dk_stride_batch = 80 * 2 * D; b.dk_stride_seq = 2 * D; b.dk_stride_head = D;
+  b.dv = addr(0xc0000000); b.dv_stride_batch = 80 * 2 * D; b.dv_stride_seq = 2 * D; b.dv_stride_head = D;
+  size_t bytes = 0;
+  EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_ERROR_NOT_SUPPORTED);
+  EXPECT_NE(std::string(fa_last_error()).find("block_table"), std::string::npos) << fa_last_error();
+  p.block_table = nullptr; p.block_table_stride = 0; p.page_size = 0; p.num_pages = 0;
+  p.k_stride_batch = 80 * 2 * D; p.v_stride_batch = 80 * 2 * D;
+  EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_ERROR_NOT_SUPPORTED);
+  EXPECT_NE(std::string(fa_last_error()).find("seqused_k"), std::string::npos) << fa_last_error();
+  p.seqused_k = nullptr;
+  EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_OK) << fa_last_error();
+}
+
+}  // namespace
