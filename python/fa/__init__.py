@@ -3,7 +3,8 @@
 Importing fa needs neither the library nor torch. The C library is loaded on first use (see fa._lib for the search
 order; set FA_LIBRARY to its full path); when it cannot be found every call raises fa.LibraryNotFoundError. When
 torch is installed, fa.attention / fa.prepare / fa.is_supported / fa.problem_key and the operators
-torch.ops.fa.attention_fwd / attention_bwd are available (set FA_NO_TORCH=1 to skip importing torch).
+fa.attention_with_kvcache / fa.prepare_kvcache (decode against a contiguous or paged KV cache) and the operators
+torch.ops.fa.attention_fwd / attention_bwd / attention_kvcache are available (set FA_NO_TORCH=1 to skip importing torch).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _TORCH_IMPORT_ERROR: BaseException | None = None
 if _os.environ.get("FA_NO_TORCH") != "1" and _ilu.find_spec("torch") is not None:
     try:
         from ._torch_ops import attention, is_supported, prepare, problem_key
+        from ._kvcache import attention_with_kvcache, prepare_kvcache
         HAS_TORCH = True
     except Exception as _exc:  # a broken torch install must not break `import fa`
         _TORCH_IMPORT_ERROR = _exc
@@ -37,10 +39,10 @@ if not HAS_TORCH:
         raise ImportError("fa: this function needs PyTorch, which could not be imported"
                           + (f" ({_TORCH_IMPORT_ERROR!r})" if _TORCH_IMPORT_ERROR else ""))
 
-    attention = prepare = is_supported = problem_key = _no_torch
+    attention = prepare = is_supported = problem_key = attention_with_kvcache = prepare_kvcache = _no_torch
 
 __all__ = [
-    "attention", "prepare", "is_supported", "problem_key", "Support", "Context", "default_context", "set_default_context",
+    "attention", "prepare", "is_supported", "problem_key", "attention_with_kvcache", "prepare_kvcache", "Support", "Context", "default_context", "set_default_context",
     "available", "library_path", "library_version", "candidate_paths", "status_string", "last_error", "structs",
     "FaError", "InvalidArgument", "InvalidVersion", "NotSupported", "NotTuned", "EnvironmentFailure", "NoDevice",
     "DriverError", "OutOfMemory", "CompileError", "NvrtcUnavailable", "LaunchError", "StreamCapturing",

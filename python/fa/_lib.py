@@ -108,6 +108,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "fa_prepare": (status, [ctx, POINTER(S.Params)]),
         "fa_is_supported": (c_int, [ctx, POINTER(S.Params)]),
         "fa_problem_key": (status, [ctx, POINTER(S.Params), c_char_p, c_size_t]),
+        "fa_forward_workspace_size": (status, [ctx, POINTER(S.Params), POINTER(c_size_t)]),
         "fa_bwd_params_init": (status, [POINTER(S.BwdParams)]),
         "fa_backward_workspace_size": (status, [ctx, POINTER(S.BwdParams), POINTER(c_size_t)]),
         "fa_run_backward": (status, [ctx, POINTER(S.BwdParams), c_void_p]),

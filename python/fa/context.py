@@ -82,6 +82,11 @@ class Context:
         _lib.check(self._lib.fa_problem_key(self.handle, ctypes.byref(params), buf, ctypes.sizeof(buf)))
         return buf.value.decode("utf-8", "replace")
 
+    def forward_workspace_size(self, params: S.Params) -> int:
+        out = ctypes.c_size_t()
+        _lib.check(self._lib.fa_forward_workspace_size(self.handle, ctypes.byref(params), ctypes.byref(out)))
+        return int(out.value)
+
     def run_backward(self, params: S.BwdParams, stream: int | None = None) -> None:
         _lib.check(self._lib.fa_run_backward(self.handle, ctypes.byref(params), ctypes.c_void_p(stream or None)))
 

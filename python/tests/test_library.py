@@ -63,7 +63,7 @@ def test_version_string_matches_header():
 
 @requires_lib
 @pytest.mark.parametrize("init,ctype,version", [("fa_context_options_init", S.ContextOptions, 1),
-                                                 ("fa_params_init", S.Params, 1),
+                                                 ("fa_params_init", S.Params, 2),
                                                  ("fa_bwd_params_init", S.BwdParams, 1)])
 def test_struct_size_matches_library(init, ctype, version):
     """*_init on an oversized zeroed buffer writes the library's sizeof: it must equal the ctypes size, and the
@@ -122,7 +122,9 @@ def valid_params() -> S.Params:
 # (description, mutation, words one of which the message must contain)
 BAD = [
     ("head_dim not a multiple of 8", lambda p: setattr(p, "head_dim", 12), ["head_dim"]),
-    ("head_dim above 256", lambda p: setattr(p, "head_dim", 264), ["head_dim"]),
+    ("head_dim above 576", lambda p: setattr(p, "head_dim", 584), ["head_dim"]),
+    ("page_size not a power of two", lambda p: (setattr(p, "block_table", BASE + 0x70000000), setattr(p, "page_size", 24), setattr(p, "num_pages", 4), setattr(p, "block_table_stride", 64)), ["page_size"]),
+    ("num_splits out of range", lambda p: setattr(p, "num_splits", 999), ["num_splits"]),
     ("head_dim_v not a multiple of 8", lambda p: setattr(p, "head_dim_v", 20), ["head_dim_v"]),
     ("heads_kv does not divide heads_q", lambda p: setattr(p, "heads_kv", 3), ["heads_kv", "heads_q"]),
     ("heads_q zero", lambda p: setattr(p, "heads_q", 0), ["heads_q"]),

@@ -1,0 +1,149 @@
+"""fa.attention_with_kvcache: decode and chunked prefill against an inference server's KV cache.
+
+Shaped like flash_attn_with_kvcache: q [B, Sq, Hq, D] against a cache that is either contiguous
+(k_cache [B, S_cap, Hkv, D], v_cache [B, S_cap, Hkv, Dv]) or paged (k_cache [num_pages, page_size, Hkv, D] with
+block_table int32 [B, max_pages]); cache_seqlens (int32 [B], or one int for every sequence) gives the keys each
+sequence uses, so the cache may be longer than what is used. Masks align to the used length (bottom-right).
+The op fa::attention_kvcache has a fake (meta) implementation, so torch.compile(dynamic=True, fullgraph=True)
+traces it; nothing in a launch depends on cache_seqlens or the block table's contents, so one captured CUDA graph
+replays with new lengths and tables (call fa.prepare_kvcache first). No autograd: the cache path is inference only.
+"""
+
+# No `from __future__ import annotations` here: torch.library.custom_op reads the annotations as types.
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ._tensor_params import build_params, dtype_code, last_dim_contiguous
+from .context import default_context
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _check(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor],
+           block_table: Optional[Tensor]) -> None:
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dim() != 4:
+            raise ValueError(f"fa: {name} must be 4-D, got shape {tuple(t.shape)}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"fa: {name}.dtype {t.dtype} differs from q.dtype {q.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"fa: {name} is on {t.device}, q on {q.device}")
+    dtype_code(q.dtype)
+    if q.device.type != "cuda":
+        raise ValueError(f"fa: tensors must be on a CUDA device, got {q.device}")
+    if k_cache.shape[:3] != v_cache.shape[:3]:
+        raise ValueError(f"fa: k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ before the head dim")
+    for name, t, rank in (("cache_seqlens", cache_seqlens, 1), ("block_table", block_table, 2)):
+        if t is not None and (t.dtype != torch.int32 or t.dim() != rank or t.device != q.device):
+            raise ValueError(f"fa: {name} must be a {rank}-D int32 tensor on {q.device}, got {t.dtype} "
+                             f"{tuple(t.shape)} on {t.device}")
+    batch = q.shape[0]
+    if cache_seqlens is not None and cache_seqlens.shape[0] != batch:
+        raise ValueError(f"fa: cache_seqlens must hold batch={batch} lengths, got {tuple(cache_seqlens.shape)}")
+    if block_table is None:
+        if k_cache.shape[0] != batch:
+            raise ValueError(f"fa: a contiguous k_cache must have batch={batch} rows, got {tuple(k_cache.shape)}")
+    else:
+        if block_table.shape[0] != batch:
+            raise ValueError(f"fa: block_table must have batch={batch} rows, got {tuple(block_table.shape)}")
+        if block_table.stride(1) != 1:
+            raise ValueError("fa: block_table rows must be contiguous")
+
+
+def _params(q, k_cache, v_cache, o, lse, cache_seqlens, block_table, alibi_slopes, mask, window_left, window_right,
+            softcap, scale, num_splits):
+    paged = block_table is not None
+    p, keep = build_params(q, k_cache, v_cache, o, lse, None, alibi_slopes, None, None, 0, 0, mask, window_left,
+                           window_right, softcap, scale)
+    # build_params reads the cache's dim 1 as seqlen_k: right for a contiguous cache; a paged one holds pages.
+    if paged:
+        p.batch = int(q.shape[0])
+        p.page_size = int(k_cache.shape[1])
+        p.num_pages = int(k_cache.shape[0])
+        p.block_table = block_table.data_ptr() or None
+        p.block_table_stride = int(block_table.stride(0))
+        p.seqlen_k = int(block_table.shape[1]) * p.page_size
+        keep.append(block_table)
+    if cache_seqlens is not None:
+        p.seqused_k = cache_seqlens.data_ptr() or None
+        keep.append(cache_seqlens)
+    p.num_splits = int(num_splits)
+    return p, keep
+
+
+def _kvcache_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor],
+                  block_table: Optional[Tensor], alibi_slopes: Optional[Tensor], mask: int, window_left: int,
+                  window_right: int, softcap: float, scale: float, num_splits: int) -> Tuple[Tensor, Tensor]:
+    q, k_cache, v_cache = last_dim_contiguous(q), last_dim_contiguous(k_cache), last_dim_contiguous(v_cache)
+    o = torch.empty(q.shape[:3] + (v_cache.shape[3],), dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    if o.numel() == 0:
+        lse.fill_(float("-inf"))
+        return o, lse
+    p, keep = _params(q, k_cache, v_cache, o, lse, cache_seqlens, block_table, alibi_slopes, mask, window_left,
+                      window_right, softcap, scale, num_splits)
+    with torch.cuda.device(q.device):
+        default_context(_device_index(q.device)).run(p, torch.cuda.current_stream(q.device).cuda_stream)
+    del keep
+    return o, lse
+
+
+attention_kvcache = torch.library.custom_op("fa::attention_kvcache", mutates_args=())(_kvcache_impl)
+
+
+@attention_kvcache.register_fake
+def _attention_kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, mask, window_left,
+                            window_right, softcap, scale, num_splits):
+    return (q.new_empty(q.shape[:3] + (v_cache.shape[3],)),
+            q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
+
+
+def _op_args(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, softcap, alibi_slopes, scale,
+             num_splits):
+    from ._torch_ops import _mask_args
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    _check(q, k_cache, v_cache, cache_seqlens, block_table)
+    if alibi_slopes is not None and (alibi_slopes.dtype != torch.float32 or not alibi_slopes.is_contiguous()):
+        alibi_slopes = alibi_slopes.to(torch.float32).contiguous()
+    mask, wl, wr = _mask_args(causal, window)
+    return (q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, mask, wl, wr,
+            float(softcap or 0.0), float(scale or 0.0), int(num_splits))
+
+
+def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, *, cache_seqlens=None,
+                           block_table: Optional[Tensor] = None, causal: bool = False, window=(-1, -1),
+                           softcap: float = 0.0, alibi_slopes: Optional[Tensor] = None,
+                           scale: Optional[float] = None, num_splits: int = 0, return_lse: bool = False):
+    """Attention of q [B, Sq, Hq, D] against a KV cache (see the module docstring). num_splits: 0 lets fa split
+    the keys over several CTAs when the GPU would idle (decode), 1 never splits, n asks for n. Returns o
+    [B, Sq, Hq, Dv] and, with return_lse, lse float32 [B, Hq, Sq]."""
+    args = _op_args(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, softcap, alibi_slopes, scale,
+                    num_splits)
+    if torch.compiler.is_compiling():
+        o, lse = torch.ops.fa.attention_kvcache(*args)
+    else:
+        o, lse = _kvcache_impl(*args)
+    return (o, lse) if return_lse else o
+
+
+def prepare_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kwargs) -> None:
+    """Compile (and, by policy, tune) what attention_with_kvcache(q, k_cache, v_cache, **kwargs) will run, so that
+    it can be captured in a CUDA graph; use the largest batch and cache the graph will see."""
+    kwargs.pop("return_lse", None)
+    args = _op_args(q, k_cache, v_cache, kwargs.pop("cache_seqlens", None), kwargs.pop("block_table", None),
+                    kwargs.pop("causal", False), kwargs.pop("window", (-1, -1)), kwargs.pop("softcap", 0.0),
+                    kwargs.pop("alibi_slopes", None), kwargs.pop("scale", None), kwargs.pop("num_splits", 0))
+    if kwargs:
+        raise TypeError(f"fa: unexpected keyword arguments {sorted(kwargs)}")
+    q2, k2, v2 = last_dim_contiguous(args[0]), last_dim_contiguous(args[1]), last_dim_contiguous(args[2])
+    o = torch.empty(q2.shape[:3] + (v2.shape[3],), dtype=q2.dtype, device=q2.device)
+    lse = torch.empty((q2.shape[0], q2.shape[2], q2.shape[1]), dtype=torch.float32, device=q2.device)
+    p, keep = _params(q2, k2, v2, o, lse, *args[3:])
+    with torch.cuda.device(q2.device):
+        default_context(_device_index(q2.device)).prepare(p)
+    del keep
