@@ -38,6 +38,14 @@ extern "C" FA_API fa_status fa_params_init(fa_params* p) {
   return finish(Status::Ok());
 }
 
+extern "C" FA_API fa_status fa_mods_init(fa_mods* m) {
+  if (m == nullptr) return finish(invalid("mods", "a non-NULL fa_mods*", "NULL"));
+  std::memset(m, 0, sizeof *m);
+  m->struct_size = sizeof *m;
+  m->version = FA_MODS_VERSION;
+  return finish(Status::Ok());
+}
+
 extern "C" FA_API fa_status fa_bwd_params_init(fa_bwd_params* p) {
   if (p == nullptr) return finish(invalid("params", "a non-NULL fa_bwd_params*", "NULL"));
   std::memset(p, 0, sizeof *p);

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "generator/family.h"
+#include "generator/user_mods.h"
 #include "templates/embedded.h"
 
 namespace fa::gen {
@@ -36,10 +37,12 @@ const char* mask_name(int mask) {
 }
 
 std::string semantic_key(const Semantic& s) {
-  return fmt::format("{}.sm{}.{}.d{}.dv{}.{}.b{}a{}s{}v{}e{}l{}", family_name(s), s.arch, dtype_name(s.dtype),
+  std::string key = fmt::format("{}.sm{}.{}.d{}.dv{}.{}.b{}a{}s{}v{}e{}l{}", family_name(s), s.arch, dtype_name(s.dtype),
                      s.head_dim, s.head_dim_v, mask_name(s.mask), int(s.has_bias), int(s.has_alibi),
-                     int(s.has_softcap), int(s.varlen), int(s.even_k), int(s.has_lse)) +
-         (s.paged ? ".paged" : "");
+                     int(s.has_softcap), int(s.varlen), int(s.even_k), int(s.has_lse));
+  if (s.paged) key += ".paged";
+  if (s.mods != nullptr) key += fmt::format(".{}", user_mods_tag(*s.mods));
+  return key;
 }
 
 std::string tunables_key(const Semantic& s, const Tunables& t) {
@@ -125,7 +128,7 @@ bool ConfigLess::operator()(const KernelConfig& a, const KernelConfig& b) const 
   auto tie = [](const KernelConfig& c) {
     const Semantic& s = c.s;
     return std::tie(s.family, s.arch, s.dtype, s.head_dim, s.head_dim_v, s.mask, s.has_bias, s.has_alibi,
-                    s.has_softcap, s.varlen, s.even_k, s.has_lse, s.paged, c.t.v);
+                    s.has_softcap, s.varlen, s.even_k, s.has_lse, s.paged, s.mods, c.t.v);
   };
   return tie(a) < tie(b);
 }
@@ -150,6 +153,8 @@ std::string render_source(const KernelConfig& c) {
   src += fmt::format("constexpr bool kEvenK = {};\n", b(s.even_k));
   src += fmt::format("constexpr bool kHasLse = {};\n", b(s.has_lse));
   src += fmt::format("constexpr bool kPaged = {};\n", b(s.paged));
+  src += fmt::format("constexpr bool kHasMaskMod = {};\n", b(s.mods != nullptr && !s.mods->mask_mod.empty()));
+  src += fmt::format("constexpr bool kHasScoreMod = {};\n", b(s.mods != nullptr && !s.mods->score_mod.empty()));
   if (s.family != nullptr) {
     const auto& knobs = s.family->knobs;
     for (size_t i = 0; i < knobs.size(); ++i) {
@@ -161,6 +166,7 @@ std::string render_source(const KernelConfig& c) {
   }
   src += "}  // namespace fa_cfg\n";
   src += "#include \"fa_args.cuh\"\n#include \"fa_common.cuh\"\n";
+  src += render_user_mods(s.mods);
   if (s.family != nullptr) src += fmt::format("#include \"{}\"\n", s.family->template_name);
   return src;
 }

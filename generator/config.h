@@ -13,7 +13,8 @@
 
 namespace fa::gen {
 
-struct Family;  // family.h
+struct Family;     // family.h
+struct UserMods;   // user_mods.h
 
 // Bumped whenever rendering or any template's meaning changes; part of every compile key.
 inline constexpr int kGeneratorVersion = 3;
@@ -43,6 +44,7 @@ struct Semantic {
   bool even_k = false;    // fixed-length and seqlen_k % block_n == 0: no key-boundary predicates
   bool has_lse = true;    // the kernel writes LSE (backward needs it; fa_run may pass lse == null)
   bool paged = false;     // k / v read through a block table of pages (fa_params.block_table)
+  const UserMods* mods = nullptr;  // user code (fa_mods), interned; nullptr: none
   bool operator==(const Semantic&) const = default;
 };
 

@@ -31,6 +31,7 @@ struct ProblemDesc {
   int page_size = 0;       // rows per page (paged)
   int num_splits = 0;      // split-KV count forced by the caller (0: the family's heuristic; 1: no split)
   int sm_count = 0;        // the device's SMs, for plans that size work by the device (split-KV); 0: unknown
+  const UserMods* mods = nullptr;  // user code (fa_mods), interned (user_mods.h); nullptr: none
 };
 
 // The semantic part of problem p for family f on arch: the problem's dtype, head dims, mask and features. Forward

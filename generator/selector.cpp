@@ -30,6 +30,7 @@ Semantic semantic_for(const Family& f, const ProblemDesc& p, int arch) {
   s.has_softcap = p.has_softcap;
   s.varlen = p.varlen;
   s.paged = p.paged;
+  s.mods = p.mods;
   if (f.role == Role::Forward) {
     s.has_lse = p.has_lse;
     s.even_k = !p.varlen && p.seqlen_k > 0 && p.seqlen_k % 64 == 0;  // a hint; finalize() sets the real flag

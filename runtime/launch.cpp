@@ -60,6 +60,20 @@ FaFwdArgs make_fwd_args(const fa_params& p, const gen::ProblemDesc& d) {
     while ((1 << a.page_shift) < p.page_size) ++a.page_shift;
     a.num_pages = p.num_pages;
   }
+  if (p.mods != nullptr) {
+    const fa_mods& m = *p.mods;
+    for (int n = 0; n < m.num_buffers; ++n) {
+      a.user.buf[n] = m.buffers[n].ptr;
+      for (int r = 0; r < m.buffers[n].rank; ++r) {
+        a.user.shape[n][r] = m.buffers[n].shape[r];
+        a.user.stride[n][r] = m.buffers[n].stride[r];
+      }
+    }
+    for (int n = 0; n < FA_MAX_USER_SCALARS; ++n) {
+      a.user.scalar[n] = m.scalars[n];
+      a.user.iscalar[n] = m.iscalars[n];
+    }
+  }
   a.num_splits = 1;  // the plan's split count and partial regions are bound with the workspace (bind_split)
   return a;
 }

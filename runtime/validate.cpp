@@ -1,6 +1,8 @@
 // validate.cpp -- argument checking for the C API. Each rejection names the field, the expected and the actual.
 #include "runtime/validate.h"
 
+#include "generator/user_mods.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -73,6 +75,42 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
+Status validate_mods(const fa_mods& m, const gen::UserMods** out) {
+  if (m.version != FA_MODS_VERSION)
+    return error(FA_ERROR_INVALID_VERSION, fmt::format("mods.version: expected {} (call fa_mods_init), got {}",
+                                                       FA_MODS_VERSION, m.version));
+  if (m.struct_size != sizeof(fa_mods))
+    return error(FA_ERROR_INVALID_VERSION, fmt::format("mods.struct_size: expected {} (call fa_mods_init), got {}",
+                                                       sizeof(fa_mods), m.struct_size));
+  if (m.num_buffers < 0 || m.num_buffers > FA_MAX_USER_BUFFERS)
+    return invalid("mods.num_buffers", fmt::format("0..{}", FA_MAX_USER_BUFFERS), m.num_buffers);
+  if (m.reserved0 != 0) return invalid("mods.reserved0", "0", m.reserved0);
+  int dtypes[FA_MAX_USER_BUFFERS] = {}, ranks[FA_MAX_USER_BUFFERS] = {};
+  for (int n = 0; n < m.num_buffers; ++n) {
+    const fa_user_buffer& b = m.buffers[n];
+    const std::string f = fmt::format("mods.buffers[{}]", n);
+    if (gen::user_dtype_ctype(b.dtype) == nullptr)
+      return invalid((f + ".dtype").c_str(), "an fa_user_dtype (FA_USER_I32 1 .. FA_USER_U8 6)", b.dtype);
+    if (b.rank < 0 || b.rank > 4) return invalid((f + ".rank").c_str(), "0..4", b.rank);
+    if (b.rank > 0 && b.ptr == nullptr) return invalid((f + ".ptr").c_str(), "a device pointer when rank > 0", "NULL");
+    static constexpr int kSize[] = {0, 4, 8, 4, 2, 2, 1};
+    if (reinterpret_cast<uintptr_t>(b.ptr) % kSize[b.dtype])
+      return invalid((f + ".ptr").c_str(), fmt::format("aligned to {} bytes", kSize[b.dtype]), ptr_str(b.ptr));
+    for (int d = 0; d < b.rank; ++d) {
+      if (b.shape[d] < 0) return invalid(fmt::format("{}.shape[{}]", f, d).c_str(), ">= 0", b.shape[d]);
+      if (b.stride[d] < 0) return invalid(fmt::format("{}.stride[{}]", f, d).c_str(), ">= 0", b.stride[d]);
+    }
+    dtypes[n] = b.dtype;
+    ranks[n] = b.rank;
+  }
+  const char* mask = m.mask_mod != nullptr ? m.mask_mod : "";
+  const char* score = m.score_mod != nullptr ? m.score_mod : "";
+  for (auto [f, body] : {std::pair{"mods.mask_mod", mask}, std::pair{"mods.score_mod", score}})
+    if (std::strlen(body) > 65536) return invalid(f, "at most 64 KiB of source", std::strlen(body));
+  *out = gen::intern_user_mods(mask, score, m.num_buffers, dtypes, ranks);
+  return Status::Ok();
+}
+
 Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* desc) {
   if (in == nullptr) return invalid("params", "a non-NULL fa_params*", "NULL");
   if (in->version < 1 || in->version > FA_PARAMS_VERSION)
@@ -133,6 +171,11 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
     if (p.page_size != 0) return invalid("page_size", "0 without block_table", p.page_size);
     if (p.num_pages != 0) return invalid("num_pages", "0 without block_table", p.num_pages);
     if (p.block_table_stride != 0) return invalid("block_table_stride", "0 without block_table", p.block_table_stride);
+  }
+  const gen::UserMods* mods = nullptr;
+  if (p.mods != nullptr) {
+    Status ms = validate_mods(*p.mods, &mods);
+    if (!ms.ok()) return ms;
   }
   if (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 256)
     return invalid("workspace", "a 256-byte aligned pointer or NULL", ptr_str(p.workspace));
@@ -218,6 +261,7 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   d.paged = paged;
   d.page_size = paged ? p.page_size : 0;
   d.num_splits = p.num_splits;
+  d.mods = mods;
   const int64_t v16 = static_cast<int64_t>(16 / es);
   auto s16 = [&](int64_t s) { return s % v16 == 0; };
   d.aligned16 = aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o) &&
@@ -263,6 +307,7 @@ Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc
   if (p.lse == nullptr) return invalid("fwd.lse", "the forward's LSE (non-NULL) for the backward", "NULL");
   if (d.paged) return error(FA_ERROR_NOT_SUPPORTED, "fwd.block_table: the backward takes no paged cache (expected NULL)");
   if (d.seqused) return error(FA_ERROR_NOT_SUPPORTED, "fwd.seqused_k: the backward takes no used lengths (expected NULL)");
+  if (d.mods != nullptr) return error(FA_ERROR_NOT_SUPPORTED, "fwd.mods: the backward runs no user code yet (expected NULL)");
   if (p.head_dim > gen::kMaxHeadDimFast || p.head_dim_v > gen::kMaxHeadDimFast)
     return error(FA_ERROR_NOT_SUPPORTED, fmt::format("fwd.head_dim / head_dim_v: the backward takes head dims up to {}, got {} / {}",
                                                      gen::kMaxHeadDimFast, p.head_dim, p.head_dim_v));

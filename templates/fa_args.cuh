@@ -18,6 +18,16 @@
 #ifndef FA_ARGS_CUH
 #define FA_ARGS_CUH
 
+// What user code (fa_mods: mask_mod / score_mod) may read: buffers (typed by the rendered fa_buf<n>_t), their
+// shapes and strides (elements), and scalars. Values only: they never enter a kernel key.
+struct FaUser {
+  const void* buf[4];
+  long long shape[4][4];
+  long long stride[4][4];
+  float scalar[8];
+  int iscalar[8];
+};
+
 struct FaFwdArgs {
   const void* q; const void* k; const void* v; void* o;
   long long q_sb, q_ss, q_sh;
@@ -45,6 +55,7 @@ struct FaFwdArgs {
   int num_splits;                 // key splits per (batch, kv head); 1: no split (o written directly)
   float* part_o;                  // workspace (num_splits > 1): [num_splits, batch, heads_q, seqlen_q, head_dim_v]
   float* part_lse;                // workspace (num_splits > 1): [num_splits, batch, heads_q, seqlen_q]
+  FaUser user;                    // user code's buffers and scalars (fa_mods), zero without
 };
 
 struct FaBwdArgs {

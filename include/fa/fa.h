@@ -128,6 +128,47 @@ FA_API void fa_context_destroy(fa_context context);
 /* 1 when a CUDA device is usable by this context, else 0 (the reason is in fa_last_error()). */
 FA_API int fa_context_has_device(fa_context context);
 
+/* ---- user code: any mask, any score function ------------------------------------------------------------------
+ * mask_mod and score_mod are the BODIES of two CUDA C device functions, compiled by NVRTC into the kernel:
+ *   bool  mask_mod (int b, int h, int i, int j, const FaUser& u)            true: query i may see key j
+ *   float score_mod(float s, int b, int h, int i, int j, const FaUser& u)   the new score
+ * b is the batch entry, h the query head, i and j the query and key positions local to the sequence (0-based);
+ * s is the score after softmax_scale, softcap, bias and ALiBi; score_mod's result then goes through the built-in
+ * mask and mask_mod (a key is visible when both allow it), then the softmax. Either may be NULL. The code may read
+ * u.buf[n] (the device pointers of `buffers`, typed: fa_buf<n>_t is the C type of buffer n's dtype, e.g.
+ * `static_cast<const fa_buf0_t*>(u.buf[0])[b]`), u.shape[n][d] and u.stride[n][d] (elements), u.scalar[n]
+ * (floats) and u.iscalar[n] (int32). The kernel key holds a hash of the code and the buffers' dtypes and ranks,
+ * never their pointers or the scalars: new contents, pointers or scalars never recompile. The code runs on the
+ * GPU with the caller's privileges, as any kernel the caller launches; it must be pure (no writes, no
+ * synchronization) and total (defined for every b, h, i, j in range). A body that does not compile fails the call
+ * with FA_ERROR_COMPILE and NVRTC's log, its lines counted in the user's own snippet ("mask_mod(3): error: ...").
+ * Forward only for now (the backward rejects mods). */
+#define FA_MODS_VERSION 1
+#define FA_MAX_USER_BUFFERS 4
+#define FA_MAX_USER_SCALARS 8
+typedef enum fa_user_dtype {
+  FA_USER_I32 = 1, FA_USER_I64 = 2, FA_USER_F32 = 3, FA_USER_F16 = 4, FA_USER_BF16 = 5, FA_USER_U8 = 6
+} fa_user_dtype;
+typedef struct fa_user_buffer {
+  const void* ptr;    /* device pointer (may be NULL when rank is 0) */
+  int32_t dtype;      /* fa_user_dtype */
+  int32_t rank;       /* 0..4 */
+  int64_t shape[4];   /* extents of the first `rank` dims (>= 0) */
+  int64_t stride[4];  /* element strides (>= 0) */
+} fa_user_buffer;
+typedef struct fa_mods {
+  uint32_t struct_size; /* sizeof(fa_mods) */
+  uint32_t version;     /* FA_MODS_VERSION */
+  const char* mask_mod;  /* NUL-terminated body, or NULL */
+  const char* score_mod; /* NUL-terminated body, or NULL */
+  int32_t num_buffers;   /* 0..FA_MAX_USER_BUFFERS */
+  int32_t reserved0;
+  fa_user_buffer buffers[FA_MAX_USER_BUFFERS];
+  float scalars[FA_MAX_USER_SCALARS];
+  int32_t iscalars[FA_MAX_USER_SCALARS];
+} fa_mods;
+FA_API fa_status fa_mods_init(fa_mods* mods);
+
 /* ---- forward --------------------------------------------------------------------------------------------------- */
 #define FA_PARAMS_VERSION 2
 typedef struct fa_params {
@@ -196,6 +237,8 @@ typedef struct fa_params {
   int32_t reserved1;     /* must be 0 */
   void* workspace;
   size_t workspace_size;
+  /* ---- version 2: user code (see fa_mods above); NULL: none. Read during the call only. */
+  const fa_mods* mods;
 } fa_params;
 
 FA_API fa_status fa_params_init(fa_params* params);

@@ -72,6 +72,8 @@ double row_softmax(const Problem& p, Tensor4 q, Tensor4 k, int b, int h, int i, 
     if (p.alibi != nullptr) {
       s -= p.alibi[h] * std::fabs(static_cast<double>(i + sk - sq - j));
     }
+    if (p.score_mod) s = p.score_mod(s, b, h, i, j);
+    if (p.mask_mod && !p.mask_mod(b, h, i, j)) continue;
     rs.prob[sj] = s;
     rs.dsdx[sj] = dsdx;
     if (s > row_max) row_max = s;

@@ -1,0 +1,137 @@
+// test_user_mods.cpp -- user code in the params (fa_mods): validation names its fields, the kernel key holds a hash
+// of the code and the buffers' types but never their values, the prefill families step aside, and NVRTC compiles
+// the code on this machine: a good body compiles (then fails only for want of a GPU), a bad one fails with
+// FA_ERROR_COMPILE and NVRTC's log counting lines in the user's own snippet.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "fa/fa.h"
+
+namespace {
+
+void* addr(uintptr_t x) { return reinterpret_cast<void*>(x); }
+
+struct UserMods : ::testing::Test {
+  fa_context ctx = nullptr;
+  fa_params p{};
+  fa_mods m{};
+  void SetUp() override {
+    fa_context_options o;
+    ASSERT_EQ(fa_context_options_init(&o), FA_OK);
+    o.cache_path = ":memory:";
+    o.tune_policy = FA_TUNE_DEFAULTS_ONLY;
+    ASSERT_EQ(fa_context_create(&o, &ctx), FA_OK) << fa_last_error();
+    fa_params_init(&p);
+    p.dtype = FA_DTYPE_BF16;
+    p.batch = 2; p.seqlen_q = 64; p.seqlen_k = 64; p.heads_q = 4; p.heads_kv = 4; p.head_dim = 64;
+    const int64_t D = 64;
+    p.q = addr(0x10000000); p.q_stride_batch = 64 * 4 * D; p.q_stride_seq = 4 * D; p.q_stride_head = D;
+    p.k = addr(0x20000000); p.k_stride_batch = 64 * 4 * D; p.k_stride_seq = 4 * D; p.k_stride_head = D;
+    p.v = addr(0x30000000); p.v_stride_batch = 64 * 4 * D; p.v_stride_seq = 4 * D; p.v_stride_head = D;
+    p.o = addr(0x40000000); p.o_stride_batch = 64 * 4 * D; p.o_stride_seq = 4 * D; p.o_stride_head = D;
+    ASSERT_EQ(fa_mods_init(&m), FA_OK);
+    // A document mask: buffer 0 holds the document id of each key position.
+    m.mask_mod = "const int* doc = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
+                 "return doc[i * u.stride[0][0]] == doc[j * u.stride[0][0]];";
+    m.num_buffers = 1;
+    m.buffers[0].ptr = addr(0x50000000);
+    m.buffers[0].dtype = FA_USER_I32;
+    m.buffers[0].rank = 1;
+    m.buffers[0].shape[0] = 64;
+    m.buffers[0].stride[0] = 1;
+    p.mods = &m;
+  }
+  void TearDown() override { fa_context_destroy(ctx); }
+
+  std::string key() {
+    char buf[256];
+    EXPECT_EQ(fa_problem_key(ctx, &p, buf, sizeof buf), FA_OK) << fa_last_error();
+    return buf;
+  }
+  void expect_rejected(fa_status status, const char* field) {
+    EXPECT_EQ(fa_run(ctx, &p, nullptr), status) << fa_last_error();
+    const std::string msg = fa_last_error();
+    EXPECT_NE(msg.find(field), std::string::npos) << "message must name " << field << ": " << msg;
+    EXPECT_EQ(fa_is_supported(ctx, &p), 0);
+  }
+};
+
+TEST_F(UserMods, KeyHoldsTheCodeHashNotTheValues) {
+  const std::string k1 = key();
+  EXPECT_NE(k1.find(".mod"), std::string::npos) << k1;
+  EXPECT_EQ(k1.rfind("fwd_ref", 0), 0u) << "only the reference runs user code yet: " << k1;
+  m.buffers[0].ptr = addr(0x58000000);  // new pointer, shape, stride and scalars: the same kernel
+  m.buffers[0].shape[0] = 99;
+  m.buffers[0].stride[0] = 2;
+  m.scalars[3] = 2.5f;
+  m.iscalars[1] = 7;
+  EXPECT_EQ(key(), k1);
+  m.buffers[0].dtype = FA_USER_I64;  // another type: another kernel
+  const std::string k2 = key();
+  EXPECT_NE(k2, k1);
+  m.buffers[0].dtype = FA_USER_I32;
+  m.mask_mod = "return j <= i;";  // other code: another kernel
+  EXPECT_NE(key(), k1);
+  std::string copy = "const int* doc = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
+                     "return doc[i * u.stride[0][0]] == doc[j * u.stride[0][0]];";
+  m.mask_mod = copy.c_str();  // the same text at another address: the same kernel
+  EXPECT_EQ(key(), k1);
+}
+
+TEST_F(UserMods, NoModsNoTag) {
+  p.mods = nullptr;
+  EXPECT_EQ(key().find(".mod"), std::string::npos);
+  fa_mods empty;
+  fa_mods_init(&empty);
+  p.mods = &empty;  // present but empty: no user code
+  EXPECT_EQ(key().find(".mod"), std::string::npos);
+}
+
+TEST_F(UserMods, WrongVersion) { m.version = 7; expect_rejected(FA_ERROR_INVALID_VERSION, "mods.version"); }
+TEST_F(UserMods, WrongStructSize) { m.struct_size = 8; expect_rejected(FA_ERROR_INVALID_VERSION, "mods.struct_size"); }
+TEST_F(UserMods, TooManyBuffers) { m.num_buffers = 5; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.num_buffers"); }
+TEST_F(UserMods, UnknownBufferDtype) { m.buffers[0].dtype = 42; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].dtype"); }
+TEST_F(UserMods, BadRank) { m.buffers[0].rank = 5; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].rank"); }
+TEST_F(UserMods, NullBuffer) { m.buffers[0].ptr = nullptr; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].ptr"); }
+TEST_F(UserMods, MisalignedBuffer) { m.buffers[0].ptr = addr(0x50000002); expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].ptr"); }
+TEST_F(UserMods, NegativeStride) { m.buffers[0].stride[0] = -1; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].stride[0]"); }
+
+TEST_F(UserMods, BackwardRefusesMods) {
+  p.lse = reinterpret_cast<float*>(0x60000000);
+  fa_bwd_params b;
+  fa_bwd_params_init(&b);
+  b.fwd = &p;
+  const int64_t D = 64;
+  b.dout = addr(0x90000000); b.dout_stride_batch = 64 * 4 * D; b.dout_stride_seq = 4 * D; b.dout_stride_head = D;
+  b.dq = addr(0xa0000000); b.dq_stride_batch = 64 * 4 * D; b.dq_stride_seq = 4 * D; b.dq_stride_head = D;
+  b.dk = addr(0xb0000000); b.dk_stride_batch = 64 * 4 * D; b.dk_stride_seq = 4 * D; b.dk_stride_head = D;
+  b.dv = addr(0xc0000000); b.dv_stride_batch = 64 * 4 * D; b.dv_stride_seq = 4 * D; b.dv_stride_head = D;
+  size_t bytes = 0;
+  EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_ERROR_NOT_SUPPORTED);
+  EXPECT_NE(std::string(fa_last_error()).find("mods"), std::string::npos) << fa_last_error();
+}
+
+// NVRTC on the CPU: the good body compiles (the call then stops at the missing GPU), the bad one does not, and the
+// log names the user's snippet and line.
+TEST_F(UserMods, GoodCodeCompilesBadCodeNamesItsLine) {
+  m.score_mod = "return s + 0.5f * u.scalar[0];";
+  const fa_status good = fa_prepare(ctx, &p);
+  if (fa_context_has_device(ctx)) {
+    EXPECT_EQ(good, FA_OK) << fa_last_error();
+  } else {
+    EXPECT_EQ(good, FA_ERROR_NO_DEVICE) << fa_last_error();  // compiled, but nothing to load it on
+  }
+  m.mask_mod = "int x = i;\nreturn undefined_name_here(x, j);";
+  EXPECT_EQ(fa_prepare(ctx, &p), FA_ERROR_COMPILE);
+  const std::string log = fa_last_error();
+  EXPECT_NE(log.find("mask_mod(2)"), std::string::npos) << log;
+  EXPECT_NE(log.find("undefined_name_here"), std::string::npos) << log;
+  m.mask_mod = "return true;";
+  m.score_mod = "float t = s;\n\nreturn t +;";
+  EXPECT_EQ(fa_prepare(ctx, &p), FA_ERROR_COMPILE);
+  EXPECT_NE(std::string(fa_last_error()).find("score_mod(3)"), std::string::npos) << fa_last_error();
+  EXPECT_EQ(fa_run(ctx, &p, nullptr), fa_context_has_device(ctx) ? FA_ERROR_COMPILE : FA_ERROR_NO_DEVICE);
+}
+
+}  // namespace
