@@ -23,7 +23,10 @@
 // rescale in its own branch keeps ptxas from hoisting fragment loads past it), which brings these tiles under 255
 // registers; on smaller tiles they cost 5-10% (H200, scratch/h2c/NOTES.md), so those keep the straight-line code.
 // Grid: x = query block (reversed for masked problems: the longest blocks first), y = query head, z = batch.
-// Reads fa_cfg: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kVarlen, kEvenK, kHasLse,
+// User code (fa_mods): score_mod runs after ALiBi on the feature path (natural units, in-range i, j); mask_mod makes
+// every block take the masking step (no block skipping yet), hiding keys where it returns false.
+// Reads fa_cfg: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasMaskMod, kHasScoreMod,
+// kVarlen, kEvenK, kHasLse,
 // kBlockM, kBlockN, kWarps, kStages (1: no prefetch; >= 2: blocks j+1..j+kStages-1 in flight), kQInRegs
 // (1: Q fragments loaded once into registers), kKvJoint (false: K and V waited for separately, two barriers per block,
 // S = Q K^T overlaps the V copy; true: K and V waited for together, one barrier per block).
@@ -64,7 +67,7 @@ constexpr int kRegion0 = kQBytes > kOBytes ? kQBytes : kOBytes;
 constexpr int kKSlot = kBlockN * kPitchK * 2;
 constexpr int kVSlot = kBlockN * kPitchV * 2;
 static_assert(kRegion0 % 128 == 0 && kKSlot % 128 == 0 && kVSlot % 128 == 0, "fwd_mma: tiles 128-byte aligned");
-constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap;
+constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap || fa_cfg::kHasScoreMod;
 constexpr bool kJoint = fa_cfg::kKvJoint;  // wait for K and V together, one barrier per block
 #define FA_MMA_NEG_INF __int_as_float(0xff800000)
 
@@ -301,13 +304,17 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
                 }
                 x *= 1.4426950408889634f;
                 if constexpr (fa_cfg::kHasAlibi) x -= slope * fabsf((float)(i + sk - sq - j));
+                if constexpr (fa_cfg::kHasScoreMod) {  // user code sees natural units, in-range (i, j) only
+                  if (i < sq && j < sk)
+                    x = fa_user_score(x * 0.6931471805599453f, b, h, i, j, args.user) * 1.4426950408889634f;
+                }
                 s[mt][n][hh * 2 + e] = x;
               }
           }
       }
 
       // ---- masking: only blocks crossing the band edge or the end of the keys ----
-      bool need_mask = !fa_cfg::kEvenK && kn + kBlockN > sk;
+      bool need_mask = fa_cfg::kHasMaskMod || (!fa_cfg::kEvenK && kn + kBlockN > sk);
       if constexpr (fa_cfg::kMask != 0) {
         if (args.win_left >= 0) need_mask |= kn < m0 + kBlockM - 1 + sk - sq - args.win_left;
         if (args.win_right >= 0) need_mask |= kn + kBlockN - 1 > diag0 + args.win_right;
@@ -328,7 +335,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const int j = kn + n * 8 + tq * 2 + e;
-                if (j < lo || j >= hi) s[mt][n][hh * 2 + e] = FA_MMA_NEG_INF;
+                bool hidden = j < lo || j >= hi;
+                if constexpr (fa_cfg::kHasMaskMod)  // user code for in-range (i, j) only (j < hi <= sk here)
+                  hidden = hidden || i >= sq || !fa_user_mask(b, h, i, j, args.user);
+                if (hidden) s[mt][n][hh * 2 + e] = FA_MMA_NEG_INF;
               }
           }
       }

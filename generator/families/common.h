@@ -25,11 +25,11 @@ inline bool fail(std::string* why, const char* family, const std::string& msg) {
 
 
 // The prefill families' common limits (fwd_mma, fwd_wgmma): contiguous k / v without used lengths (the KV-cache
-// fields are fwd_split's and fwd_ref's), head dims up to kMaxHeadDimFast.
+// fields are fwd_split's and fwd_ref's), head dims up to kMaxHeadDimFast. User code (fa_mods) is each family's own
+// call: fwd_mma runs it, fwd_wgmma not yet.
 inline bool contiguous_kv_fast_dims(const ProblemDesc& p, const char* family, std::string* why) {
   if (p.paged) return fail(why, family, "reads no paged KV cache");
   if (p.seqused) return fail(why, family, "takes no seqused_k");
-  if (p.mods != nullptr) return fail(why, family, "runs no user code (fa_mods) yet");
   if (p.head_dim > kMaxHeadDimFast || p.head_dim_v > kMaxHeadDimFast)
     return fail(why, family, "head dims up to " + std::to_string(kMaxHeadDimFast));
   return true;

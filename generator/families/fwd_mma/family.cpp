@@ -72,7 +72,7 @@ constexpr DefaultEntry kDefaults[] = {
 bool prefer_fa2_d128(const Semantic& s) {
   return s.arch == 90 && s.head_dim == 128 && s.head_dim_v == 128 &&
          (s.mask == kMaskCausal || (s.mask == kMaskNone && s.even_k)) && !s.has_bias && !s.has_alibi &&
-         !s.has_softcap && !s.varlen;
+         !s.has_softcap && !s.varlen && s.mods == nullptr;
 }
 
 Tunables defaults(const Semantic& s) {
@@ -104,10 +104,11 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (t[kStages] == 1) return fail(why, "stages 1 is not supported (spills); use 2 or 3");
   // Register pressure, measured with ptxas -v over the space (scratch/h2/compile_sweep.sh): the S tile costs more
   // than its size (masking, exp2 and K fragments live beside it), so it is capped on its own; the feature path
-  // (bias / alibi / softcap) and varlen indexing need a little more room.
+  // (bias / alibi / softcap), varlen indexing and user code (fa_mods: the sampled points past this budget spilled
+  // 16-136 bytes with a document mask and a score_mod, 2026-11-25) need a little more room.
   const int mt = t[kBlockM] / (16 * t[kWarps]);
   const int s_regs = mt * (t[kBlockN] / 8) * 4;
-  const bool feat = s.has_bias || s.has_alibi || s.has_softcap || s.varlen;
+  const bool feat = s.has_bias || s.has_alibi || s.has_softcap || s.varlen || s.mods != nullptr;
   // An additive bias is loaded beside every S element: with 64-key blocks the bias path exceeds 255 registers at
   // large head dims (compile sweep with explicit occupancy, 2026-11-22), so it is held to 32-key blocks per 16 rows.
   const int s_budget = s.has_bias ? 16 : feat ? 32 : 64;

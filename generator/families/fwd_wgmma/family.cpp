@@ -121,6 +121,7 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
 bool covers(const ProblemDesc& p, int, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (!p.tma_ok) return fail(why, "q/k/v are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
+  if (p.mods != nullptr) return fail(why, "runs no user code (fa_mods) yet");
   return fam::contiguous_kv_fast_dims(p, "fwd_wgmma", why);
 }
 
