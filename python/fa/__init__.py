@@ -17,6 +17,8 @@ from ._lib import available, candidate_paths, last_error, library_path, missing_
 from ._lib import version as library_version
 from .context import Context, default_context, set_default_context
 from .support import Support
+from .mods import Mods
+from . import mods
 from .errors import (CacheError, CompileError, DriverError, EnvironmentFailure, FaError, InternalError,
                      InvalidArgument, InvalidVersion, LaunchError, LibraryNotFoundError, MissingFunctionError, NoDevice, NotSupported,
                      NotTuned, NvrtcUnavailable, OutOfMemory, StreamCapturing, error_class)
@@ -42,7 +44,7 @@ if not HAS_TORCH:
     attention = prepare = is_supported = problem_key = attention_with_kvcache = prepare_kvcache = _no_torch
 
 __all__ = [
-    "attention", "prepare", "is_supported", "problem_key", "attention_with_kvcache", "prepare_kvcache", "Support", "Context", "default_context", "set_default_context",
+    "attention", "prepare", "is_supported", "problem_key", "attention_with_kvcache", "prepare_kvcache", "Mods", "mods", "Support", "Context", "default_context", "set_default_context",
     "available", "library_path", "library_version", "candidate_paths", "status_string", "last_error", "structs",
     "FaError", "InvalidArgument", "InvalidVersion", "NotSupported", "NotTuned", "EnvironmentFailure", "NoDevice",
     "DriverError", "OutOfMemory", "CompileError", "NvrtcUnavailable", "LaunchError", "StreamCapturing",

@@ -104,6 +104,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "fa_context_destroy": (None, [ctx]),
         "fa_context_has_device": (c_int, [ctx]),
         "fa_params_init": (status, [POINTER(S.Params)]),
+        "fa_mods_init": (status, [POINTER(S.Mods)]),
         "fa_run": (status, [ctx, POINTER(S.Params), c_void_p]),
         "fa_prepare": (status, [ctx, POINTER(S.Params)]),
         "fa_is_supported": (c_int, [ctx, POINTER(S.Params)]),

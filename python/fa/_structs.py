@@ -59,6 +59,10 @@ FA_TUNE_REQUIRE_TUNED = 2
 FA_CONTEXT_OPTIONS_VERSION = 1
 FA_PARAMS_VERSION = 2
 FA_BWD_PARAMS_VERSION = 1
+FA_MODS_VERSION = 1
+FA_MAX_USER_BUFFERS = 4
+FA_MAX_USER_SCALARS = 8
+FA_USER_I32, FA_USER_I64, FA_USER_F32, FA_USER_F16, FA_USER_BF16, FA_USER_U8 = 1, 2, 3, 4, 5, 6
 
 
 def _strided(name: str, const: bool = True):
@@ -77,6 +81,32 @@ class ContextOptions(ctypes.Structure):
         ("cache_path", ctypes.c_char_p),
         ("verbose", c_int32),
         ("reserved0", c_int32),
+    ]
+
+
+class UserBuffer(ctypes.Structure):
+    """fa_user_buffer (a device buffer user code may read)."""
+    _fields_ = [
+        ("ptr", c_void_p),
+        ("dtype", c_int32),
+        ("rank", c_int32),
+        ("shape", c_int64 * 4),
+        ("stride", c_int64 * 4),
+    ]
+
+
+class Mods(ctypes.Structure):
+    """fa_mods (user code: mask_mod / score_mod bodies, buffers, scalars)."""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("version", c_uint32),
+        ("mask_mod", ctypes.c_char_p),
+        ("score_mod", ctypes.c_char_p),
+        ("num_buffers", c_int32),
+        ("reserved0", c_int32),
+        ("buffers", UserBuffer * 4),
+        ("scalars", c_float * 8),
+        ("iscalars", c_int32 * 8),
     ]
 
 
@@ -125,6 +155,7 @@ class Params(ctypes.Structure):
         ("reserved1", c_int32),
         ("workspace", c_void_p),
         ("workspace_size", c_size_t),
+        ("mods", ctypes.POINTER(Mods)),
     ]
 
 

@@ -184,8 +184,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
               bias: Optional[Tensor] = None, alibi_slopes: Optional[Tensor] = None, softcap: float = 0.0,
               scale: Optional[float] = None, layout: str = "bshd", cu_seqlens_q: Optional[Tensor] = None,
               cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q: Optional[int] = None,
-              max_seqlen_k: Optional[int] = None, return_lse: bool = False):
-    """FlashAttention forward (differentiable). See python/README.md and include/fa/fa.h for the semantics.
+              max_seqlen_k: Optional[int] = None, return_lse: bool = False, mods=None):
+    """FlashAttention forward (differentiable; with user code `mods` (fa.Mods), forward only). See python/README.md and include/fa/fa.h for the semantics.
 
     q [B, Sq, Hq, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv] (layout="bshd"), or [B, H, S, D] views
     (layout="bhsd", no copy), or varlen [total, H, D] with cu_seqlens_q/k (int32 [B+1]). Masks are aligned to the
@@ -195,7 +195,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
     """
     q2, k2, v2, rest, bhsd = _op_args(q, k, v, causal, window, bias, alibi_slopes, softcap, scale, layout,
                                       cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    o, lse = _forward(q2, k2, v2, rest)
+    if mods is not None:
+        from ._mods_op import forward_with_mods
+        o, lse = forward_with_mods(q2, k2, v2, mods, rest)
+    else:
+        o, lse = _forward(q2, k2, v2, rest)
     if bhsd:
         o = o.transpose(1, 2)
     return (o, lse) if return_lse else o
@@ -209,6 +213,7 @@ def _problem(q, k, v, kwargs):
                                    kwargs.pop("cu_seqlens_k", None), kwargs.pop("max_seqlen_q", None),
                                    kwargs.pop("max_seqlen_k", None))
     kwargs.pop("return_lse", None)
+    mods = kwargs.pop("mods", None)
     if kwargs:
         raise TypeError(f"fa: unexpected keyword arguments {sorted(kwargs)}")
     q2, k2, v2 = last_dim_contiguous(q2), last_dim_contiguous(k2), last_dim_contiguous(v2)
@@ -216,6 +221,11 @@ def _problem(q, k, v, kwargs):
     o = torch.empty(o_shape, dtype=q2.dtype, device=q2.device)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q2.device)
     p, keep = build_params(q2, k2, v2, o, lse, *rest)
+    if mods is not None:
+        import ctypes
+        m, keep_m = mods.to_struct(q2.device)
+        p.mods = ctypes.pointer(m)
+        keep += [m, *keep_m]
     return p, keep, (q2, k2, v2, o, rest)
 
 

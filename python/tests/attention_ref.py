@@ -23,7 +23,7 @@ def visible_mask(sq, sk, causal, window, device):
 
 
 def attention_ref(q, k, v, *, causal=False, window=(-1, -1), bias=None, alibi_slopes=None, softcap=0.0, scale=None,
-                  upcast=True):
+                  upcast=True, mods=None):
     """q [B, Sq, Hq, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv] -> (o [B, Sq, Hq, Dv], lse float32 [B, Hq, Sq])."""
     if upcast:
         q, k, v = q.float(), k.float(), v.float()
@@ -43,10 +43,21 @@ def attention_ref(q, k, v, *, causal=False, window=(-1, -1), bias=None, alibi_sl
         j = torch.arange(sk, device=q.device)[None, :]
         dist = (i + sk - sq - j).abs().to(torch.float32)
         s = s - (alibi_slopes.float()[None, :, None, None] * dist).to(s.dtype)
-    vis = visible_mask(sq, sk, causal, window, q.device)
+    vis = visible_mask(sq, sk, causal, window, q.device)[None, None].expand(b, hq, sq, sk)
+    if mods is not None and (mods.reference_mask is not None or mods.reference_score is not None):
+        # fa.Mods restated in PyTorch, per (batch, head) over local positions i [Sq, 1], j [1, Sk]
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        s, vis = s.clone(), vis.clone()
+        for bb in range(b):
+            for hh in range(hq):
+                if mods.reference_score is not None:
+                    s[bb, hh] = mods.reference_score(s[bb, hh], bb, hh, i, j).to(s.dtype)
+                if mods.reference_mask is not None:
+                    vis[bb, hh] &= mods.reference_mask(bb, hh, i, j)
     s = s.masked_fill(~vis, float("-inf"))
     lse = torch.logsumexp(s.float(), dim=-1)
-    hidden = ~vis.any(dim=-1)[:, None]  # fully hidden rows: o = 0, and no NaN in the forward or its gradient
+    hidden = ~vis.any(dim=-1, keepdim=True)  # fully hidden rows: o = 0, and no NaN in the forward or its gradient
     p = torch.softmax(s.masked_fill(hidden, 0.0), dim=-1).masked_fill(hidden, 0.0)
     o = torch.einsum("bhij,bjhd->bihd", p.to(v.dtype), v)
     return o, lse

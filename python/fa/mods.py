@@ -1,0 +1,154 @@
+"""User code for fa.attention: any mask (mask_mod) and any score function (score_mod), as CUDA C source.
+
+A Mods holds the BODIES of two device functions that fa compiles into its kernel with NVRTC (include/fa/fa.h,
+"user code"):
+    bool  mask_mod (int b, int h, int i, int j, const FaUser& u)            -> may query i see key j?
+    float score_mod(float s, int b, int h, int i, int j, const FaUser& u)   -> the new score
+plus up to 4 tensors the code reads (u.buf[n], typed as fa_buf<n>_t; u.shape[n][d], u.stride[n][d] in elements)
+and up to 8 float scalars (u.scalar[n]) and 8 int scalars (u.iscalar[n]). The kernel key holds a hash of the code
+and the tensors' dtypes and ranks: new tensor contents, shapes or scalars never recompile. Forward only for now.
+
+The ready mods below (document, prefix_lm, sinks_window, chunked, relative_bias) each carry a PyTorch restatement
+(`reference_mask` / `reference_score`) that the tests compare against.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Callable, Optional, Sequence
+
+from . import _structs as S
+
+_DTYPES = None
+
+
+def _dtype_code(t) -> int:
+    global _DTYPES
+    import torch
+    if _DTYPES is None:
+        _DTYPES = {torch.int32: S.FA_USER_I32, torch.int64: S.FA_USER_I64, torch.float32: S.FA_USER_F32,
+                   torch.float16: S.FA_USER_F16, torch.bfloat16: S.FA_USER_BF16, torch.uint8: S.FA_USER_U8,
+                   torch.bool: S.FA_USER_U8}
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        raise TypeError(f"fa: a mods buffer must be int32, int64, float32, float16, bfloat16, uint8 or bool, "
+                        f"got {t.dtype}") from None
+
+
+class Mods:
+    """mask_mod / score_mod bodies (str or None), buffers (tensors on the attention's device, up to 4, rank <= 4),
+    scalars (up to 8 floats), iscalars (up to 8 ints). reference_mask(b, h, i, j) / reference_score(s, b, h, i, j)
+    are optional PyTorch restatements over broadcast index tensors (tests, debugging)."""
+
+    def __init__(self, mask_mod: Optional[str] = None, score_mod: Optional[str] = None, buffers: Sequence = (),
+                 scalars: Sequence[float] = (), iscalars: Sequence[int] = (),
+                 reference_mask: Optional[Callable] = None, reference_score: Optional[Callable] = None):
+        if len(buffers) > S.FA_MAX_USER_BUFFERS:
+            raise ValueError(f"fa: at most {S.FA_MAX_USER_BUFFERS} mods buffers, got {len(buffers)}")
+        if len(scalars) > S.FA_MAX_USER_SCALARS or len(iscalars) > S.FA_MAX_USER_SCALARS:
+            raise ValueError(f"fa: at most {S.FA_MAX_USER_SCALARS} scalars and iscalars each")
+        for t in buffers:
+            if t.dim() > 4:
+                raise ValueError(f"fa: a mods buffer has at most 4 dims, got {tuple(t.shape)}")
+        self.mask_mod, self.score_mod = mask_mod, score_mod
+        self.buffers = list(buffers)
+        self.scalars = [float(x) for x in scalars]
+        self.iscalars = [int(x) for x in iscalars]
+        self.reference_mask, self.reference_score = reference_mask, reference_score
+
+    def __repr__(self):
+        return (f"fa.Mods(mask_mod={self.mask_mod!r}, score_mod={self.score_mod!r}, "
+                f"buffers={[tuple(t.shape) for t in self.buffers]}, scalars={self.scalars}, iscalars={self.iscalars})")
+
+    def to_struct(self, device) -> tuple[S.Mods, list]:
+        """The fa_mods struct and what it keeps alive (encoded strings, contiguous-or-strided buffers)."""
+        from . import _lib
+        m = S.Mods()
+        _lib.check(_lib.lib().fa_mods_init(ctypes.byref(m)))
+        keep = []
+        for name in ("mask_mod", "score_mod"):
+            src = getattr(self, name)
+            if src is not None:
+                b = src.encode()
+                keep.append(b)
+                setattr(m, name, b)
+        m.num_buffers = len(self.buffers)
+        for n, t in enumerate(self.buffers):
+            if t.device != device:
+                raise ValueError(f"fa: mods buffer {n} is on {t.device}, the attention on {device}")
+            ub = m.buffers[n]
+            ub.ptr = t.data_ptr() or None
+            ub.dtype = _dtype_code(t)
+            ub.rank = t.dim()
+            for d in range(t.dim()):
+                ub.shape[d] = t.shape[d]
+                ub.stride[d] = t.stride(d)
+            keep.append(t)
+        for n, x in enumerate(self.scalars):
+            m.scalars[n] = x
+        for n, x in enumerate(self.iscalars):
+            m.iscalars[n] = x
+        return m, keep
+
+
+# ---- ready mods ------------------------------------------------------------------------------------------------------
+def document(q_doc, k_doc=None, causal: bool = True) -> Mods:
+    """Document masking over packed sequences: query i sees key j only inside the same document. q_doc / k_doc:
+    int32 [S] or [B, S] document ids of the query and key positions (k_doc None: the same as q_doc). With causal,
+    also j <= i (use with Sq == Sk)."""
+    import torch
+    k_doc = q_doc if k_doc is None else k_doc
+    for t in (q_doc, k_doc):
+        if t.dtype != torch.int32:
+            raise TypeError(f"fa: document ids must be int32, got {t.dtype}")
+    def at(buf: int, t) -> str:
+        if t.dim() == 1:
+            return f"d{buf}[idx{buf} * u.stride[{buf}][0]]"
+        return f"d{buf}[b * u.stride[{buf}][0] + idx{buf} * u.stride[{buf}][1]]"
+    body = ("const fa_buf0_t* d0 = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
+            "const fa_buf1_t* d1 = static_cast<const fa_buf1_t*>(u.buf[1]);\n"
+            "const int idx0 = i, idx1 = j;\n"
+            f"return {at(0, q_doc)} == {at(1, k_doc)}" + (" && j <= i;" if causal else ";"))
+
+    def ref(b, h, i, j):
+        qd = q_doc if q_doc.dim() == 1 else q_doc[b]
+        kd = k_doc if k_doc.dim() == 1 else k_doc[b]
+        vis = qd[i] == kd[j]
+        return vis & (j <= i) if causal else vis
+    return Mods(mask_mod=body, buffers=[q_doc, k_doc], reference_mask=ref)
+
+
+def prefix_lm(prefix: int) -> Mods:
+    """Prefix-LM: the first `prefix` keys are visible to every query, the rest causally (j <= i)."""
+    return Mods(mask_mod="return j <= i || j < u.iscalar[0];", iscalars=[prefix],
+                reference_mask=lambda b, h, i, j: (j <= i) | (j < prefix))
+
+
+def sinks_window(sinks: int, window: int) -> Mods:
+    """StreamingLLM: the first `sinks` keys plus the last `window` keys up to the query (causal)."""
+    return Mods(mask_mod="return j <= i && (j < u.iscalar[0] || i - j < u.iscalar[1]);", iscalars=[sinks, window],
+                reference_mask=lambda b, h, i, j: (j <= i) & ((j < sinks) | (i - j < window)))
+
+
+def chunked(chunk: int) -> Mods:
+    """Chunked local attention (Llama 4): causal inside chunks of `chunk` positions."""
+    return Mods(mask_mod="return j <= i && i / u.iscalar[0] == j / u.iscalar[0];", iscalars=[chunk],
+                reference_mask=lambda b, h, i, j: (j <= i) & (i // chunk == j // chunk))
+
+
+def relative_bias(table, max_distance: int) -> Mods:
+    """A learned relative-position bias: s + table[h, clamp(i - j, -max_distance, max_distance) + max_distance];
+    table float32 [Hq, 2 * max_distance + 1] (T5-style buckets precomputed into it)."""
+    import torch
+    if table.dtype != torch.float32 or table.dim() != 2 or table.shape[1] != 2 * max_distance + 1:
+        raise ValueError(f"fa: relative_bias wants float32 [heads_q, {2 * max_distance + 1}], got {table.dtype} "
+                         f"{tuple(table.shape)}")
+    body = ("const float* t = static_cast<const float*>(u.buf[0]);\n"
+            "const int r = min(max(i - j, -u.iscalar[0]), u.iscalar[0]) + u.iscalar[0];\n"
+            "return s + t[h * u.stride[0][0] + r * u.stride[0][1]];")
+
+    def ref(s, b, h, i, j):
+        r = (i - j).clamp(-max_distance, max_distance) + max_distance
+        return s + table[h][r]
+    return Mods(score_mod=body, buffers=[table], iscalars=[max_distance], reference_score=ref)
