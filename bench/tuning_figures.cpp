@@ -510,9 +510,8 @@ bool figure_random_lengths(const Gpu& g, const Args& a, std::mt19937_64& rng) {
   auto* chooser = tuning_chooser(g);
   auto remembered = [&] { return chooser ? chooser->remembered() : size_t{0}; };
 
-  // The sweep: per power-of-two bucket (2^(k-1), 2^k], one length with seqlen_k % block_n == 0 for every block_n
-  // <= 2^k (2^k itself: tunes the bucket) and one odd length (2^(k-1) + 1), so both even_k variants of the winner
-  // are compiled. Every length in [1, max_len] falls in one of these buckets.
+  // The sweep: per power-of-two bucket (2^(k-1), 2^k], 2^k itself (tunes the bucket) and one odd length
+  // (2^(k-1) + 1), each followed by fa_prepare, which compiles every shape class of the bucket. Every length in [1, max_len] falls in one of these buckets.
   struct Row {
     std::string bucket, mask, line;
   };
@@ -531,6 +530,9 @@ bool figure_random_lengths(const Gpu& g, const Args& a, std::mt19937_64& rng) {
         const size_t before = remembered();
         const fa_params p = make_params(t, Shape{1, len, heads, dim, mask});
         check_fa(fa_run(g.ctx, &p, g.stream), "fa_run (sweep)");
+        // Every shape class of the bucket (fwd_wgmma's tiles of 160 and 176 columns are classes that no power of
+        // two reaches), as the fa_prepare contract promises: no later length of the bucket compiles.
+        check_fa(fa_prepare(g.ctx, &p), "fa_prepare (sweep)");
         sync(g);
         ++sweep_calls;
         if (chooser && remembered() > before) {

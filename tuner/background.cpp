@@ -2,9 +2,45 @@
 #include "tuner/background.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <exception>
 
 namespace fa::tune {
+
+namespace {
+
+// Live tuners with a worker thread. At process exit (atexit runs before the CUDA driver's own teardown, which was
+// registered earlier, at cuInit) every worker is stopped and joined: a process that exits without
+// fa_context_destroy (Python's default context, say) must not have a worker in a driver call while the driver
+// goes away (seen on an H200: a segmentation fault at exit).
+std::mutex& registry_mu() {
+  static std::mutex* m = new std::mutex;  // never destroyed: usable from atexit
+  return *m;
+}
+std::set<BackgroundTuner*>& registry() {
+  static auto* s = new std::set<BackgroundTuner*>;
+  return *s;
+}
+void stop_all_at_exit() {
+  std::set<BackgroundTuner*> live;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu());
+    live = registry();
+  }
+  for (BackgroundTuner* t : live) t->stop();
+}
+void enroll(BackgroundTuner* t) {
+  static const bool registered = std::atexit(stop_all_at_exit) == 0;
+  (void)registered;
+  std::lock_guard<std::mutex> lock(registry_mu());
+  registry().insert(t);
+}
+void withdraw(BackgroundTuner* t) {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  registry().erase(t);
+}
+
+}  // namespace
 
 bool BackgroundTuner::submit(BackgroundJob job) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -13,6 +49,7 @@ bool BackgroundTuner::submit(BackgroundJob job) {
   ++stats_.submitted;
   if (!thread_.joinable()) {
     try {
+      enroll(this);
       thread_ = std::thread([this] { loop(); });
     } catch (const std::exception&) {  // no thread: the key stays at its defaults
       queue_.pop_back();
@@ -78,6 +115,7 @@ void BackgroundTuner::stop() {
     if (t.get_id() == std::this_thread::get_id()) t.detach();  // never from the worker itself; defensive
     else t.join();
   }
+  withdraw(this);
 }
 
 bool BackgroundTuner::idle() {

@@ -69,7 +69,8 @@ TEST(GpuBackgroundTuning, FirstCallAndCallsAfterTheSwapMatchTheOracle) {
   const double first_s = std::chrono::duration<double>(Clock::now() - t0).count();
   ++calls;
   if (!matches(first)) ++failures, ADD_FAILURE() << "first call [" << first.desc << "]";
-  EXPECT_LE(ctx->kernels->stats().compiles, 2) << "the first call compiles only what it runs";
+  // (The worker compiles in parallel from here on, so the context's compile count says nothing about the call.)
+  EXPECT_LT(first_s, 5.0) << "the first call waited for the tuning";
 
   // Calls while the worker tunes, then after the swap: all match.
   auto random_calls = [&](int n, const char* when) {
