@@ -11,6 +11,7 @@
 
 #include "cache_db/cache_db.h"
 #include "context_support.h"
+#include "tuner_support.h"
 #include "fa/fa.h"
 #include "generator/family.h"
 #include "runtime/context.h"
@@ -28,18 +29,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-gen::ProblemDesc problem(int dtype, int seqlen) {
-  gen::ProblemDesc p;
-  p.dtype = dtype;
-  p.batch = 2;
-  p.seqlen_q = p.seqlen_k = seqlen;
-  p.heads_q = p.heads_kv = 8;
-  p.head_dim = p.head_dim_v = 64;
-  p.mask = gen::kMaskCausal;
-  p.aligned16 = true;
-  p.has_lse = true;
-  return p;
-}
+gen::ProblemDesc problem(int dtype, int seqlen) { return test::tuner_problem(dtype, seqlen); }
 
 // Times from a table; unknown keys fail.
 struct TableTimer : tune::Timer {
