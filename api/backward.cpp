@@ -82,6 +82,7 @@ Status enqueue(fa_context c, const Prepared& P, bool allow_compile, CUstream str
 TuneRequest backward_tune_request(fa_context c, const Prepared& P, CUstream stream) {
   TuneRequest r;
   r.stream = stream;
+  r.synchronous = true;  // the backward tunes in the call (the background tuner covers the forward)
   r.launch = [c, P, stream](const fa::gen::KernelConfig& cfg) -> Status {
     Prepared Q = P;
     Q.plan = fa::gen::make_plan(cfg.s, cfg.t, P.d);
@@ -93,7 +94,7 @@ TuneRequest backward_tune_request(fa_context c, const Prepared& P, CUstream stre
 // Whether the chooser may time candidates for P's plan now.
 bool may_tune(fa_context c, const Prepared& P) {
   const auto& main = P.plan.steps[static_cast<size_t>(P.plan.tuned_step)];
-  return c->has_device && c->tune_policy == FA_TUNE_ON_FIRST_USE && main.s.family->tuned_on_first_use;
+  return c->has_device && tunes_on_first_use(c->tune_policy) && main.s.family->tuned_on_first_use;
 }
 
 Status run_backward(fa_context c, const fa_bwd_params* in, CUstream stream) {

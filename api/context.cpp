@@ -1,4 +1,5 @@
 // context.cpp -- fa_context_* and the *_init functions of the C API.
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -58,7 +59,8 @@ static Status parse_policy(const char* text, int* out) {
   if (!std::strcmp(text, "first_use") || !std::strcmp(text, "0")) *out = FA_TUNE_ON_FIRST_USE;
   else if (!std::strcmp(text, "defaults") || !std::strcmp(text, "1")) *out = FA_TUNE_DEFAULTS_ONLY;
   else if (!std::strcmp(text, "require") || !std::strcmp(text, "2")) *out = FA_TUNE_REQUIRE_TUNED;
-  else return invalid("FA_TUNE_POLICY", "first_use, defaults or require", text);
+  else if (!std::strcmp(text, "first_use_sync") || !std::strcmp(text, "3")) *out = FA_TUNE_ON_FIRST_USE_SYNC;
+  else return invalid("FA_TUNE_POLICY", "first_use, defaults, require or first_use_sync", text);
   return Status::Ok();
 }
 
@@ -83,8 +85,8 @@ static Status create(const fa_context_options* in, fa_context* out) {
       Status st = parse_policy(env, &policy);
       if (!st.ok()) return st;
     }
-  } else if (policy < FA_TUNE_ON_FIRST_USE || policy > FA_TUNE_REQUIRE_TUNED) {
-    return invalid("tune_policy", "-1 (environment), 0, 1 or 2", policy);
+  } else if (policy < FA_TUNE_ON_FIRST_USE || policy > FA_TUNE_ON_FIRST_USE_SYNC) {
+    return invalid("tune_policy", "-1 (environment), 0, 1, 2 or 3", policy);
   }
   if (o.verbose != 0 && o.verbose != 1) return invalid("verbose", "0 or 1", o.verbose);
 
@@ -95,9 +97,14 @@ static Status create(const fa_context_options* in, fa_context* out) {
   if (Status env = read_log_env(c.get()); !env.ok()) return env;
   if (Status env = read_cache_readonly_env(c.get()); !env.ok()) return env;
   if (Status env = read_arch_env(c.get()); !env.ok()) return env;
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   Status st = bind_device(c.get());
   if (!st.ok()) return st;
+  const auto t1 = Clock::now();
   c->store = make_cubin_store(c.get(), o.cache_path);
+  c->create_bind_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  c->create_store_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
   c->kernels = std::make_unique<KernelCache>(c->store.get());
   c->chooser = make_chooser(c.get());
   *out = c.release();
@@ -114,6 +121,7 @@ extern "C" FA_API fa_status fa_context_create(const fa_context_options* options,
 
 extern "C" FA_API void fa_context_destroy(fa_context c) {
   if (c == nullptr) return;
+  c->chooser->stop_background();  // joins the worker: nothing tunes or loads past this line
   if (c->has_device) {
     {
       CtxGuard g(c);

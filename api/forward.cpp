@@ -24,23 +24,41 @@ Status validated(fa_context c, const fa_params* in, fa_params* p, fa::gen::Probl
   return st;
 }
 
+// fa_run. Fast path: a shape seen before (runtime/plan_cache.h) launches its cached plan: no capture query, selector,
+// chooser or kernel lookup. Slow path: the capture check, the plan (tuning by policy), its kernels, and the entry
+// for the next call of this shape (not while capturing: a capture may run a default that a later call tunes).
 Status run(fa_context c, const fa_params* in, CUstream stream) {
   fa_params p;
   fa::gen::ProblemDesc d;
   Status st = validated(c, in, &p, &d);
   if (!st.ok()) return st;
   if (!c->has_device) return error(FA_ERROR_NO_DEVICE, c->no_device_reason);
+  const ShapeSignature sig = shape_signature(fa::gen::Role::Forward, d);
+  FaFwdArgs args = make_fwd_args(p, d);
+  if (auto hit = c->plans.find(sig))
+    return enqueue_steps(c, hit->plan, hit->kernels, fa::gen::launch_shape(d), forward_plan_args(hit->plan, &args),
+                         stream, p.workspace, p.workspace_size);
+
+  const uint64_t generation = c->plans.generation();  // read before the choice (plan_cache.h)
   bool capturing = false;
   st = stream_capturing(c, stream, &capturing);
   if (!st.ok()) return st;
-  const TuneRequest tune = forward_tune_request(c, p, d, stream);
-  fa::gen::Plan plan;
-  st = plan_for(c, fa::gen::Role::Forward, d,
-                !capturing && c->tune_policy == FA_TUNE_ON_FIRST_USE ? &tune : nullptr, &plan);
+  TuneRequest tune = forward_tune_request(c, p, d, stream);
+  tune.synchronous = c->tune_policy == FA_TUNE_ON_FIRST_USE_SYNC;
+  auto entry = std::make_shared<CachedPlan>();
+  st = plan_for(c, fa::gen::Role::Forward, d, !capturing && tunes_on_first_use(c->tune_policy) ? &tune : nullptr,
+                &entry->plan);
   if (!st.ok()) return st;
-  FaFwdArgs args = make_fwd_args(p, d);
-  return enqueue_plan(c, plan, fa::gen::launch_shape(d), forward_plan_args(plan, &args), !capturing, stream,
-                      p.workspace, p.workspace_size);
+  st = resolve_kernels(c, entry->plan, !capturing, &entry->kernels);
+  if (!st.ok()) return st;
+  st = enqueue_steps(c, entry->plan, entry->kernels, fa::gen::launch_shape(d), forward_plan_args(entry->plan, &args),
+                     stream, p.workspace, p.workspace_size);
+  if (st.ok() && !capturing) {
+    entry->sig = sig;
+    entry->generation = generation;
+    c->plans.insert(std::move(entry));
+  }
+  return st;
 }
 
 // Compiles and loads every kernel of a plan.
@@ -58,10 +76,11 @@ Status prepare(fa_context c, const fa_params* in) {
   fa::gen::ProblemDesc d;
   Status st = validated(c, in, &p, &d);
   if (!st.ok()) return st;
-  const TuneRequest tune = forward_tune_request(c, p, d, nullptr);
+  TuneRequest tune = forward_tune_request(c, p, d, nullptr);
+  tune.synchronous = true;  // fa_prepare returns ready: the tuned kernel, never a background job
   fa::gen::Plan plan;
-  st = plan_for(c, fa::gen::Role::Forward, d,
-                c->has_device && c->tune_policy == FA_TUNE_ON_FIRST_USE ? &tune : nullptr, &plan);
+  st = plan_for(c, fa::gen::Role::Forward, d, c->has_device && tunes_on_first_use(c->tune_policy) ? &tune : nullptr,
+                &plan);
   if (st.ok()) st = load_plan(c, plan);
   if (st.ok() && !d.varlen) {
     // Every shape class of the tuning bucket (tune::bucket_class_lengths), so that no later sequence length in it

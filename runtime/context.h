@@ -16,6 +16,7 @@
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/log.h"
+#include "runtime/plan_cache.h"
 #include "runtime/status.h"
 
 namespace fa::rt {
@@ -26,6 +27,9 @@ namespace fa::rt {
 // reference path into scratch outputs and returns the relative error between them.
 struct TuneRequest {
   CUstream stream = nullptr;
+  // The caller waits for the tuning (fa_prepare, FA_TUNE_ON_FIRST_USE_SYNC): under FA_TUNE_ON_FIRST_USE the chooser
+  // tunes now instead of queueing the key for the background worker.
+  bool synchronous = false;
   std::function<Status(const gen::KernelConfig& cfg)> launch;
   std::function<Status(const gen::KernelConfig& cfg, double* rel_error)> verify;
 };
@@ -36,7 +40,15 @@ struct TunableChooser {
   virtual ~TunableChooser() = default;
   virtual Status choose(fa_context ctx, const gen::Semantic& s, const gen::ProblemDesc& p, const TuneRequest* tune,
                         gen::Tunables* out) = 0;
+  // Stops background work (fa_context_destroy, before modules are unloaded): returns once no worker thread of this
+  // chooser runs; a tuning in flight is abandoned. Idempotent.
+  virtual void stop_background() {}
 };
+
+// Whether a policy tunes a new key on first use (in the background or synchronously).
+inline bool tunes_on_first_use(int policy) {
+  return policy == FA_TUNE_ON_FIRST_USE || policy == FA_TUNE_ON_FIRST_USE_SYNC;
+}
 
 }  // namespace fa::rt
 
@@ -62,6 +74,10 @@ struct fa_context_s {
   std::unique_ptr<fa::rt::CubinStore> store;
   std::unique_ptr<fa::rt::KernelCache> kernels;
   std::unique_ptr<fa::rt::TunableChooser> chooser;
+  fa::rt::PlanCache plans;           // fa_run's fast path: validated shape -> resolved plan (runtime/plan_cache.h)
+  // fa_context_create's own cost, split (bench/tuning_figures [2]): binding the device (driver table, cuInit,
+  // primary context: the part any CUDA process pays once) and opening the cache store (SQLite open, checks).
+  double create_bind_ms = 0, create_store_ms = 0;
   std::mutex mu;                     // guards the maps below
   std::set<std::string> untuned;     // keys that ran on defaults while capturing (or by policy)
   // Messages on stderr at the context's log level, each once per process (runtime/log.h).

@@ -12,6 +12,11 @@
 
 namespace fa::rt {
 
+namespace {
+// launch_kernel with the context already pushed by the caller (enqueue_steps pushes it once for every step).
+Status launch_pushed(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelParams& params, CUstream stream);
+}  // namespace
+
 FaFwdArgs make_fwd_args(const fa_params& p, const gen::ProblemDesc& d) {
   FaFwdArgs a{};
   a.q = p.q; a.k = p.k; a.v = p.v; a.o = p.o;
@@ -171,19 +176,33 @@ bool encode_tensor_map(void* ctx, const gen::TensorMapDesc& t, void* out128, std
 
 }  // namespace
 
-Status enqueue_plan(fa_context c, const gen::Plan& plan, const gen::LaunchShape& shape_in, const PlanArgs& a,
-                    bool allow_compile, CUstream stream, void* ws_in, size_t ws_size) {
-  gen::LaunchShape shape = shape_in;
-  shape.sm_count = c->sm_count > 0 ? c->sm_count : c->limits.sm_count;
-  shape.num_splits = plan.num_splits;
-  std::vector<std::shared_ptr<Kernel>> kernels;
-  kernels.reserve(plan.steps.size());
+Status resolve_kernels(fa_context c, const gen::Plan& plan, bool allow_compile,
+                       std::vector<std::shared_ptr<Kernel>>* out) {
+  out->clear();
+  out->reserve(plan.steps.size());
   for (const auto& step : plan.steps) {
     std::shared_ptr<Kernel> k;
     Status st = kernel_for(c, step, allow_compile, &k);
     if (!st.ok()) return st;
-    kernels.push_back(std::move(k));
+    out->push_back(std::move(k));
   }
+  return Status::Ok();
+}
+
+Status enqueue_plan(fa_context c, const gen::Plan& plan, const gen::LaunchShape& shape, const PlanArgs& a,
+                    bool allow_compile, CUstream stream, void* ws, size_t ws_size) {
+  std::vector<std::shared_ptr<Kernel>> kernels;
+  Status st = resolve_kernels(c, plan, allow_compile, &kernels);
+  if (!st.ok()) return st;
+  return enqueue_steps(c, plan, kernels, shape, a, stream, ws, ws_size);
+}
+
+Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std::shared_ptr<Kernel>>& kernels,
+                     const gen::LaunchShape& shape_in, const PlanArgs& a, CUstream stream, void* ws_in,
+                     size_t ws_size) {
+  gen::LaunchShape shape = shape_in;
+  shape.sm_count = c->sm_count > 0 ? c->sm_count : c->limits.sm_count;
+  shape.num_splits = plan.num_splits;
   CtxGuard g(c);
   if (!g.status().ok()) return g.status();
   CUdeviceptr ws = reinterpret_cast<CUdeviceptr>(ws_in);
@@ -222,7 +241,7 @@ Status enqueue_plan(fa_context c, const gen::Plan& plan, const gen::LaunchShape&
     } else if (!params.add(a.args, a.size, 16)) {
       st = error(FA_ERROR_INTERNAL, "the arguments of " + kernels[i]->key + " do not fit");
     }
-    if (st.ok()) st = launch_kernel(c, *kernels[i], in.launch, params, stream);
+    if (st.ok()) st = launch_pushed(c, *kernels[i], in.launch, params, stream);
   }
   if (owned) c->drv->cuMemFreeAsync(ws, stream);
   return st;
@@ -350,6 +369,12 @@ Status launch_kernel(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelP
   if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) return Status::Ok();  // nothing to do
   CtxGuard g(c);
   if (!g.status().ok()) return g.status();
+  return launch_pushed(c, k, l, params, stream);
+}
+
+namespace {
+Status launch_pushed(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelParams& params, CUstream stream) {
+  if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) return Status::Ok();  // nothing to do
   CUresult r;
   if (l.cluster[0] * l.cluster[1] * l.cluster[2] == 1) {
     r = c->drv->cuLaunchKernel(k.function, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.smem, stream,
@@ -377,5 +402,7 @@ Status launch_kernel(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelP
   if (r != CUDA_SUCCESS) return error(FA_ERROR_LAUNCH, driver_error(*c->drv, "cuLaunchKernelEx", r) + " for kernel " + k.key);
   return Status::Ok();
 }
+
+}  // namespace
 
 }  // namespace fa::rt

@@ -3,6 +3,8 @@
 
 #include "cache_db/cache_db.h"
 #include "generator/family.h"
+#include "runtime/launch.h"
+#include "tuner/background_device.h"
 #include "tuner/bucket.h"
 #include "tuner/cache_store.h"
 
@@ -58,26 +60,27 @@ bool TuningChooser::fallback(fa_context c, const gen::Semantic& s, const gen::Pr
       return true;
     }
   }
-  // The fastest stored candidate of this key that serves the call, else the family's default for it.
   gen::Tunables pick;
-  bool found = false;
-  if (cache::Db* db = context_db(c)) {
-    for (const cache::TuneRow& row : db->tune_rows(tuning_semantic_key(s), shape_bucket(p))) {
-      gen::Tunables t;
-      if (row.status == "ok" && gen::parse_tunables_key(s, row.tunables, &t) && serves(c, s, p, t)) {
-        pick = t;
-        found = true;
-        break;
-      }
-    }
-  }
-  if (!found) {
-    if (!defaults_for(c, s, p, &pick).ok()) return false;
-  }
+  if (!pick_fallback(c, s, p, &pick)) return false;
   std::lock_guard<std::mutex> lock(mu_);
   alternates_[key] = pick;
   *out = pick;
   return true;
+}
+
+bool TuningChooser::pick_fallback(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p,
+                                  gen::Tunables* out) {
+  // The fastest stored candidate of this key that serves the call, else the family's default for it.
+  if (cache::Db* db = context_db(c)) {
+    for (const cache::TuneRow& row : db->tune_rows(tuning_semantic_key(s), shape_bucket(p))) {
+      gen::Tunables t;
+      if (row.status == "ok" && gen::parse_tunables_key(s, row.tunables, &t) && serves(c, s, p, t)) {
+        *out = t;
+        return true;
+      }
+    }
+  }
+  return defaults_for(c, s, p, out).ok();
 }
 
 bool TuningChooser::lookup(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, const std::string& key,
@@ -129,16 +132,43 @@ rt::Status TuningChooser::choose(fa_context c, const gen::Semantic& s, const gen
                                              " (policy FA_TUNE_REQUIRE_TUNED): run fa-tune for this problem, or import "
                                              "a cache with fa-tune --import");
   }
+  const bool first_use = rt::tunes_on_first_use(c->tune_policy);
+  bool runner_injected = false;
+  {
+    std::lock_guard<std::mutex> lock(bg_mu_);
+    runner_injected = static_cast<bool>(runner_);
+  }
+  const bool in_background = first_use && tune != nullptr && c->tune_policy == FA_TUNE_ON_FIRST_USE &&
+                             !tune->synchronous && !p.backward && (c->has_device || runner_injected);
+  if (in_background && p.varlen) {
+    c->info("tuner: " + key + " is a varlen problem: the background tuner times fixed lengths only, so it runs at "
+            "its defaults (fa_prepare or fa-tune tune it)", key);
+    tune = nullptr;
+  }
   if (c->tune_policy == FA_TUNE_DEFAULTS_ONLY || tune == nullptr) {
     record_untuned(c, key);
     rt::Status st = defaults_for(c, s, p, out);
     // DEFAULTS_ONLY never tunes: remember the defaults, so later calls skip the database query (a cache miss cost
     // a SQLite query on every call). Capture under ON_FIRST_USE does not: the next call outside capture tunes.
-    if (st.ok() && c->tune_policy == FA_TUNE_DEFAULTS_ONLY) {
+    if (st.ok() && (c->tune_policy == FA_TUNE_DEFAULTS_ONLY || (in_background && p.varlen))) {
       std::lock_guard<std::mutex> lock(mu_);
       memory_[key] = *out;
     }
     return st;
+  }
+  if (in_background) {
+    // The defaults now, remembered until the worker swaps the winner in (publish()).
+    rt::Status st = defaults_for(c, s, p, out);
+    if (!st.ok()) return st;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      memory_[key] = *out;
+    }
+    if (auto bg = background(c)) {
+      if (bg->submit(BackgroundJob{key, s, p}))
+        c->info("tuner: " + key + " runs at its defaults while the background worker tunes it");
+    }
+    return rt::Status::Ok();
   }
   std::lock_guard<std::mutex> serial(tune_mu_);
   if (lookup(c, s, p, key, out)) return rt::Status::Ok();  // another thread tuned it meanwhile
@@ -158,6 +188,88 @@ rt::Status TuningChooser::choose(fa_context c, const gen::Semantic& s, const gen
   memory_[key] = outcome.winner;
   *out = outcome.winner;
   return rt::Status::Ok();
+}
+
+std::shared_ptr<BackgroundTuner> TuningChooser::background(fa_context c) {
+  std::lock_guard<std::mutex> lock(bg_mu_);
+  if (stopped_) return nullptr;
+  if (!background_) {
+    JobRunner run = runner_;
+    if (!run) {
+      const TuneOptions base = options_;
+      run = [c, base](const BackgroundJob& job, const std::function<bool()>& cancelled, TuneOutcome* out) {
+        return run_job_on_device(c, job, base, cancelled, out);
+      };
+    }
+    background_ = std::make_shared<BackgroundTuner>(
+        std::move(run), [this, c](const BackgroundJob& job, const rt::Status& st, const TuneOutcome& out) {
+          if (!st.ok() || !out.has_winner) {
+            c->warn("tuner: background tuning of " + job.key + " failed; it keeps its defaults: " + st.message);
+            std::lock_guard<std::mutex> l(mu_);
+            last_ = out;
+            return;
+          }
+          publish(c, job, out);
+        });
+  }
+  return background_;
+}
+
+void TuningChooser::publish(fa_context c, const BackgroundJob& job, const TuneOutcome& outcome) {
+  // Load first what the bucket's shape classes will run, so that a call under capture finds it ready.
+  if (c->has_device) {
+    std::vector<int> lengths{job.p.seqlen_k};
+    for (int sk : bucket_class_lengths(job.p)) lengths.push_back(sk);
+    for (int sk : lengths) {
+      gen::ProblemDesc q = job.p;
+      q.seqlen_k = sk;
+      gen::Tunables t = outcome.winner;
+      if (!serves(c, job.s, q, t) && !pick_fallback(c, job.s, q, &t)) continue;
+      std::vector<std::shared_ptr<rt::Kernel>> kernels;
+      rt::Status st = rt::resolve_kernels(c, gen::make_plan(job.s, t, q), true, &kernels);
+      if (!st.ok()) {
+        c->warn("tuner: background winner of " + job.key + " not swapped in: " + st.message);
+        return;
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    memory_[job.key] = outcome.winner;
+    alternates_.erase(job.key);
+    last_ = outcome;
+  }
+  c->plans.bump();
+  c->info("tuner: tuned " + job.key + " in the background: " + gen::tunables_key(job.s, outcome.winner));
+}
+
+void TuningChooser::set_background_runner(JobRunner run) {
+  std::lock_guard<std::mutex> lock(bg_mu_);
+  runner_ = std::move(run);
+}
+
+bool TuningChooser::wait_background(double timeout_s) {
+  std::shared_ptr<BackgroundTuner> bg;
+  {
+    std::lock_guard<std::mutex> lock(bg_mu_);
+    bg = background_;
+  }
+  return bg == nullptr || bg->wait_idle(timeout_s);
+}
+
+BackgroundStats TuningChooser::background_stats() {
+  std::lock_guard<std::mutex> lock(bg_mu_);
+  return background_ ? background_->stats() : BackgroundStats{};
+}
+
+void TuningChooser::stop_background() {
+  std::shared_ptr<BackgroundTuner> bg;
+  {
+    std::lock_guard<std::mutex> lock(bg_mu_);
+    stopped_ = true;
+    bg = std::move(background_);
+  }
+  if (bg) bg->stop();
 }
 
 }  // namespace fa::tune

@@ -117,14 +117,17 @@ rt::Status DeviceProblem::fill_random(CUdeviceptr p, size_t elems, int dtype, un
   return rt::Status::Ok();
 }
 
-rt::Status DeviceProblem::create(fa_context c, const GridPoint& g, std::unique_ptr<DeviceProblem>* out) {
+rt::Status DeviceProblem::create(fa_context c, const GridPoint& g, std::unique_ptr<DeviceProblem>* out,
+                                 bool low_priority) {
   if (!c->has_device) return rt::error(FA_ERROR_NO_DEVICE, c->no_device_reason);
   std::unique_ptr<DeviceProblem> dp(new DeviceProblem(c));
   rt::CtxGuard guard(c);
   if (!guard.status().ok()) return guard.status();
   const rt::Driver& d = *c->drv;
   const gen::ProblemDesc& p = g.desc;
-  CUresult r = d.cuStreamCreate(&dp->stream_, CU_STREAM_NON_BLOCKING);
+  int least = 0, greatest = 0;
+  if (!low_priority || d.cuCtxGetStreamPriorityRange(&least, &greatest) != CUDA_SUCCESS) least = 0;
+  CUresult r = d.cuStreamCreateWithPriority(&dp->stream_, CU_STREAM_NON_BLOCKING, least);
   if (r != CUDA_SUCCESS) return rt::error(FA_ERROR_DRIVER, rt::driver_error(d, "cuStreamCreate", r));
   const size_t es = rt::dtype_size(p.dtype);
   const size_t nq = static_cast<size_t>(p.batch) * p.seqlen_q * p.heads_q * p.head_dim;

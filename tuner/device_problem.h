@@ -16,8 +16,10 @@ namespace fa::tune {
 
 class DeviceProblem {
  public:
-  // Allocates and fills the buffers of g on the context's device and creates a non-blocking stream.
-  static rt::Status create(fa_context c, const GridPoint& g, std::unique_ptr<DeviceProblem>* out);
+  // Allocates and fills the buffers of g on the context's device and creates a non-blocking stream (of the
+  // device's lowest priority when low_priority: the background tuner's, so the caller's work goes first).
+  static rt::Status create(fa_context c, const GridPoint& g, std::unique_ptr<DeviceProblem>* out,
+                           bool low_priority = false);
   ~DeviceProblem();
   DeviceProblem(const DeviceProblem&) = delete;
   DeviceProblem& operator=(const DeviceProblem&) = delete;

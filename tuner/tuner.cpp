@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <limits>
+#include <map>
 
 #include "cache_db/cache_db.h"
 #include "generator/family.h"
@@ -81,6 +82,51 @@ std::vector<gen::KernelConfig> candidate_configs(const gen::Semantic& s, const g
   return out;
 }
 
+std::vector<gen::KernelConfig> order_by_prior_winners(const std::vector<gen::KernelConfig>& configs,
+                                                      const std::vector<std::string>& winners) {
+  if (configs.empty() || winners.empty()) return configs;
+  std::vector<gen::KernelConfig> out{configs[0]};
+  std::vector<bool> taken(configs.size(), false);
+  taken[0] = true;
+  for (const std::string& w : winners) {
+    for (size_t i = 1; i < configs.size(); ++i) {
+      if (!taken[i] && gen::tunables_key(configs[i].s, configs[i].t) == w) {
+        out.push_back(configs[i]);
+        taken[i] = true;
+      }
+    }
+  }
+  for (size_t i = 1; i < configs.size(); ++i)
+    if (!taken[i]) out.push_back(configs[i]);
+  return out;
+}
+
+std::vector<std::string> prior_winners(fa_context c, const std::string& semantic_key) {
+  cache::Db* db = context_db(c);
+  if (db == nullptr) return {};
+  // Per bucket: the fastest "ok" row; then per tunables key: buckets won and the best time.
+  std::map<std::string, std::pair<std::string, double>> best_of_bucket;
+  for (const cache::TuneRecord& r : db->list_tune_rows(false)) {
+    if (r.row.semantic_key != semantic_key || r.row.status != "ok" || !std::isfinite(r.row.median_ms)) continue;
+    auto it = best_of_bucket.find(r.row.bucket);
+    if (it == best_of_bucket.end() || r.row.median_ms < it->second.second)
+      best_of_bucket[r.row.bucket] = {r.row.tunables, r.row.median_ms};
+  }
+  std::map<std::string, std::pair<int, double>> wins;
+  for (const auto& [bucket, w] : best_of_bucket) {
+    auto& e = wins[w.first];
+    e.first += 1;
+    e.second = e.first == 1 ? w.second : std::min(e.second, w.second);
+  }
+  std::vector<std::pair<std::string, std::pair<int, double>>> v(wins.begin(), wins.end());
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+    return a.second.first != b.second.first ? a.second.first > b.second.first : a.second.second < b.second.second;
+  });
+  std::vector<std::string> out;
+  for (const auto& e : v) out.push_back(e.first);
+  return out;
+}
+
 std::string ptxas_verdict(const rt::PtxasInfo& info, const gen::KernelConfig& cfg, const gen::DeviceLimits& lim,
                           std::string* why) {
   if (info.spill_stores > 0 || info.spill_loads > 0) {
@@ -116,6 +162,11 @@ std::vector<CandidateResult> compile_candidates(fa_context c, const std::vector<
     CandidateResult& r = out[i];
     r.t = configs[i].t;
     r.key = gen::tunables_key(configs[i].s, configs[i].t);
+    if (o.cancelled && o.cancelled()) {
+      r.status = "not_timed";
+      r.detail = "tuning cancelled";
+      return;
+    }
     rt::Status st;
     try {
       st = compile(configs[i], &r.ptxas);
@@ -247,7 +298,11 @@ rt::Status tune(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p,
     }
   }
 
-  const std::vector<gen::KernelConfig> configs = candidate_configs(s, p, c->limits, o.max_candidates);
+  std::vector<gen::KernelConfig> configs = candidate_configs(s, p, c->limits);
+  if (o.prior_winners_first) configs = order_by_prior_winners(configs, prior_winners(c, out->semantic_key));
+  if (o.max_candidates > 0 && configs.size() > static_cast<size_t>(o.max_candidates) + 1)
+    configs.resize(static_cast<size_t>(o.max_candidates) + 1);
+  auto cancelled = [&] { return o.cancelled && o.cancelled(); };
   if (configs.empty())
     return rt::error(FA_ERROR_NOT_SUPPORTED, "tuner: no valid candidate for " + out->semantic_key);
   out->candidates = compile_candidates(c, configs, o, &out->compile_seconds);
@@ -275,6 +330,7 @@ rt::Status tune(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p,
   for (size_t i = 0; i < configs.size(); ++i) {
     CandidateResult& r = out->candidates[i];
     if (r.status != "ok") continue;
+    if (cancelled()) break;
     double ms;
     if (!time_candidate(*timer, configs[i], req, plan, &ms, &r.detail)) {
       r.status = "launch_error";
@@ -283,8 +339,9 @@ rt::Status tune(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p,
     }
     r.median_ms = ms;
   }
-  run_finals(configs, o, plan, budget, *timer, req, out);
+  if (!cancelled()) run_finals(configs, o, plan, budget, *timer, req, out);
   out->timing_seconds = seconds_since(t0);
+  if (cancelled()) return rt::error(FA_ERROR_INTERNAL, "tuning cancelled");
 
   // Winner: the minimum median among "ok"; checked against the reference once, next best when it fails.
   const double tol = o.verify_tolerance >= 0 ? o.verify_tolerance : default_tolerance(s.dtype);

@@ -37,6 +37,12 @@ struct TuneOptions {
   // `final_rounds` interleaved rounds. < 0: the defaults (3 and 3); 0 rounds: no finals.
   int finalists = -1;
   int final_rounds = -1;
+  // Polled between compiles and timings (the background tuner's stop): once true, tune() stops early, stores
+  // nothing and fails with FA_ERROR_INTERNAL "tuning cancelled".
+  std::function<bool()> cancelled;
+  // Candidates that won other buckets of the same tuning semantic key in the store (this GPU's earlier tunings)
+  // go first, right after the default, so max_candidates keeps them (order_by_prior_winners).
+  bool prior_winners_first = true;
   // Called (from compile threads, serialised by the caller if needed) as each candidate's compile finishes.
   std::function<void(size_t index, const CandidateResult& r)> on_compiled;
 };
@@ -84,6 +90,14 @@ double attention_flops(const gen::ProblemDesc& p);
 // in the space), finalized for p (even_k). The default comes first.
 std::vector<gen::KernelConfig> candidate_configs(const gen::Semantic& s, const gen::ProblemDesc& p,
                                                  const gen::DeviceLimits& lim, int max_candidates = 0);
+
+// The candidates reordered: configs[0] (the default) stays first, then those whose tunables key is in `winners`
+// (in the order of `winners`: most buckets won first), then the rest in their order. Stable, nothing dropped.
+std::vector<gen::KernelConfig> order_by_prior_winners(const std::vector<gen::KernelConfig>& configs,
+                                                      const std::vector<std::string>& winners);
+
+// Tunables keys that won buckets of `semantic_key` in the context's store, most buckets first (ties: faster first).
+std::vector<std::string> prior_winners(fa_context c, const std::string& semantic_key);
 
 // ptxas pruning: "" when the kernel is acceptable, else the status ("spill" / "registers") with *why filled.
 std::string ptxas_verdict(const rt::PtxasInfo& info, const gen::KernelConfig& cfg, const gen::DeviceLimits& lim,

@@ -92,9 +92,17 @@ typedef enum fa_dtype { FA_DTYPE_FP16 = 1, FA_DTYPE_BF16 = 2, FA_DTYPE_FP32 = 3 
 typedef enum fa_mask { FA_MASK_NONE = 0, FA_MASK_CAUSAL = 1, FA_MASK_SLIDING_WINDOW = 2 } fa_mask;
 
 typedef enum fa_tune_policy {
-  FA_TUNE_ON_FIRST_USE = 0,  /* default: the first call of a new problem class tunes it (unless capturing) */
+  /* default: the first fa_run of a new problem class compiles only the heuristic default kernel, runs it and
+   * returns; a background worker thread of the context (its own low-priority stream and buffers, never the caller's
+   * stream) tunes the class and swaps the winner in for later calls (stored in the cache like any tuning). Nothing
+   * is queued while the caller's stream is being captured. Forward fixed-length problems only: varlen forwards run
+   * at their defaults (tune them with fa_prepare or fa-tune), and fa_run_backward / fa_prepare tune synchronously
+   * as under FA_TUNE_ON_FIRST_USE_SYNC. fa_context_destroy stops the worker (a tuning in flight is abandoned). */
+  FA_TUNE_ON_FIRST_USE = 0,
   FA_TUNE_DEFAULTS_ONLY = 1, /* never time anything: tuned entries if cached, else heuristic defaults */
-  FA_TUNE_REQUIRE_TUNED = 2  /* fail with FA_ERROR_NOT_TUNED when no tuned entry exists */
+  FA_TUNE_REQUIRE_TUNED = 2, /* fail with FA_ERROR_NOT_TUNED when no tuned entry exists */
+  FA_TUNE_ON_FIRST_USE_SYNC = 3 /* the first call of a new problem class tunes it before it returns (unless
+                                   capturing; seconds): that call already runs the tuned kernel */
 } fa_tune_policy;
 
 /* ---- context --------------------------------------------------------------------------------------------------- */
@@ -105,7 +113,9 @@ typedef struct fa_context_options {
   uint32_t struct_size;       /* sizeof(fa_context_options) */
   uint32_t version;           /* FA_CONTEXT_OPTIONS_VERSION */
   int32_t device_ordinal;     /* CUDA device ordinal (default 0) */
-  int32_t tune_policy;        /* fa_tune_policy; default from $FA_TUNE_POLICY (first_use|defaults|require), else 0 */
+  int32_t tune_policy;        /* fa_tune_policy; default from $FA_TUNE_POLICY (first_use|defaults|require|
+                                 first_use_sync, or the number), else 0 (FA_TUNE_ON_FIRST_USE: tuning in the
+                                 background) */
   const char* cache_path;     /* SQLite file; NULL: $FA_CACHE_PATH, else $XDG_CACHE_HOME/fa/cache.sqlite, else
                                  ~/.cache/fa/cache.sqlite; ":memory:" keeps nothing across processes. A file this
                                  process may not write (or its directory), or any file with $FA_CACHE_READONLY=1, is
@@ -246,8 +256,9 @@ FA_API fa_status fa_params_init(fa_params* params);
 FA_API fa_status fa_forward_workspace_size(fa_context context, const fa_params* params, size_t* out_bytes);
 
 /* Computes attention on `stream` (a CUstream / cudaStream_t; NULL is the legacy default stream). Returns once the
- * work is enqueued. The first call of a new problem class may compile (and, by policy, tune) a kernel; later calls
- * of the same class, any sequence lengths, only launch. While `stream` is being captured into a CUDA graph nothing
+ * work is enqueued. The first call of a new problem class may compile a kernel (and, by policy, tune: in the
+ * background by default, see fa_tune_policy); later calls of the same class, any sequence lengths, only launch
+ * (a repeated shape takes a cached plan: validation, argument binding and the launch, no allocation). While `stream` is being captured into a CUDA graph nothing
  * is compiled, tuned, allocated or synchronized: a cached or default kernel is used, and if none is compiled yet the
  * call fails with FA_ERROR_STREAM_CAPTURING (call fa_prepare before capture). */
 FA_API fa_status fa_run(fa_context context, const fa_params* params, void* stream);

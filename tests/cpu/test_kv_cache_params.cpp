@@ -182,3 +182,29 @@ TEST_F(KvCache, BackwardRefusesTheCacheFields) {
 }
 
 }  // namespace
+
+#include "generator/user_mods.h"
+#include "runtime/plan_cache.h"
+
+namespace {
+
+// fa_run's fast path keys plans by the shape signature: every KV-cache field and the user code must change it.
+TEST(KvCacheSignature, CacheFieldsAndUserCodeChangeTheSignature) {
+  fa::gen::ProblemDesc d;
+  const auto base = fa::rt::shape_signature(fa::gen::Role::Forward, d);
+  auto differs = [&](auto&& mutate) {
+    fa::gen::ProblemDesc e = d;
+    mutate(e);
+    return !(fa::rt::shape_signature(fa::gen::Role::Forward, e) == base);
+  };
+  EXPECT_TRUE(differs([](fa::gen::ProblemDesc& e) { e.paged = true; }));
+  EXPECT_TRUE(differs([](fa::gen::ProblemDesc& e) { e.seqused = true; }));
+  EXPECT_TRUE(differs([](fa::gen::ProblemDesc& e) { e.page_size = 16; }));
+  EXPECT_TRUE(differs([](fa::gen::ProblemDesc& e) { e.num_splits = 3; }));
+  EXPECT_TRUE(differs([](fa::gen::ProblemDesc& e) { e.sm_count = 132; }));
+  const int dt[1] = {1}, rk[1] = {1};
+  const fa::gen::UserMods* m = fa::gen::intern_user_mods("return j <= i;", "", 1, dt, rk);
+  EXPECT_TRUE(differs([&](fa::gen::ProblemDesc& e) { e.mods = m; }));
+}
+
+}  // namespace

@@ -15,6 +15,7 @@
 #include "generator/family.h"
 #include "runtime/context.h"
 #include "tests/cpu/context_support.h"
+#include "tests/cpu/tuner_support.h"
 #include "tuner/bucket.h"
 #include "tuner/cache_store.h"
 #include "tuner/chooser.h"
@@ -52,18 +53,7 @@ struct FakeTimer : tune::Timer {
   }
 };
 
-gen::ProblemDesc problem(int dtype, int seqlen) {
-  gen::ProblemDesc p;
-  p.dtype = dtype;
-  p.batch = 2;
-  p.seqlen_q = p.seqlen_k = seqlen;
-  p.heads_q = p.heads_kv = 8;
-  p.head_dim = p.head_dim_v = 64;
-  p.mask = gen::kMaskCausal;
-  p.aligned16 = true;
-  p.has_lse = true;
-  return p;
-}
+gen::ProblemDesc problem(int dtype, int seqlen) { return test::tuner_problem(dtype, seqlen); }
 
 struct Fixture {
   std::string dir = temp_dir();
