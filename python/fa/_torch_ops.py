@@ -29,11 +29,43 @@ def _device_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
+# Host cost: the fixed-length forward without bias or ALiBi (the common case) keeps one filled fa_params per shape
+# signature (shapes, strides, dtype, device, mask, softcap, scale) and per call copies it and sets the five data
+# pointers; no `torch.cuda.device` switch (fa_run binds its own context; the stream names the device).
+_PARAMS_CACHE: dict = {}
+_PARAMS_CACHE_MAX = 256
+
+
+def _fast_fwd(q, k, v, mask, window_left, window_right, softcap, scale):
+    sig = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device, mask, window_left,
+           window_right, softcap, scale)
+    o = torch.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    entry = _PARAMS_CACHE.get(sig)
+    if entry is None:
+        if o.numel() == 0:
+            lse.fill_(float("-inf"))
+            return o, lse
+        p, _keep = build_params(q, k, v, o, lse, None, None, None, None, 0, 0, mask, window_left, window_right,
+                                softcap, scale)
+        if len(_PARAMS_CACHE) >= _PARAMS_CACHE_MAX:
+            _PARAMS_CACHE.clear()
+        entry = (bytes(p), _device_index(q.device))
+        _PARAMS_CACHE[sig] = entry
+    blob, device = entry
+    p = S.Params.from_buffer_copy(blob)
+    p.q, p.k, p.v, p.o, p.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
+    default_context(device).run(p, torch.cuda.current_stream(device).cuda_stream)
+    return o, lse
+
+
 def _fwd_impl(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], alibi_slopes: Optional[Tensor],
                   cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
                   max_seqlen_k: int, mask: int, window_left: int, window_right: int, softcap: float,
                   scale: float) -> Tuple[Tensor, Tensor]:
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
+    if bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None:
+        return _fast_fwd(q, k, v, mask, window_left, window_right, softcap, scale)
     o_shape, lse_shape = output_shapes(q, k, v, cu_seqlens_q)
     o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
