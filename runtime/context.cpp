@@ -12,6 +12,10 @@ CtxGuard::CtxGuard(fa_context c) : c_(c) {
     st_ = error(FA_ERROR_NO_DEVICE, c_->no_device_reason);
     return;
   }
+  // Already current on this thread (the caller's framework bound it, or an outer guard did): nothing to push. A
+  // push / pop pair costs about as much as the rest of a cached fa_run.
+  CUcontext current = nullptr;
+  if (c_->drv->cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == c_->cuctx) return;
   CUresult r = c_->drv->cuCtxPushCurrent(c_->cuctx);
   if (r != CUDA_SUCCESS) st_ = error(FA_ERROR_DRIVER, driver_error(*c_->drv, "cuCtxPushCurrent", r));
   else pushed_ = true;

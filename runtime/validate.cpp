@@ -30,7 +30,8 @@ Status check_tensor(const char* name, const void* ptr, size_t esize, std::initia
   if (ptr == nullptr) return invalid(name, "a device pointer", "NULL");
   if (reinterpret_cast<uintptr_t>(ptr) % esize != 0)
     return invalid(name, fmt::format("a pointer aligned to {} bytes", esize), ptr_str(ptr));
-  std::vector<Dim> ds;
+  Dim ds[4];  // the dims of extent > 1 (no heap: this runs on every fa_run)
+  size_t nds = 0;
   int64_t span = inner;
   for (const auto& [field, d] : dims)
     if (d.extent == 0) {  // an empty tensor: nothing is read or written, any strides >= 0 will do
@@ -45,15 +46,17 @@ Status check_tensor(const char* name, const void* ptr, size_t esize, std::initia
       if (d.stride != 0 && (d.extent - 1) > (kMaxOffset - span) / d.stride)
         return invalid(field, fmt::format("a stride whose largest offset fits in 2^60 elements ({} x {})", d.extent, d.stride), d.stride);
       span += (d.extent - 1) * d.stride;
-      ds.push_back(d);
+      if (nds < 4) ds[nds++] = d;
       if (d.stride == 0)
         return invalid(field, fmt::format("a non-zero stride (extent {} would alias)", d.extent), d.stride);
     }
   }
   // no aliasing: sorted by stride, each stride >= the span of the dims inside it
-  std::sort(ds.begin(), ds.end(), [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
+  for (size_t a = 1; a < nds; ++a)  // insertion sort of at most 4
+    for (size_t b = a; b > 0 && ds[b].stride < ds[b - 1].stride; --b) std::swap(ds[b], ds[b - 1]);
   int64_t inside = inner;
-  for (const Dim& d : ds) {
+  for (size_t n = 0; n < nds; ++n) {
+    const Dim& d = ds[n];
     if (d.stride < inside) {
       const char* field = "?";
       for (const auto& [f, dd] : dims)
