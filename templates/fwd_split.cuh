@@ -19,8 +19,9 @@
 // Memory: K and V blocks stream through a kStages-deep cp.async pipeline (16-byte copies, one commit group per
 // block, rows swizzled or padded as in fwd_mma: smem_layout.cuh). Keys at or past the used length are never read
 // (zero-filled, masked). Paged (kPaged): key j of sequence b is row j & (page_size - 1) of page
-// block_table[b][j >> page_shift]; the page indices of a block are read one block ahead into a ring in shared memory
-// ((kStages + 1) x kBlockN entries, -1 for a page outside [0, num_pages): its keys are zero-filled and masked, never
+// block_table[b][j >> page_shift]; the page indices of block t + kStages are copied (4-byte cp.async) into a ring in
+// shared memory (2 kStages x kBlockN entries) in the commit group of block t's K / V, so they land before block
+// t + kStages is issued and no thread waits on a table read; an index outside [0, num_pages) masks its keys (never
 // read), so each key row costs one table read and the copies never wait for it. The shared-memory plan is
 // fwd_split_layout.cuh. Masks are bottom-right aligned to the used length: key j is visible to token i iff
 // lo(i) <= j < hi(i), lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq + win_right + 1 (win_right >= 0).
@@ -58,7 +59,7 @@ constexpr int kQBytes = fa_split_q_bytes(kD);
 constexpr int kKSlot = fa_split_kslot_bytes(kD, kBlockN);
 constexpr int kVSlot = fa_split_vslot_bytes(kDV, kBlockN);
 constexpr int kSlots = fa_split_slots_bytes(kD, kDV, kBlockN, kWarps, kStages);
-constexpr int kRing = kStages + 1;        // page ring entries (blocks)
+constexpr int kRing = 2 * kStages;        // page ring entries (blocks): blocks it .. it + 2 kStages - 1 live
 constexpr bool kFeat = fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap;
 #define FA_SPLIT_NEG_INF __int_as_float(0xff800000)
 
@@ -166,14 +167,18 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       }
       cp_commit();
     }
-    // ---- page indices of the first kStages blocks (paged) ----
+    // ---- page indices (paged): blocks 0..kStages-1 read here; block t + kStages joins the commit group of block
+    // t's K / V copies (4-byte cp.async into the ring), so it lands before block t + kStages is issued ----
     constexpr int kPgPer = (kBlockN + kThreads - 1) / kThreads;
-    int pg_next[kPgPer];
-    auto page_of = [&](int blk, int r) -> int {
-      const int j = (blk0 + blk) * kBlockN + r;
-      if (blk >= n_blocks || j >= key_hi) return -1;
-      const int p = bt[j >> a.page_shift];
-      return (p >= 0 && p < a.num_pages) ? p : -1;
+    auto table_async = [&](int blk) {
+      if (blk >= n_blocks) return;
+      int* pw = ring + (blk % kRing) * kBlockN;
+#pragma unroll
+      for (int t = 0; t < kPgPer; ++t) {
+        const int r = tid + t * kThreads;
+        const int j = (blk0 + blk) * kBlockN + r;
+        if (r < kBlockN && j < key_hi) cp_async4(smem_u32(pw + r), bt + (j >> a.page_shift), 4);
+      }
     };
     if constexpr (fa_cfg::kPaged) {
 #pragma unroll
@@ -181,13 +186,9 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
 #pragma unroll
         for (int t = 0; t < kPgPer; ++t) {
           const int r = tid + t * kThreads;
-          if (r < kBlockN) ring[s * kBlockN + r] = page_of(s, r);
+          const int j = (blk0 + s) * kBlockN + r;
+          if (r < kBlockN && s < n_blocks && j < key_hi) ring[(s % kRing) * kBlockN + r] = bt[j >> a.page_shift];
         }
-#pragma unroll
-      for (int t = 0; t < kPgPer; ++t) {
-        const int r = tid + t * kThreads;
-        pg_next[t] = r < kBlockN ? page_of(kStages, r) : -1;
-      }
       __syncthreads();
     }
     // Issues the copies of block `it` (one commit group, empty past the last block).
@@ -201,7 +202,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
           if (j >= key_hi) return nullptr;
           if constexpr (fa_cfg::kPaged) {
             const int p = pr[r];
-            if (p < 0) return nullptr;
+            if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;  // outside the pool: never read
             return kpool + (long long)p * a.k_sb + (long long)(j & (a.page_size - 1)) * a.k_ss + (long long)g * a.k_sh;
           } else {
             return kpool + kbase_off + (long long)j * a.k_ss;
@@ -212,12 +213,13 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
           if (j >= key_hi) return nullptr;
           if constexpr (fa_cfg::kPaged) {
             const int p = pr[r];
-            if (p < 0) return nullptr;
+            if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;
             return vpool + (long long)p * a.v_sb + (long long)(j & (a.page_size - 1)) * a.v_ss + (long long)g * a.v_sh;
           } else {
             return vpool + vbase_off + (long long)j * a.v_ss;
           }
         });
+        if constexpr (fa_cfg::kPaged) table_async(it + kStages);
       }
       cp_commit();
     };
@@ -255,19 +257,6 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       cp_wait<kStages - 2>();
       __syncthreads();
       issue(it + kStages - 1);
-      if constexpr (fa_cfg::kPaged) {
-        // The pages of block it + kStages into the ring (its slot was last read in iteration it - 1), and the
-        // table read of block it + kStages + 1, used one iteration later.
-        int* pw = ring + ((it + kStages) % kRing) * kBlockN;
-#pragma unroll
-        for (int t = 0; t < kPgPer; ++t) {
-          const int r = tid + t * kThreads;
-          if (r < kBlockN) {
-            pw[r] = pg_next[t];
-            pg_next[t] = page_of(it + kStages + 1, r);
-          }
-        }
-      }
       if constexpr (kQRegs) {
         if (it == 0) {
 #pragma unroll
@@ -335,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
           for (int e = 0; e < 2; ++e) {
             const int jl = wk0 + n * 8 + tq * 2 + e;
             const int j = kn + jl;
-            const bool page_ok = !fa_cfg::kPaged || pr[jl] >= 0;
+            const bool page_ok = !fa_cfg::kPaged || (unsigned)pr[jl] < (unsigned)a.num_pages;
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh)
               if (!page_ok || j < lo_r[hh] || j >= hi_r[hh]) s[n][hh * 2 + e] = FA_SPLIT_NEG_INF;

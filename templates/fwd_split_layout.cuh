@@ -2,7 +2,7 @@
 // compiled twice: by NVRTC in the kernel and by the host (generator/families/fwd_split), which sizes the dynamic
 // shared memory from it. Plain C++17 constexpr (no CUDA); includes smem_layout.cuh for the row pitches.
 //   [Q tile: kFaSplitRows packed rows x pitch(d)] [K/V slots: stages x (block_n x pitch(d) + block_n x pitch(dv))]
-//   [page ring: (stages + 1) x block_n int32 page indices (paged kernels; sized always)]
+//   [page ring: 2 stages x block_n int32 page indices (paged kernels; sized always)]
 // The per-warp float32 partial outputs of the final in-CTA merge (warps x 16 rows x (dv + 4), then the warps' row
 // maxima and sums) reuse the K/V slots once the pipeline has drained; the slots region is the larger of the two.
 #ifndef FA_FWD_SPLIT_LAYOUT_CUH
@@ -24,7 +24,7 @@ constexpr int fa_split_slots_bytes(int d, int dv, int bn, int warps, int stages)
   const int merge = (fa_split_merge_bytes(dv, warps) + 127) / 128 * 128;
   return kv > merge ? kv : merge;
 }
-constexpr int fa_split_ring_bytes(int bn, int stages) { return (stages + 1) * bn * 4; }
+constexpr int fa_split_ring_bytes(int bn, int stages) { return 2 * stages * bn * 4; }
 constexpr int fa_split_smem_bytes(int d, int dv, int bn, int warps, int stages) {
   return fa_split_q_bytes(d) + fa_split_slots_bytes(d, dv, bn, warps, stages) + fa_split_ring_bytes(bn, stages);
 }

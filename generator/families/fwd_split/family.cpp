@@ -14,6 +14,7 @@
 // [num_splits, batch, heads_q, seqlen_q]; the workspace is sized by the largest split count any knob value could
 // pick for the problem, so fa_forward_workspace_size holds whichever tunables the chooser serves later.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -79,16 +80,26 @@ int row_tiles(int seqlen_q, int group) {
 }
 
 // The split count of problem p at block_n / split_target: p.num_splits when given (at most the key blocks), else
-// floor(split_target * SMs / CTAs without split), at most the key blocks / kMinBlocksPerSplit and kMaxSplits,
-// at least 1. Depends on batch, heads, seqlen_q, seqlen_k (the capacity, never seqused_k) and the device.
+// the smallest n whose grid fills the waves of split_target CTAs per SM to at least 95% of the best n's (FA2's wave
+// efficiency rule, waves = CTAs * n / (split_target * SMs), efficiency = waves / ceil(waves)), n at most the key
+// blocks / kMinBlocksPerSplit and kMaxSplits. Depends on batch, heads, seqlen_q, seqlen_k (the capacity, never
+// seqused_k) and the device.
 int split_count(const ProblemDesc& p, int block_n, int split_target) {
   const int nblk = std::max(1, (p.seqlen_k + block_n - 1) / block_n);
   if (p.num_splits > 0) return std::min(p.num_splits, nblk);
   const int sms = p.sm_count > 0 ? p.sm_count : kDefaultSms;
-  const long long base = static_cast<long long>(p.batch) * p.heads_kv * row_tiles(p.seqlen_q, p.heads_q / p.heads_kv);
-  const long long want = static_cast<long long>(split_target) * sms / std::max<long long>(1, base);
-  const long long cap = std::min<long long>(kMaxSplits, std::max(1, nblk / kMinBlocksPerSplit));
-  return static_cast<int>(std::clamp<long long>(want, 1, cap));
+  const double base = static_cast<double>(p.batch) * p.heads_kv * row_tiles(p.seqlen_q, p.heads_q / p.heads_kv);
+  const double slots = static_cast<double>(split_target) * sms;
+  const int cap = std::min(kMaxSplits, std::max(1, nblk / kMinBlocksPerSplit));
+  auto eff = [&](int n) {
+    const double waves = base * n / slots;
+    return waves / std::ceil(waves);
+  };
+  double best = 0;
+  for (int n = 1; n <= cap; ++n) best = std::max(best, eff(n));
+  for (int n = 1; n <= cap; ++n)
+    if (eff(n) >= 0.95 * best) return n;
+  return 1;
 }
 
 Launch launch(const KernelConfig& c, const LaunchShape& sh) {
