@@ -33,19 +33,10 @@ import fa  # noqa: E402
 from fa import _lib  # noqa: E402
 from fa import _structs as S  # noqa: E402
 
+sys.path.insert(0, str(REPO / "bench"))
+from bench_peers import event_times  # noqa: E402  (per-call CUDA-event times, calls back to back)
+
 HQ, HKV, D = 32, 8, 128
-
-
-def event_times(fn, warmup, iters):
-    for _ in range(warmup):
-        fn()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in events]
 
 
 def copy_bandwidth():
