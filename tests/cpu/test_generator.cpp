@@ -140,13 +140,14 @@ TEST(Registry, EveryFamilyIsRegisteredOnceWithAValidDefault) {
   for (const char* n : {"fwd_ref", "fwd_mma", "bwd_pre", "bwd_ref_dq", "bwd_ref_dkdv", "bwd_mma", "bwd_post"})
     EXPECT_TRUE(names.count(n)) << n;
   EXPECT_EQ(find_family("nope"), nullptr);
-  // Ranked: the Hopper forward on sm_90, then the tensor-core forward, the reference last, on every arch; a
-  // reference family in each direction.
+  // Ranked: the decode family (split-KV, paged; it covers decode shapes and KV caches only), the Hopper forward on
+  // sm_90, then the tensor-core forward, the reference last, on every arch; a reference family in each direction.
   for (int arch : {80, 86, 89, 90}) {
     const auto fwd = ranked_families(Role::Forward, arch);
-    ASSERT_GE(fwd.size(), 2u);
-    EXPECT_STREQ(fwd.front()->name, arch == 90 ? "fwd_wgmma" : "fwd_mma");
-    EXPECT_STREQ(fwd[arch == 90 ? 1 : 0]->name, "fwd_mma");
+    ASSERT_GE(fwd.size(), 3u);
+    EXPECT_STREQ(fwd.front()->name, "fwd_split");
+    EXPECT_STREQ(fwd[1]->name, arch == 90 ? "fwd_wgmma" : "fwd_mma");
+    EXPECT_STREQ(fwd[arch == 90 ? 2 : 1]->name, "fwd_mma");
     EXPECT_TRUE(fwd.back()->reference);
     EXPECT_TRUE(ranked_families(Role::Backward, arch).back()->reference);
   }
@@ -238,6 +239,8 @@ TEST(Selector, FallsBackToReferenceForFp32AndUnalignedData) {
   p.aligned16 = false;
   EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_ref");
   p.aligned16 = true;
+  EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_split");  // one query row per KV head: the decode class
+  p.seqlen_q = 17;  // past the decode class (seqlen_q * group <= 16 packed rows)
   EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_mma");
 }
 
@@ -245,8 +248,9 @@ TEST(Selector, SequenceLengthsNeverEnterTheKey) {
   ProblemDesc a, b;
   a.dtype = b.dtype = kFp16;
   a.aligned16 = b.aligned16 = true;
-  // Only the shape class (seqlen_k a multiple of the key block, for the no-predicate specialisation) may differ.
-  a.seqlen_q = 1;
+  // Only the shape class (seqlen_k a multiple of the key block, for the no-predicate specialisation; the decode
+  // class seqlen_q * group <= 16 of fwd_split) may differ.
+  a.seqlen_q = 17;
   a.seqlen_k = 4095;
   a.batch = 1;
   b.seqlen_q = 3000;

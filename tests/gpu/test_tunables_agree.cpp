@@ -63,6 +63,10 @@ TEST(GpuTunables, EveryValidPointGivesTheSameAnswer) {
       {FA_DTYPE_FP16, 72, 40, 4, 2, 2, 150, 150, false, false, true, false},
       {FA_DTYPE_BF16, 128, 128, 4, 2, 1, 0, 0, true, true, false, true},
       {FA_DTYPE_FP16, 32, 32, 4, 2, 0, 64, 128, false, false, false, false},
+      // decode shapes (fwd_split: seqlen_q * group <= 16 packed rows)
+      {FA_DTYPE_BF16, 128, 128, 8, 2, 1, 2, 333, false, false, false, false},
+      {FA_DTYPE_FP16, 256, 256, 4, 1, 2, 1, 190, false, true, true, false},
+      {FA_DTYPE_BF16, 64, 64, 8, 1, 0, 1, 1000, false, false, false, false},
   };
   int points = 0;
   std::map<std::string, int> per_family;

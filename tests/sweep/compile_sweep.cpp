@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "generator/family.h"
+#include "generator/problem.h"
 #include "runtime/nvrtc_compiler.h"
 
 using namespace fa::gen;
@@ -40,6 +41,23 @@ std::vector<int> dtypes_for(const Family& f, int arch) {
 // coverage.
 bool has_shape_class(const Family& f) { return f.finalize != nullptr; }
 bool is_fast_backward(const Family& f) { return f.role == Role::Backward && !f.reference; }
+
+// Whether family f serves paged problems of semantic s (a paged decode problem of s's dtype, dims and features).
+bool reads_pages(const Family& f, const Semantic& s) {
+  if (f.role != Role::Forward || s.varlen || s.has_bias) return false;
+  ProblemDesc p;
+  p.dtype = s.dtype;
+  p.head_dim = s.head_dim;
+  p.head_dim_v = s.head_dim_v;
+  p.mask = s.mask;
+  p.has_alibi = s.has_alibi;
+  p.has_softcap = s.has_softcap;
+  p.has_lse = s.has_lse;
+  p.aligned16 = true;
+  p.paged = true;
+  p.page_size = 16;
+  return family_covers(f, p, s.arch, nullptr);
+}
 
 constexpr size_t kSampleAll = 96;  // --sample: points per semantic in the "every valid point" loop
 
@@ -89,6 +107,12 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
           KernelConfig c{s, space[static_cast<size_t>(v) % space.size()]};
           c.s.even_k = !s.varlen && has_shape_class(f) && (v % 2 == 0);
           push(c);
+          if (reads_pages(f, s)) {  // the paged variant of the families that read KV-cache pages
+            KernelConfig pc = c;
+            pc.s.paged = true;
+            pc.t = space[static_cast<size_t>(v + 1) % space.size()];
+            push(pc);
+          }
           if (has_shape_class(f) && !s.varlen) {  // the heuristic defaults of both shape classes, every mask
             for (int m = 0; m < 6; ++m)
               for (bool ek : {false, true}) {

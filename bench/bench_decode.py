@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Decode (issue 21): fa's KV-cache forward (fwd_split: split-KV, GQA packing, paged KV) against torch SDPA's
+FLASH_ATTENTION (FlashAttention-2) and CUDNN_ATTENTION backends, with the device's copy bandwidth measured in the
+same run.
+
+Cells: batch 1 / 8 / 64 x keys 4k / 32k / 128k, 32 query heads over 8 KV heads, head dim 128, bf16, one query token,
+no mask; fa contiguous and paged (page 16 and 64; pages in a random order, the same values as the contiguous cache,
+so paged and contiguous outputs must agree bit for bit). SDPA gets q [B, 32, 1, 128] and k / v [B, 8, S, 128] with
+enable_gqa=True, is_causal=False (where a backend refuses enable_gqa, k / v repeated to 32 heads beforehand when
+that fits in memory; else n/a). Times: median of per-call CUDA-event times, calls enqueued back to back (warmup first;
+fa's first call compiles, outside the timing). KV read rate = bytes of K and V read (B * S * 8 * 128 * 2 * 2) / time.
+Copy bandwidth: a 2 GiB device-to-device copy, (read + write bytes) / time, median of 20.
+
+  FA_LIBRARY=build-dev/lib/libfa.so PYTHONPATH=python python3 bench/bench_decode.py --json out.json
+"""
+
+import argparse
+import ctypes
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import fa  # noqa: E402
+from fa import _lib  # noqa: E402
+from fa import _structs as S  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from bench_peers import event_times  # noqa: E402  (per-call CUDA-event times, calls back to back)
+
+HQ, HKV, D = 32, 8, 128
+
+
+def copy_bandwidth():
+    n = 1 << 30  # 2 GiB of bf16
+    x = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+    y = torch.empty_like(x)
+    t = statistics.median(event_times(lambda: y.copy_(x), 3, 20))
+    del x, y
+    torch.cuda.empty_cache()
+    return 2 * n * 2 / (t * 1e-3) / 1e12  # TB/s
+
+
+class FaDecode:
+    """fa_run through ctypes on a [B, 1, 32, 128] q and a contiguous or paged cache."""
+
+    def __init__(self, ctx, q, k, v, o, lse=None, block_table=None, page_size=0, seqused=None):
+        lib = _lib.lib()
+        self.lib, self.ctx = lib, ctx
+        if not hasattr(lib, "_fa_ws_declared"):
+            lib.fa_forward_workspace_size.restype = ctypes.c_int
+            lib.fa_forward_workspace_size.argtypes = [ctypes.c_void_p, ctypes.POINTER(S.Params),
+                                                      ctypes.POINTER(ctypes.c_size_t)]
+            lib._fa_ws_declared = True
+        p = _lib.new_params()
+        p.dtype = S.FA_DTYPE_BF16
+        b, sq, hq, d = q.shape
+        p.batch, p.seqlen_q, p.heads_q, p.heads_kv, p.head_dim, p.head_dim_v = b, sq, hq, k.shape[2], d, d
+        p.q = q.data_ptr()
+        p.q_stride_batch, p.q_stride_seq, p.q_stride_head = q.stride()[:3]
+        p.o = o.data_ptr()
+        p.o_stride_batch, p.o_stride_seq, p.o_stride_head = o.stride()[:3]
+        p.k, p.v = k.data_ptr(), v.data_ptr()
+        p.k_stride_batch, p.k_stride_seq, p.k_stride_head = k.stride()[:3]
+        p.v_stride_batch, p.v_stride_seq, p.v_stride_head = v.stride()[:3]
+        if block_table is not None:
+            p.block_table = block_table.data_ptr()
+            p.block_table_stride = block_table.stride(0)
+            p.page_size = page_size
+            p.num_pages = k.shape[0]
+            p.seqlen_k = block_table.shape[1] * page_size
+        else:
+            p.seqlen_k = k.shape[1]
+        if seqused is not None:
+            p.seqused_k = seqused.data_ptr()
+        if lse is not None:
+            p.lse = lse.data_ptr()
+        self.p = p
+        size = ctypes.c_size_t(0)
+        _lib.check(lib.fa_forward_workspace_size(ctx.handle, ctypes.byref(p), ctypes.byref(size)))
+        self.ws = torch.empty(max(size.value, 256), dtype=torch.uint8, device="cuda")
+        if size.value:
+            p.workspace = self.ws.data_ptr()
+            p.workspace_size = size.value
+        self.key = ctx.problem_key(p)
+        ctx.prepare(p)
+
+    def __call__(self):
+        self.ctx.run(self.p, torch.cuda.current_stream().cuda_stream)
+
+
+def sdpa_call(backend_name, q, k, v):
+    """A callable running SDPA on [B, H, S, D] views, or raises."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backend = getattr(SDPBackend, backend_name)
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def gqa():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(qh, kh, vh, is_causal=False, enable_gqa=True)
+    try:
+        out = gqa()
+        torch.cuda.synchronize()
+        return gqa, out.transpose(1, 2), "enable_gqa"
+    except Exception:  # noqa: BLE001 - fall back to repeated heads
+        pass
+    if kh.numel() * 2 * 4 * 2 > 24 * (1 << 30):
+        raise RuntimeError("repeated K/V would not fit")
+    kr = kh.repeat_interleave(HQ // HKV, dim=1)
+    vr = vh.repeat_interleave(HQ // HKV, dim=1)
+
+    def rep():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(qh, kr, vr, is_causal=False)
+    out = rep()
+    torch.cuda.synchronize()
+    return rep, out.transpose(1, 2), "repeat"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--keys", default="4096,32768,131072")
+    ap.add_argument("--pages", default="16,64")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    dev = torch.cuda.get_device_name()
+    ctx = fa.Context()
+    bw0 = copy_bandwidth()
+    print(f"device {dev}; copy bandwidth {bw0:.3f} TB/s; fa {_lib.library_path()}", flush=True)
+    rows = []
+    for b in [int(x) for x in args.batches.split(",")]:
+        for sk in [int(x) for x in args.keys.split(",")]:
+            q = torch.randn(b, 1, HQ, D, dtype=torch.bfloat16, device="cuda")
+            k = torch.randn(b, sk, HKV, D, dtype=torch.bfloat16, device="cuda")
+            v = torch.randn(b, sk, HKV, D, dtype=torch.bfloat16, device="cuda")
+            kv_bytes = 2 * b * sk * HKV * D * 2
+            row = {"batch": b, "seqlen_k": sk, "heads_q": HQ, "heads_kv": HKV, "head_dim": D, "dtype": "bf16"}
+            o = torch.empty(b, 1, HQ, D, dtype=torch.bfloat16, device="cuda")
+            call = FaDecode(ctx, q, k, v, o)
+            row["fa_key"] = call.key
+            row["fa_splits_workspace_bytes"] = call.p.workspace_size
+            t = statistics.median(event_times(call, args.warmup, args.iters))
+            row["fa_ms"] = t
+            row["fa_kv_tbps"] = kv_bytes / (t * 1e-3) / 1e12
+            o_ref = None
+            for name, backend in (("FA2", "FLASH_ATTENTION"), ("cuDNN", "CUDNN_ATTENTION")):
+                try:
+                    fn, out, how = sdpa_call(backend, q, k, v)
+                    row[f"{name}_ms"] = statistics.median(event_times(fn, args.warmup, args.iters))
+                    row[f"{name}_how"] = how
+                    if o_ref is None:
+                        o_ref = out
+                except Exception as exc:  # noqa: BLE001
+                    row[f"{name}_ms"] = None
+                    row[f"{name}_err"] = f"{type(exc).__name__}: {exc}"[:160]
+            call()
+            torch.cuda.synchronize()
+            if o_ref is not None:
+                row["fa_max_abs_diff_vs_sdpa"] = (o.float() - o_ref.float()).abs().max().item()
+            best = min([row[x] for x in ("FA2_ms", "cuDNN_ms") if row.get(x)] or [float("nan")])
+            row["fa_over_best"] = best / t if best == best else None
+            o_contig = o.clone()
+            for ps in [int(x) for x in args.pages.split(",")]:
+                npages = b * sk // ps
+                perm = torch.randperm(npages, device="cuda")
+                kp = torch.empty(npages, ps, HKV, D, dtype=torch.bfloat16, device="cuda")
+                kp[perm] = k.view(npages, ps, HKV, D)
+                vp = torch.empty_like(kp)
+                vp[perm] = v.view(npages, ps, HKV, D)
+                table = perm.view(b, sk // ps).to(torch.int32).contiguous()
+                op = torch.empty_like(o)
+                pc = FaDecode(ctx, q, kp, vp, op, block_table=table, page_size=ps)
+                tp = statistics.median(event_times(pc, args.warmup, args.iters))
+                pc()
+                torch.cuda.synchronize()
+                row[f"paged{ps}_ms"] = tp
+                row[f"paged{ps}_kv_tbps"] = kv_bytes / (tp * 1e-3) / 1e12
+                row[f"paged{ps}_over_contiguous"] = t / tp
+                row[f"paged{ps}_bit_exact"] = bool(torch.equal(op, o_contig))
+                del kp, vp, pc
+            rows.append(row)
+            del q, k, v, o, call
+            torch.cuda.empty_cache()
+            print(json.dumps(row), flush=True)
+    bw1 = copy_bandwidth()
+    out = {"device": dev, "host": platform.node(), "torch": torch.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "copy_bandwidth_tbps": [bw0, bw1], "rows": rows}
+    Path(args.json).write_text(json.dumps(out, indent=1))
+    print(f"copy bandwidth {bw0:.3f} / {bw1:.3f} TB/s (before / after)")
+    print(f"{'batch':>5} {'keys':>7} {'fa ms':>8} {'FA2 ms':>8} {'cuDNN ms':>8} {'fa/best':>7} {'fa TB/s':>7} "
+          f"{'p16 ms':>8} {'p64 ms':>8}")
+    for r in rows:
+        f = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
+        print(f"{r['batch']:>5} {r['seqlen_k']:>7} {f(r['fa_ms']):>8} {f(r.get('FA2_ms')):>8} {f(r.get('cuDNN_ms')):>8} "
+              f"{f(r.get('fa_over_best')):>7} {r['fa_kv_tbps']:7.2f} {f(r.get('paged16_ms')):>8} {f(r.get('paged64_ms')):>8}")
+
+
+if __name__ == "__main__":
+    main()

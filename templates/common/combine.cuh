@@ -1,0 +1,41 @@
+// common/combine.cuh -- the exact merge of partial attention results over disjoint key sets (split-KV's combine
+// step, later context parallelism across GPUs). Each part s is a normalized output o_s over its keys with its
+// natural-log LSE lse_s (-inf: the part saw no key, o_s = 0). The merge is
+//   lse = log(sum_s exp(lse_s)),  o = sum_s exp(lse_s - lse) o_s      (every lse_s = -inf: lse = -inf, o = 0)
+// computed stably as m = max_s lse_s, lse = m + log(sum_s exp(lse_s - m)). FaLseMerge accumulates the LSE of any
+// number of parts in any order (fa_lse_merge_add, or fa_lse_merge_join for two partial accumulators, e.g. across
+// lanes); fa_lse_merge_total gives lse, fa_lse_merge_weight the weight of one part in o.
+#ifndef FA_COMMON_COMBINE_CUH
+#define FA_COMMON_COMBINE_CUH
+
+struct FaLseMerge {
+  float m;  // max lse_s so far (-inf: none)
+  float s;  // sum exp(lse_s - m)
+};
+FA_DEVICE FaLseMerge fa_lse_merge_init() {
+  FaLseMerge r;
+  r.m = -INFINITY;
+  r.s = 0.f;
+  return r;
+}
+FA_DEVICE FaLseMerge fa_lse_merge_join(FaLseMerge a, FaLseMerge b) {
+  if (b.m == -INFINITY) return a;
+  if (a.m == -INFINITY) return b;
+  FaLseMerge r;
+  r.m = fmaxf(a.m, b.m);
+  r.s = a.s * expf(a.m - r.m) + b.s * expf(b.m - r.m);
+  return r;
+}
+FA_DEVICE FaLseMerge fa_lse_merge_add(FaLseMerge a, float lse) {
+  FaLseMerge b;
+  b.m = lse;
+  b.s = lse == -INFINITY ? 0.f : 1.f;
+  return fa_lse_merge_join(a, b);
+}
+FA_DEVICE float fa_lse_merge_total(FaLseMerge a) { return a.s > 0.f ? a.m + logf(a.s) : -INFINITY; }
+// The weight exp(lse_s - lse) of part s in the merged output (0 when the total is -inf).
+FA_DEVICE float fa_lse_merge_weight(float lse_s, float total) {
+  return total == -INFINITY ? 0.f : expf(lse_s - total);
+}
+
+#endif  // FA_COMMON_COMBINE_CUH

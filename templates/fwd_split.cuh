@@ -1,0 +1,436 @@
+// fwd_split.cuh -- the decode forward: split-KV (flash-decoding), GQA packing and paged KV caches (fp16 / bf16,
+// sm_80 and later, mma.sync).
+//
+// Packing: the rows of a CTA are 16 packed rows of one (batch b, KV head g): packed row R = i * group + hq holds
+// query token i and query head h = g * group + hq, so every K/V byte a CTA reads serves the whole GQA group (and the
+// few query tokens of speculative decoding). Grid: x = split + num_splits * g, y = tile of 16 packed rows, z = b.
+// Split-KV: the key blocks (kBlockN keys) that the CTA's rows see, [nb_lo, nb_hi), are cut into num_splits equal
+// runs; split s walks run s. The used length (fa_seq_used: seqused_k) decides the blocks on the device, so the grid
+// depends on the capacity only (CUDA graphs replay with new lengths).
+// Warps split the keys, not the rows: warp w takes keys [w * kBlockN / kWarps, (w + 1) * kBlockN / kWarps) of every
+// block with its own running max m, sum l and 16 x dv output O (mma.sync m16n8k16, fp32 accumulators):
+//   S = Q K_w^T;  (features: softcap c * tanh(S scale / c), ALiBi - slope_h |i + sk - sq - j|, in log2 units)
+//   m' = max(m, rowmax S);  P = exp2(S - m');  l = l exp2(m - m') + rowsum P;  O = O exp2(m - m') + P V_w
+// At the end the warps' (m, l, O) are merged in shared memory: m* = max_w m_w, l* = sum_w l_w exp2(m_w - m*),
+// O* = sum_w O_w exp2(m_w - m*) / l*, lse = (m* + log2 l*) ln 2. num_splits == 1: O* goes to o (dtype) and lse to
+// lse; num_splits > 1: the split's NORMALIZED O* (float32) and its natural-log LSE go to part_o / part_lse (layout
+// in fa_args.cuh) and the fwd_combine step merges the splits (common/combine.cuh). A split or row that sees no key
+// gives O* = 0, lse = -inf.
+// Memory: K and V blocks stream through a kStages-deep cp.async pipeline (16-byte copies, one commit group per
+// block, rows swizzled or padded as in fwd_mma: smem_layout.cuh). Keys at or past the used length are never read
+// (zero-filled, masked). Paged (kPaged): key j of sequence b is row j & (page_size - 1) of page
+// block_table[b][j >> page_shift]; the page indices of block t + kStages are copied (4-byte cp.async) into a ring in
+// shared memory (2 kStages x kBlockN entries) in the commit group of block t's K / V, so they land before block
+// t + kStages is issued and no thread waits on a table read; an index outside [0, num_pages) masks its keys (never
+// read), so each key row costs one table read and the copies never wait for it. The shared-memory plan is
+// fwd_split_layout.cuh. Masks are bottom-right aligned to the used length: key j is visible to token i iff
+// lo(i) <= j < hi(i), lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq + win_right + 1 (win_right >= 0).
+// Paged and contiguous caches give the same bits (the shared tiles and the arithmetic are identical).
+// Reads fa_cfg: kDtype, kHeadDim, kHeadDimV (<= 256), kMask, kHasAlibi, kHasSoftcap, kHasLse, kPaged, kBlockN,
+// kWarps, kStages. No bias, no varlen (the family's covers()).
+#ifndef FA_FWD_SPLIT_CUH
+#define FA_FWD_SPLIT_CUH
+
+#include "common/sm80.cuh"
+#include "fwd_split_layout.cuh"
+
+namespace fa_split {
+using namespace fa_sm80;
+
+constexpr int kD = fa_cfg::kHeadDim;
+constexpr int kDV = fa_cfg::kHeadDimV;
+constexpr int kDPad = fa_split_pad16(kD);
+constexpr int kDVPad = fa_split_pad16(kDV);
+constexpr int kRows = kFaSplitRows;
+constexpr int kBlockN = fa_cfg::kBlockN;
+constexpr int kWarps = fa_cfg::kWarps;
+constexpr int kThreads = kWarps * 32;
+constexpr int kStages = fa_cfg::kStages;
+constexpr int kWN = kBlockN / kWarps;     // keys per warp per block
+constexpr int kKeyTiles = kWN / 8;        // n8 tiles of S per warp
+constexpr int kColTiles = kDVPad / 8;     // n8 tiles of O
+constexpr int kKSteps = kDPad / 16;
+constexpr bool kQRegs = kDPad <= 128;     // Q fragments held in registers
+constexpr int kPitchQ = fa_smem_pitch(kDPad);
+constexpr int kPitchK = fa_smem_pitch(kDPad);
+constexpr int kPitchV = fa_smem_pitch(kDVPad);
+constexpr int kPitchO = fa_split_o_pitch(kDV);
+constexpr int kQBytes = fa_split_q_bytes(kD);
+constexpr int kKSlot = fa_split_kslot_bytes(kD, kBlockN);
+constexpr int kVSlot = fa_split_vslot_bytes(kDV, kBlockN);
+constexpr int kSlots = fa_split_slots_bytes(kD, kDV, kBlockN, kWarps, kStages);
+constexpr int kRing = 2 * kStages;        // page ring entries (blocks): blocks it .. it + 2 kStages - 1 live
+constexpr bool kFeat = fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap;
+#define FA_SPLIT_NEG_INF __int_as_float(0xff800000)
+
+static_assert(fa_cfg::kDtype == 1 || fa_cfg::kDtype == 2, "fwd_split: fp16 or bf16 only");
+static_assert(kWN % 16 == 0, "fwd_split: 16 or more keys per warp (multiple of 16)");
+static_assert(kStages >= 2 && kStages <= 4, "fwd_split: 2..4 stages");
+static_assert(kD % 8 == 0 && kDV % 8 == 0 && kD <= 256 && kDV <= 256, "fwd_split: head dims");
+static_assert(kQBytes % 128 == 0 && kKSlot % 128 == 0 && kVSlot % 128 == 0 && kSlots % 128 == 0,
+              "fwd_split: tiles 128-byte aligned");
+
+typedef FaElem<fa_cfg::kDtype> E;
+
+// Copies one block of ROWS rows x COLS columns (padded to PCOLS, zero-filled beyond COLS) into a slot: row r comes
+// from row_src(r) (null: zero-filled; `dummy` is any valid address, never read).
+template <int COLS, int PCOLS, int PITCH, class RowSrc>
+FA_DEVICE void load_block(unsigned sdst, int tid, const void* dummy, RowSrc row_src) {
+  constexpr int kChunks = PCOLS / 8;
+  constexpr int kTotal = kBlockN * kChunks;
+  // Partly unrolled: a full unroll keeps every row address live at once (255 registers and spills at d > 128).
+#pragma unroll 4
+  for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
+    const int idx = tid + it * kThreads;
+    if (kTotal % kThreads == 0 || idx < kTotal) {
+      const int r = idx / kChunks, ch = idx % kChunks;
+      const unsigned short* src = row_src(r);
+      const bool ok = src != nullptr && (PCOLS == COLS || ch * 8 < COLS);
+      cp_async16(sdst + fa_smem_off<PITCH>(r, ch), ok ? src + ch * 8 : dummy, ok ? 16 : 0);
+    }
+  }
+}
+
+}  // namespace fa_split
+
+extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
+  using namespace fa_split;
+  extern __shared__ __attribute__((aligned(128))) unsigned char fa_smem[];
+  typedef unsigned short T;
+
+  const int tid = (int)threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int ns = a.num_splits;
+  const int split = (int)blockIdx.x % ns, g = (int)blockIdx.x / ns;
+  const int b = (int)blockIdx.z;
+  const int group = a.group;
+  const int r0 = (int)blockIdx.y * kRows;  // first packed row of the tile
+  const FaSeq seq = fa_seq_used(a, b);
+  const int sq = seq.sq, sk = seq.sk;
+  const int packed = sq * group;
+  if (r0 >= packed) return;
+  const int rows = min(kRows, packed - r0);
+  const int i_first = r0 / group, i_last = (r0 + rows - 1) / group;
+
+  // Keys seen by some row of the tile [key_lo, key_hi), and by every row [full_lo, full_hi).
+  int key_lo = 0, key_hi = sk, full_lo = 0, full_hi = sk;
+  if constexpr (fa_cfg::kMask != 0) {
+    if (a.win_left >= 0) {
+      key_lo = max(0, i_first + sk - sq - a.win_left);
+      full_lo = max(0, i_last + sk - sq - a.win_left);
+    }
+    if (a.win_right >= 0) {
+      key_hi = min(sk, i_last + sk - sq + a.win_right + 1);
+      full_hi = min(sk, i_first + sk - sq + a.win_right + 1);
+    }
+  }
+  const int nb_lo = key_lo / kBlockN;
+  const int nb_hi = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN : nb_lo;
+  const int per_split = (nb_hi - nb_lo + ns - 1) / ns;
+  const int blk0 = nb_lo + split * per_split;
+  const int n_blocks = max(0, min(nb_hi, blk0 + per_split) - blk0);
+
+  const unsigned sQ = smem_u32(fa_smem);
+  const unsigned sK = sQ + (unsigned)kQBytes;
+  const unsigned sV = sK + (unsigned)(kStages * kKSlot);
+  int* ring = (int*)(fa_smem + kQBytes + kSlots);  // [kRing][kBlockN] page indices (-1: outside the pool)
+
+  const long long kbase_off = (long long)b * a.k_sb + (long long)g * a.k_sh;  // contiguous: the sequence's row 0
+  const long long vbase_off = (long long)b * a.v_sb + (long long)g * a.v_sh;
+  const T* kpool = (const T*)a.k;
+  const T* vpool = (const T*)a.v;
+  const int* bt = fa_cfg::kPaged ? a.block_table + (long long)b * a.bt_stride : nullptr;
+
+  const int gq = lane >> 2, tq = lane & 3;  // mma fragment coordinates
+  const int wk0 = warp * kWN;               // this warp's first key inside a block
+
+  float o_acc[kColTiles][4];
+#pragma unroll
+  for (int n = 0; n < kColTiles; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
+  float row_m[2] = {FA_SPLIT_NEG_INF, FA_SPLIT_NEG_INF}, row_l[2] = {0.f, 0.f};
+  const float mul = kFeat ? 1.f : a.scale_log2;  // feature-path scores are already scaled, in log2 units
+
+  if (n_blocks > 0) {
+    // ---- Q: the tile's packed rows (zero-filled past the last row) ----
+    {
+      constexpr int kChunks = kDPad / 8;
+      for (int idx = tid; idx < kRows * kChunks; idx += kThreads) {
+        const int r = idx / kChunks, ch = idx % kChunks;
+        const int R = r0 + r;
+        const bool ok = r < rows && ch * 8 < kD;
+        const T* src = nullptr;
+        if (ok) {
+          const int i = R / group, h = g * group + (R - (R / group) * group);
+          src = (const T*)a.q + (long long)b * a.q_sb + (long long)i * a.q_ss + (long long)h * a.q_sh + ch * 8;
+        }
+        cp_async16(sQ + fa_smem_off<kPitchQ>(r, ch), ok ? (const void*)src : a.q, ok ? 16 : 0);
+      }
+      cp_commit();
+    }
+    // ---- page indices (paged): blocks 0..kStages-1 read here; block t + kStages joins the commit group of block
+    // t's K / V copies (4-byte cp.async into the ring), so it lands before block t + kStages is issued ----
+    constexpr int kPgPer = (kBlockN + kThreads - 1) / kThreads;
+    auto table_async = [&](int blk) {
+      if (blk >= n_blocks) return;
+      int* pw = ring + (blk % kRing) * kBlockN;
+#pragma unroll
+      for (int t = 0; t < kPgPer; ++t) {
+        const int r = tid + t * kThreads;
+        const int j = (blk0 + blk) * kBlockN + r;
+        if (r < kBlockN && j < key_hi) cp_async4(smem_u32(pw + r), bt + (j >> a.page_shift), 4);
+      }
+    };
+    if constexpr (fa_cfg::kPaged) {
+#pragma unroll
+      for (int s = 0; s < kStages; ++s)
+#pragma unroll
+        for (int t = 0; t < kPgPer; ++t) {
+          const int r = tid + t * kThreads;
+          const int j = (blk0 + s) * kBlockN + r;
+          if (r < kBlockN && s < n_blocks && j < key_hi) ring[(s % kRing) * kBlockN + r] = bt[j >> a.page_shift];
+        }
+      __syncthreads();
+    }
+    // Issues the copies of block `it` (one commit group, empty past the last block).
+    auto issue = [&](int it) {
+      if (it < n_blocks) {
+        const int slot = it % kStages;
+        const int kn = (blk0 + it) * kBlockN;
+        const int* pr = ring + (it % kRing) * kBlockN;
+        load_block<kD, kDPad, kPitchK>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) -> const T* {
+          const int j = kn + r;
+          if (j >= key_hi) return nullptr;
+          if constexpr (fa_cfg::kPaged) {
+            const int p = pr[r];
+            if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;  // outside the pool: never read
+            return kpool + (long long)p * a.k_sb + (long long)(j & (a.page_size - 1)) * a.k_ss + (long long)g * a.k_sh;
+          } else {
+            return kpool + kbase_off + (long long)j * a.k_ss;
+          }
+        });
+        load_block<kDV, kDVPad, kPitchV>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) -> const T* {
+          const int j = kn + r;
+          if (j >= key_hi) return nullptr;
+          if constexpr (fa_cfg::kPaged) {
+            const int p = pr[r];
+            if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;
+            return vpool + (long long)p * a.v_sb + (long long)(j & (a.page_size - 1)) * a.v_ss + (long long)g * a.v_sh;
+          } else {
+            return vpool + vbase_off + (long long)j * a.v_ss;
+          }
+        });
+        if constexpr (fa_cfg::kPaged) table_async(it + kStages);
+      }
+      cp_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(s);
+
+    // Per-lane row facts (rows gq and gq + 8 of the tile): token, visible key range, ALiBi slope (log2 units).
+    int lo_r[2], hi_r[2];
+    float slope_r[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int R = r0 + gq + hh * 8;
+      const int i = R / group;
+      lo_r[hh] = 0;
+      hi_r[hh] = sk;
+      if constexpr (fa_cfg::kMask != 0) {
+        if (a.win_left >= 0) lo_r[hh] = i + sk - sq - a.win_left;
+        if (a.win_right >= 0) hi_r[hh] = min(sk, i + sk - sq + a.win_right + 1);
+      }
+      slope_r[hh] = 0.f;
+      if constexpr (fa_cfg::kHasAlibi) {
+        const int h = g * group + (R - i * group);
+        slope_r[hh] = R < packed ? a.alibi[h] * 1.4426950408889634f : 0.f;
+      }
+    }
+
+    const unsigned q_lane = fa_smem_lane<kPitchQ>(sQ, lane & 15, lane >> 4);
+    const unsigned k_lane = fa_smem_lane<kPitchK>(0u, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+    const unsigned v_lane = fa_smem_lane<kPitchV>(0u, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+    unsigned q_frag[kQRegs ? kKSteps : 1][4];
+
+    for (int it = 0; it < n_blocks; ++it) {
+      const int slot = it % kStages;
+      const int kn = (blk0 + it) * kBlockN;
+      cp_wait<kStages - 2>();
+      __syncthreads();
+      issue(it + kStages - 1);
+      if constexpr (kQRegs) {
+        if (it == 0) {
+#pragma unroll
+          for (int ks = 0; ks < kKSteps; ++ks)
+            ldsm_x4(fa_smem_at<kPitchQ>(q_lane, 0, ks * 16), q_frag[ks][0], q_frag[ks][1], q_frag[ks][2], q_frag[ks][3]);
+        }
+      }
+      // ---- S = Q K_w^T ----
+      float s[kKeyTiles][4];
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      const unsigned kb = sK + (unsigned)(slot * kKSlot) + k_lane;
+      if constexpr (kQRegs) {
+#pragma unroll
+        for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+          for (int np = 0; np < kKeyTiles / 2; ++np) {
+            unsigned b0, b1, b2, b3;
+            ldsm_x4(fa_smem_at<kPitchK>(kb, wk0 + np * 16, ks * 16), b0, b1, b2, b3);
+            mma16816(s[2 * np], q_frag[ks], b0, b1);
+            mma16816(s[2 * np + 1], q_frag[ks], b2, b3);
+          }
+        }
+      } else {
+        // Large head dims: Q from shared memory, two k steps per round (a full unroll hoists every fragment load
+        // and runs out of registers).
+#pragma unroll 2
+        for (int ks = 0; ks < kKSteps; ++ks) {
+          unsigned qa[4];
+          ldsm_x4(fa_smem_at<kPitchQ>(q_lane, 0, ks * 16), qa[0], qa[1], qa[2], qa[3]);
+#pragma unroll
+          for (int np = 0; np < kKeyTiles / 2; ++np) {
+            unsigned b0, b1, b2, b3;
+            ldsm_x4(fa_smem_at<kPitchK>(kb, wk0 + np * 16, ks * 16), b0, b1, b2, b3);
+            mma16816(s[2 * np], qa, b0, b1);
+            mma16816(s[2 * np + 1], qa, b2, b3);
+          }
+        }
+      }
+      // ---- features (log2 units) ----
+      if constexpr (kFeat) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int i = (r0 + gq + hh * 8) / group;
+#pragma unroll
+          for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int j = kn + wk0 + n * 8 + tq * 2 + e;
+              float x = s[n][hh * 2 + e] * a.scale;
+              if constexpr (fa_cfg::kHasSoftcap) x = a.softcap * fa_tanh(x * a.inv_softcap);
+              x *= 1.4426950408889634f;
+              if constexpr (fa_cfg::kHasAlibi) x -= slope_r[hh] * fabsf((float)(i + sk - sq - j));
+              s[n][hh * 2 + e] = x;
+            }
+        }
+      }
+      // ---- masking: blocks crossing the band or the used length; pages outside the pool ----
+      const bool need_mask = fa_cfg::kPaged || kn < full_lo || kn + kBlockN > full_hi;
+      if (need_mask) {
+        const int* pr = ring + (it % kRing) * kBlockN;
+#pragma unroll
+        for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int jl = wk0 + n * 8 + tq * 2 + e;
+            const int j = kn + jl;
+            const bool page_ok = !fa_cfg::kPaged || (unsigned)pr[jl] < (unsigned)a.num_pages;
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+              if (!page_ok || j < lo_r[hh] || j >= hi_r[hh]) s[n][hh * 2 + e] = FA_SPLIT_NEG_INF;
+          }
+      }
+      // ---- online softmax (base 2) ----
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float mx = row_m[hh];
+#pragma unroll
+        for (int n = 0; n < kKeyTiles; ++n) mx = fmaxf(mx, fmaxf(s[n][hh * 2], s[n][hh * 2 + 1]));
+        mx = fa_lanes_max<4>(mx);
+        const float ms = mx == FA_SPLIT_NEG_INF ? 0.f : mx * mul;
+        const float corr = fa_exp2(row_m[hh] * mul - ms);
+        row_m[hh] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < kKeyTiles; ++n) {
+          const float p0 = fa_exp2(s[n][hh * 2] * mul - ms);
+          const float p1 = fa_exp2(s[n][hh * 2 + 1] * mul - ms);
+          s[n][hh * 2] = p0;
+          s[n][hh * 2 + 1] = p1;
+          sum += p0 + p1;
+        }
+        row_l[hh] = row_l[hh] * corr + sum;
+#pragma unroll
+        for (int n = 0; n < kColTiles; ++n) { o_acc[n][hh * 2] *= corr; o_acc[n][hh * 2 + 1] *= corr; }
+      }
+      // ---- O += P V_w ----
+      const unsigned vb = sV + (unsigned)(slot * kVSlot) + v_lane;
+#pragma unroll
+      for (int kk = 0; kk < kWN / 16; ++kk) {
+        unsigned p[4];
+        p[0] = pack2(s[2 * kk][0], s[2 * kk][1]);
+        p[1] = pack2(s[2 * kk][2], s[2 * kk][3]);
+        p[2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        p[3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < kColTiles / 2; ++dp) {
+          unsigned b0, b1, b2, b3;
+          ldsm_x4_t(fa_smem_at<kPitchV>(vb, wk0 + kk * 16, dp * 16), b0, b1, b2, b3);
+          mma16816(o_acc[2 * dp], p, b0, b1);
+          mma16816(o_acc[2 * dp + 1], p, b2, b3);
+        }
+      }
+    }
+    cp_wait<0>();
+  }
+
+  // ---- merge the warps' (m, l, O) in shared memory (the K/V slots are free now) ----
+  __syncthreads();
+  float* sO = (float*)(fa_smem + kQBytes);
+  float* sM = sO + kWarps * kRows * kPitchO;
+  float* sL = sM + kWarps * kRows;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = gq + hh * 8;
+    const float l = fa_lanes_sum<4>(row_l[hh]);
+    if (tq == 0) {
+      sM[warp * kRows + r] = row_m[hh] == FA_SPLIT_NEG_INF ? FA_SPLIT_NEG_INF : row_m[hh] * mul;
+      sL[warp * kRows + r] = l;
+    }
+    float* orow = sO + (warp * kRows + r) * kPitchO;
+#pragma unroll
+    for (int n = 0; n < kColTiles; ++n)
+      *(float2*)(orow + n * 8 + tq * 2) = make_float2(o_acc[n][hh * 2], o_acc[n][hh * 2 + 1]);
+  }
+  __syncthreads();
+  constexpr int kQuads = kDV / 4;  // 4-column groups of a row
+  const bool split_out = ns > 1;
+  for (int idx = tid; idx < kRows * kQuads; idx += kThreads) {
+    const int r = idx / kQuads, c4 = idx % kQuads;
+    if (r >= rows) continue;
+    float m = FA_SPLIT_NEG_INF;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sM[w * kRows + r]);
+    float l = 0.f, o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
+    if (m != FA_SPLIT_NEG_INF) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = fa_exp2(sM[w * kRows + r] - m);
+        const float4 x = *(const float4*)(sO + (w * kRows + r) * kPitchO + c4 * 4);
+        l += sL[w * kRows + r] * f;
+        o0 += x.x * f; o1 += x.y * f; o2 += x.z * f; o3 += x.w * f;
+      }
+    }
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    o0 *= inv; o1 *= inv; o2 *= inv; o3 *= inv;
+    const float lse = (l > 0.f && m != FA_SPLIT_NEG_INF) ? (m + __log2f(l)) * 0.6931471805599453f : FA_SPLIT_NEG_INF;
+    const int R = r0 + r;
+    const int i = R / group, h = g * group + (R - i * group);
+    if (split_out) {
+      const long long row = (((long long)split * a.batch + b) * a.heads_q + h) * a.seqlen_q + i;
+      *(float4*)(a.part_o + row * kDV + c4 * 4) = make_float4(o0, o1, o2, o3);
+      if (c4 == 0) a.part_lse[row] = lse;
+    } else {
+      T* op = (T*)a.o + (long long)b * a.o_sb + (long long)i * a.o_ss + (long long)h * a.o_sh + c4 * 4;
+      uint2 v;
+      v.x = pack2(o0, o1);
+      v.y = pack2(o2, o3);
+      *(uint2*)op = v;
+      if constexpr (fa_cfg::kHasLse) {
+        if (c4 == 0 && a.lse != nullptr) a.lse[(long long)b * a.lse_sb + (long long)h * a.lse_sh + i] = lse;
+      }
+    }
+  }
+}
+
+#endif  // FA_FWD_SPLIT_CUH

@@ -1,0 +1,32 @@
+// fwd_split_layout.cuh -- the shared-memory plan of the split-KV decode kernel (templates/fwd_split.cuh), one rule
+// compiled twice: by NVRTC in the kernel and by the host (generator/families/fwd_split), which sizes the dynamic
+// shared memory from it. Plain C++17 constexpr (no CUDA); includes smem_layout.cuh for the row pitches.
+//   [Q tile: kFaSplitRows packed rows x pitch(d)] [K/V slots: stages x (block_n x pitch(d) + block_n x pitch(dv))]
+//   [page ring: 2 stages x block_n int32 page indices (paged kernels; sized always)]
+// The per-warp float32 partial outputs of the final in-CTA merge (warps x 16 rows x (dv + 4), then the warps' row
+// maxima and sums) reuse the K/V slots once the pipeline has drained; the slots region is the larger of the two.
+#ifndef FA_FWD_SPLIT_LAYOUT_CUH
+#define FA_FWD_SPLIT_LAYOUT_CUH
+
+#include "smem_layout.cuh"
+
+constexpr int kFaSplitRows = 16;  // packed (query token, query head) rows per CTA: one m16 MMA tile
+constexpr int fa_split_pad16(int d) { return (d + 15) / 16 * 16; }
+constexpr int fa_split_q_bytes(int d) { return kFaSplitRows * fa_smem_pitch(fa_split_pad16(d)) * 2; }
+constexpr int fa_split_kslot_bytes(int d, int bn) { return bn * fa_smem_pitch(fa_split_pad16(d)) * 2; }
+constexpr int fa_split_vslot_bytes(int dv, int bn) { return bn * fa_smem_pitch(fa_split_pad16(dv)) * 2; }
+constexpr int fa_split_o_pitch(int dv) { return fa_split_pad16(dv) + 4; }  // floats
+constexpr int fa_split_merge_bytes(int dv, int warps) {
+  return warps * kFaSplitRows * fa_split_o_pitch(dv) * 4 + 2 * warps * kFaSplitRows * 4;
+}
+constexpr int fa_split_slots_bytes(int d, int dv, int bn, int warps, int stages) {
+  const int kv = stages * (fa_split_kslot_bytes(d, bn) + fa_split_vslot_bytes(dv, bn));
+  const int merge = (fa_split_merge_bytes(dv, warps) + 127) / 128 * 128;
+  return kv > merge ? kv : merge;
+}
+constexpr int fa_split_ring_bytes(int bn, int stages) { return 2 * stages * bn * 4; }
+constexpr int fa_split_smem_bytes(int d, int dv, int bn, int warps, int stages) {
+  return fa_split_q_bytes(d) + fa_split_slots_bytes(d, dv, bn, warps, stages) + fa_split_ring_bytes(bn, stages);
+}
+
+#endif  // FA_FWD_SPLIT_LAYOUT_CUH

@@ -1,0 +1,93 @@
+// test_split_plan.cpp -- the decode family's plan (fwd_split): which problems it covers, the split count (forced,
+// heuristic, never more than the key blocks), the combine step and the workspace, which must hold the split count
+// of every tunable point (fa_forward_workspace_size is asked before tuning may swap in another winner).
+#include <gtest/gtest.h>
+
+#include "generator/family.h"
+#include "generator/problem.h"
+
+namespace fa::gen {
+namespace {
+
+ProblemDesc decode(int batch, int seqlen_k) {
+  ProblemDesc p;
+  p.dtype = kBf16;
+  p.batch = batch;
+  p.seqlen_q = 1;
+  p.seqlen_k = seqlen_k;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.head_dim = p.head_dim_v = 128;
+  p.aligned16 = true;
+  p.sm_count = 132;
+  return p;
+}
+
+TEST(SplitPlan, CoversDecodeAndKvCaches) {
+  ProblemDesc p = decode(1, 4096);
+  EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_split");
+  p.seqlen_q = 5;  // 5 tokens x 4 heads = 20 packed rows: prefill families
+  EXPECT_STRNE(family_name(select_forward(p, 90)), "fwd_split");
+  p.seqused = true;  // every KV-cache problem
+  EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_split");
+  p.seqused = false;
+  p.paged = true;
+  p.page_size = 16;
+  EXPECT_STREQ(family_name(select_forward(p, 80)), "fwd_split");
+  p.has_bias = true;
+  EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_ref");
+  p.has_bias = false;
+  p.head_dim = 576;
+  p.head_dim_v = 512;
+  EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_ref");  // MLA: the reference serves it
+}
+
+TEST(SplitPlan, SplitsWhenTheGridIsSmallAndSizesTheWorkspaceForEveryPoint) {
+  const DeviceLimits lim = limits_for_arch(90);
+  for (int batch : {1, 8, 64})
+    for (int sk : {1, 100, 4096, 131072}) {
+      ProblemDesc p = decode(batch, sk);
+      const Semantic s = select_forward(p, 90);
+      ASSERT_STREQ(family_name(s), "fwd_split");
+      size_t ws = 0;
+      bool first = true;
+      for (const Tunables& t : all_valid_points(s, lim)) {
+        const Plan plan = make_plan(s, t, p);
+        if (first) ws = plan.workspace_bytes;
+        first = false;
+        EXPECT_EQ(plan.workspace_bytes, ws) << "the workspace must not depend on the tunables";
+        const int blocks = (sk + t[0] - 1) / t[0];
+        EXPECT_GE(plan.num_splits, 1);
+        EXPECT_LE(plan.num_splits, std::max(1, blocks));
+        EXPECT_EQ(plan.steps.size(), plan.num_splits > 1 ? 2u : 1u);
+        if (plan.num_splits > 1) {
+          EXPECT_STREQ(family_name(plan.steps[1].s), "fwd_combine");
+          const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
+          EXPECT_GE(plan.off_part_lse, plan.off_part_o + size_t(plan.num_splits) * rows * p.head_dim_v * 4);
+          EXPECT_GE(plan.workspace_bytes, plan.off_part_lse + size_t(plan.num_splits) * rows * 4);
+        }
+      }
+    }
+  // batch 1, 128k keys, 8 KV heads: 8 CTAs without split; the default splits them over the device.
+  const ProblemDesc p = decode(1, 131072);
+  EXPECT_GE(make_plan(select_forward(p, 90), p).num_splits, 16);
+  // batch 64 x 8 KV heads fill the device: no split.
+  const ProblemDesc q = decode(64, 4096);
+  EXPECT_EQ(make_plan(select_forward(q, 90), q).num_splits, 1);
+}
+
+TEST(SplitPlan, ForcedSplitCountIsClampedToTheKeyBlocks) {
+  ProblemDesc p = decode(2, 1000);
+  p.num_splits = 3;
+  EXPECT_EQ(make_plan(select_forward(p, 90), p).num_splits, 3);
+  p.num_splits = 1;
+  EXPECT_EQ(make_plan(select_forward(p, 90), p).num_splits, 1);
+  p.num_splits = 1000;
+  const Plan plan = make_plan(select_forward(p, 90), p);
+  EXPECT_LE(plan.num_splits, 1000 / 32 + 1);
+  p.seqlen_k = 0;
+  EXPECT_EQ(make_plan(select_forward(p, 90), p).num_splits, 1);
+}
+
+}  // namespace
+}  // namespace fa::gen
