@@ -16,6 +16,7 @@ import time
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=5000)
+    ap.add_argument("--profile", action="store_true", help="also print where fa.attention's host time goes (cProfile)")
     args = ap.parse_args()
     try:
         import torch
@@ -67,6 +68,16 @@ def main() -> int:
     print(f"  SDPA FA2      {fa2_enq:7.2f} us/call enqueue (again after fa: {fa2_enq2:.2f}), {fa2_all:7.2f} us/call "
           f"incl. final sync")
     print(f"  fa / FA2 host time {fa_enq / fa2:.2f}x -> {'PASS' if ok else 'FAIL'} (goal: fa <= FA2)")
+    if args.profile:
+        import cProfile
+        import pstats
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(args.calls):
+            run_fa()
+        prof.disable()
+        torch.cuda.synchronize()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
     return 0 if ok else 1
 
 

@@ -225,6 +225,12 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
     [B, Hq, Sq, Sk]; alibi_slopes is float32 [Hq]; softcap 0 is off; scale None is 1/sqrt(D).
     Returns o (same layout as q, head dim Dv), and lse (float32 [B, Hq, Sq] or [Hq, total]) when return_lse.
     """
+    if (mods is None and bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None
+            and layout == "bshd" and not torch.compiler.is_compiling()
+            and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+        out = _eager_plain(q, k, v, causal, window, softcap, scale, return_lse)
+        if out is not None:
+            return out
     q2, k2, v2, rest, bhsd = _op_args(q, k, v, causal, window, bias, alibi_slopes, softcap, scale, layout,
                                       cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     if mods is not None:
@@ -234,6 +240,45 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
         o, lse = _forward(q2, k2, v2, rest)
     if bhsd:
         o = o.transpose(1, 2)
+    return (o, lse) if return_lse else o
+
+
+# The eager, gradient-free call without bias, ALiBi, varlen or user code (inference loops): keyed by the raw
+# arguments (shapes, strides, dtype, device, mask, softcap, scale, whether lse is wanted). The first call of a key
+# goes through every check and the full path below; later calls allocate the outputs, copy the filled fa_params,
+# set its five pointers and call fa_run on the current raw stream (the C library still validates every call).
+_EAGER_CACHE: dict = {}
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _eager_plain(q, k, v, causal, window, softcap, scale, return_lse):
+    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, causal, tuple(window),
+           softcap, scale, return_lse)
+    entry = _EAGER_CACHE.get(key)
+    if entry is None:
+        if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 or _raw_stream is None:
+            return None
+        q2, k2, v2, rest, _ = _op_args(q, k, v, causal, window, None, None, softcap, scale, "bshd", None, None, None,
+                                       None)
+        o_shape, lse_shape = output_shapes(q2, k2, v2, None)
+        if 0 in o_shape:
+            return None
+        o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
+        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device) if return_lse else None
+        p, _keep = build_params(q2, k2, v2, o, lse, *rest)
+        if len(_EAGER_CACHE) >= _PARAMS_CACHE_MAX:
+            _EAGER_CACHE.clear()
+        entry = (bytes(p), _device_index(q.device), o_shape, lse_shape)
+        _EAGER_CACHE[key] = entry
+    blob, device, o_shape, lse_shape = entry
+    o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
+    p = S.Params.from_buffer_copy(blob)
+    p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+    lse = None
+    if return_lse:
+        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+        p.lse = lse.data_ptr()
+    default_context(device).run(p, _raw_stream(device))
     return (o, lse) if return_lse else o
 
 
@@ -269,6 +314,11 @@ def prepare(q: Tensor, k: Tensor, v: Tensor, *, backward: Optional[bool] = None,
     ctx = default_context(_device_index(q2.device))
     with torch.cuda.device(q2.device):
         ctx.prepare(p)
+        if rest[0] is None and rest[1] is None and rest[2] is None and kwargs.get("mods") is None:
+            # the eager inference path runs without LSE unless return_lse: its kernel too
+            p_no_lse = S.Params.from_buffer_copy(bytes(p))
+            p_no_lse.lse = None
+            ctx.prepare(p_no_lse)
         if backward is None:
             backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
         if backward:
