@@ -35,8 +35,14 @@ Status run(fa_context c, const fa_params* in, CUstream stream) {
   if (!c->has_device) return error(FA_ERROR_NO_DEVICE, c->no_device_reason);
   const ShapeSignature sig = shape_signature(fa::gen::Role::Forward, d);
   FaFwdArgs args = make_fwd_args(p, d);
+  FaUser user_storage;  // filled only for user code (352 bytes)
+  const FaUser* user = nullptr;
+  if (p.mods != nullptr) {
+    user_storage = make_user_args(p);
+    user = &user_storage;
+  }
   if (auto hit = c->plans.find(sig))
-    return enqueue_steps(c, hit->plan, hit->kernels, fa::gen::launch_shape(d), forward_plan_args(hit->plan, &args),
+    return enqueue_steps(c, hit->plan, hit->kernels, fa::gen::launch_shape(d), forward_plan_args(hit->plan, &args, user),
                          stream, p.workspace, p.workspace_size);
 
   const uint64_t generation = c->plans.generation();  // read before the choice (plan_cache.h)
@@ -51,7 +57,7 @@ Status run(fa_context c, const fa_params* in, CUstream stream) {
   if (!st.ok()) return st;
   st = resolve_kernels(c, entry->plan, !capturing, &entry->kernels);
   if (!st.ok()) return st;
-  st = enqueue_steps(c, entry->plan, entry->kernels, fa::gen::launch_shape(d), forward_plan_args(entry->plan, &args),
+  st = enqueue_steps(c, entry->plan, entry->kernels, fa::gen::launch_shape(d), forward_plan_args(entry->plan, &args, user),
                      stream, p.workspace, p.workspace_size);
   if (st.ok() && !capturing) {
     entry->sig = sig;

@@ -32,7 +32,8 @@ const UserMods* intern_user_mods(std::string_view mask_mod, std::string_view sco
 // "mod" + 16 hex digits of the hash.
 std::string user_mods_tag(const UserMods& m);
 
-// The device code every kernel gets after fa_common.cuh: fa_buf<n>_t typedefs, fa_user_mask and fa_user_score
+// The device code every kernel gets after fa_common.cuh: FA_USER_PARAM / FA_USER_ARGS (the kernel's second
+// parameter, const FaUser, present only with user code: fa_args.cuh), fa_buf<n>_t typedefs, fa_user_mask and fa_user_score
 // (the user's bodies under #line directives naming "mask_mod" / "score_mod", so that NVRTC counts lines in the
 // user's own snippet; identity stubs when absent), and the prelude flags kHasMaskMod / kHasScoreMod are rendered by
 // render_source.

@@ -65,26 +65,32 @@ FaFwdArgs make_fwd_args(const fa_params& p, const gen::ProblemDesc& d) {
     while ((1 << a.page_shift) < p.page_size) ++a.page_shift;
     a.num_pages = p.num_pages;
   }
-  if (p.mods != nullptr) {
-    const fa_mods& m = *p.mods;
-    for (int n = 0; n < m.num_buffers; ++n) {
-      a.user.buf[n] = m.buffers[n].ptr;
-      for (int r = 0; r < m.buffers[n].rank; ++r) {
-        a.user.shape[n][r] = m.buffers[n].shape[r];
-        a.user.stride[n][r] = m.buffers[n].stride[r];
-      }
-    }
-    for (int n = 0; n < FA_MAX_USER_SCALARS; ++n) {
-      a.user.scalar[n] = m.scalars[n];
-      a.user.iscalar[n] = m.iscalars[n];
-    }
-  }
   a.num_splits = 1;  // the plan's split count and partial regions are bound with the workspace (bind_split)
   return a;
 }
 
-PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args) {
+FaUser make_user_args(const fa_params& p) {
+  FaUser u{};
+  if (p.mods != nullptr) {
+    const fa_mods& m = *p.mods;
+    for (int n = 0; n < m.num_buffers; ++n) {
+      u.buf[n] = m.buffers[n].ptr;
+      for (int r = 0; r < m.buffers[n].rank; ++r) {
+        u.shape[n][r] = m.buffers[n].shape[r];
+        u.stride[n][r] = m.buffers[n].stride[r];
+      }
+    }
+    for (int n = 0; n < FA_MAX_USER_SCALARS; ++n) {
+      u.scalar[n] = m.scalars[n];
+      u.iscalar[n] = m.iscalars[n];
+    }
+  }
+  return u;
+}
+
+PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args, const FaUser* user) {
   PlanArgs pa{args, sizeof *args, {}};
+  pa.user = user;
   args->num_splits = plan.num_splits;
   if (plan.num_splits > 1)
     pa.bind_workspace = [args, &plan](char* ws) {
@@ -266,8 +272,9 @@ Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std:
     if (f.bind != nullptr) {
       if (!f.bind(step, in, &params, &why))
         st = error(FA_ERROR_INTERNAL, "binding the arguments of " + kernels[i]->key + ": " + why);
-    } else if (!params.add(a.args, a.size, 16)) {
-      st = error(FA_ERROR_INTERNAL, "the arguments of " + kernels[i]->key + " do not fit");
+    } else if (!params.add(a.args, a.size, 16) ||
+               (step.s.mods != nullptr && (a.user == nullptr || !params.add(a.user, sizeof(FaUser), 16)))) {
+      st = error(FA_ERROR_INTERNAL, "the arguments of " + kernels[i]->key + " do not fit (or its user code's are missing)");
     }
     if (st.ok()) st = launch_pushed(c, *kernels[i], in.launch, params, stream);
   }
@@ -289,7 +296,9 @@ Status launch_config(fa_context c, const gen::KernelConfig& cfg, const fa_params
                      CUstream stream) {
   const gen::Plan plan = gen::make_plan(cfg.s, cfg.t, d);
   FaFwdArgs args = make_fwd_args(p, d);
-  return enqueue_plan(c, plan, gen::launch_shape(d), forward_plan_args(plan, &args), true, stream, nullptr, 0);
+  const FaUser user = make_user_args(p);
+  return enqueue_plan(c, plan, gen::launch_shape(d), forward_plan_args(plan, &args, p.mods ? &user : nullptr), true,
+                      stream, nullptr, 0);
 }
 
 double half_value(int dtype, const unsigned char* b) {

@@ -35,11 +35,14 @@ struct PlanArgs {
   void* args = nullptr;
   size_t size = 0;
   std::function<void(char* ws)> bind_workspace;
+  const FaUser* user = nullptr;  // the second kernel parameter of steps with user code (Semantic::mods)
 };
 
 // The forward plan's args: the split count, and the workspace binding of the split partials (plan and args must
 // outlive the returned PlanArgs' use).
-PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args);
+PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args, const FaUser* user);
+// The user code's parameter (fa_mods' buffers and scalars) of params p; zero without mods.
+FaUser make_user_args(const fa_params& p);
 
 // Enqueues every step of `plan` on `stream`: kernels (allow_compile as in kernel_for), the workspace (the caller's
 // `ws` of `ws_size` bytes, or a stream-ordered allocation freed on the stream after the last step), each step's

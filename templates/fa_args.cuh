@@ -19,7 +19,10 @@
 #define FA_ARGS_CUH
 
 // What user code (fa_mods: mask_mod / score_mod) may read: buffers (typed by the rendered fa_buf<n>_t), their
-// shapes and strides (elements), and scalars. Values only: they never enter a kernel key.
+// shapes and strides (elements), and scalars. Values only: they never enter a kernel key. A kernel whose config
+// carries user code (Semantic::mods) takes it as a second parameter: templates declare their entry point as
+// fa_kernel(const FaFwdArgs a FA_USER_PARAM) and pass FA_USER_ARGS to fa_user_mask / fa_user_score (both rendered
+// by generator/user_mods.cpp; without user code the parameter is absent, so other launches carry none of it).
 struct FaUser {
   const void* buf[4];
   long long shape[4][4];
@@ -55,7 +58,6 @@ struct FaFwdArgs {
   int num_splits;                 // key splits per (batch, kv head); 1: no split (o written directly)
   float* part_o;                  // workspace (num_splits > 1): [num_splits, batch, heads_q, seqlen_q, head_dim_v]
   float* part_lse;                // workspace (num_splits > 1): [num_splits, batch, heads_q, seqlen_q]
-  FaUser user;                    // user code's buffers and scalars (fa_mods), zero without
 };
 
 struct FaBwdArgs {

@@ -131,7 +131,7 @@ FA_DEVICE void load_tile(unsigned sdst, const unsigned short* g, long long gstri
 
 }  // namespace fa_mma
 
-extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs args) {
+extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs args FA_USER_PARAM) {
   using namespace fa_mma;
   extern __shared__ __attribute__((aligned(128))) unsigned char fa_smem[];
   typedef unsigned short T;
@@ -306,7 +306,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
                 if constexpr (fa_cfg::kHasAlibi) x -= slope * fabsf((float)(i + sk - sq - j));
                 if constexpr (fa_cfg::kHasScoreMod) {  // user code sees natural units, in-range (i, j) only
                   if (i < sq && j < sk)
-                    x = fa_user_score(x * 0.6931471805599453f, b, h, i, j, args.user) * 1.4426950408889634f;
+                    x = fa_user_score(x * 0.6931471805599453f, b, h, i, j, FA_USER_ARGS) * 1.4426950408889634f;
                 }
                 s[mt][n][hh * 2 + e] = x;
               }
@@ -337,7 +337,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
                 const int j = kn + n * 8 + tq * 2 + e;
                 bool hidden = j < lo || j >= hi;
                 if constexpr (fa_cfg::kHasMaskMod)  // user code for in-range (i, j) only (j < hi <= sk here)
-                  hidden = hidden || i >= sq || !fa_user_mask(b, h, i, j, args.user);
+                  hidden = hidden || i >= sq || !fa_user_mask(b, h, i, j, FA_USER_ARGS);
                 if (hidden) s[mt][n][hh * 2 + e] = FA_MMA_NEG_INF;
               }
           }

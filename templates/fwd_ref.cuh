@@ -7,8 +7,8 @@
 //   m'  = max(m, max_j s_j);  l' = l * e^(m - m') + sum_j e^(s_j - m');  o' = o * e^(m - m') + sum_j e^(s_j - m') v_j
 // and at the end o = o / l, lse = m + log l (o = 0 and lse = -inf when no key is visible or every score is -inf).
 // Each lane owns output columns lane, lane + 32, ... of head_dim_v. Accumulation is float32 (natural exp, expf).
-// User code (fa_mods): s = fa_user_score(s, b, h, i, j, a.user) after ALiBi (kHasScoreMod), and key j is hidden
-// from query i when fa_user_mask(b, h, i, j, a.user) is false (kHasMaskMod), on top of the built-in mask.
+// User code (fa_mods): s = fa_user_score(s, b, h, i, j, u) after ALiBi (kHasScoreMod), and key j is hidden
+// from query i when fa_user_mask(b, h, i, j, u) is false (kHasMaskMod), on top of the built-in mask.
 // KV cache: the keys of sequence b are min(seqlen_k, seqused_k[b]) when seqused_k is given (fa_seq_used); with
 // kPaged, key j is row j % page_size of page block_table[b][j / page_size] (a page outside the pool masks the key).
 // Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasLse, kPaged, kHasMaskMod, kHasScoreMod,
@@ -35,7 +35,7 @@ FA_DEVICE const T* key_row(const FaFwdArgs& a, const void* pool, const T* base, 
 }
 }  // namespace fa_fwd_ref
 
-extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
+extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a FA_USER_PARAM) {
   using namespace fa_fwd_ref;
   extern __shared__ float fa_smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -80,8 +80,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       if (fa_cfg::kHasSoftcap) s = a.softcap * fa_tanh(s * a.inv_softcap);
       if (fa_cfg::kHasBias) s += E::to_float(bias_row[(long long)j * a.bias_sk]);
       if (fa_cfg::kHasAlibi) s -= slope * fabsf((float)(i + seq.sk - seq.sq - j));
-      if (fa_cfg::kHasScoreMod) s = fa_user_score(s, b, h, i, j, a.user);
-      if (fa_cfg::kHasMaskMod && !fa_user_mask(b, h, i, j, a.user)) s = -INFINITY;
+      if (fa_cfg::kHasScoreMod) s = fa_user_score(s, b, h, i, j, FA_USER_ARGS);
+      if (fa_cfg::kHasMaskMod && !fa_user_mask(b, h, i, j, FA_USER_ARGS)) s = -INFINITY;
       }
     }
     const float m_new = fmaxf(m, fa_warp_max(s));
