@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._tensor_params import build_params, dtype_code, last_dim_contiguous
+from ._tensor_params import build_params, check_like_q, last_dim_contiguous
 from .context import default_context
 
 
@@ -25,16 +25,8 @@ def _device_index(device: torch.device) -> int:
 
 def _check(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor],
            block_table: Optional[Tensor]) -> None:
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.dim() != 4:
-            raise ValueError(f"fa: {name} must be 4-D, got shape {tuple(t.shape)}")
-        if t.dtype != q.dtype:
-            raise TypeError(f"fa: {name}.dtype {t.dtype} differs from q.dtype {q.dtype}")
-        if t.device != q.device:
-            raise ValueError(f"fa: {name} is on {t.device}, q on {q.device}")
-    dtype_code(q.dtype)
-    if q.device.type != "cuda":
-        raise ValueError(f"fa: tensors must be on a CUDA device, got {q.device}")
+    check_like_q(q, (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), 4,
+                 "[batch, seqlen, heads, head_dim] (paged cache: [num_pages, page_size, heads, head_dim])")
     if k_cache.shape[:3] != v_cache.shape[:3]:
         raise ValueError(f"fa: k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ before the head dim")
     for name, t, rank in (("cache_seqlens", cache_seqlens, 1), ("block_table", block_table, 2)):

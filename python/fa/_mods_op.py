@@ -11,8 +11,8 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._tensor_params import build_params, last_dim_contiguous, output_shapes
-from .context import default_context
+from ._tensor_params import last_dim_contiguous, output_shapes
+from ._torch_ops import run_forward
 from .mods import Mods
 
 
@@ -22,21 +22,15 @@ def _mods_impl(q: Tensor, k: Tensor, v: Tensor, mask_mod: Optional[str], score_m
                max_seqlen_q: int, max_seqlen_k: int, mask: int, window_left: int, window_right: int, softcap: float,
                scale: float) -> Tuple[Tensor, Tensor]:
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
-    o_shape, lse_shape = output_shapes(q, k, v, cu_seqlens_q)
-    o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-    if o.numel() == 0:
-        lse.fill_(float("-inf"))
-        return o, lse
-    p, keep = build_params(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                           max_seqlen_k, mask, window_left, window_right, softcap, scale)
-    m, keep_m = Mods(mask_mod, score_mod, buffers, scalars, iscalars).to_struct(q.device)
-    p.mods = ctypes.pointer(m)
-    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    with torch.cuda.device(q.device):
-        default_context(device).run(p, torch.cuda.current_stream(q.device).cuda_stream)
-    del keep, keep_m
-    return o, lse
+
+    def attach(p):
+        m, keep = Mods(mask_mod, score_mod, buffers, scalars, iscalars).to_struct(q.device)
+        p.mods = ctypes.pointer(m)
+        return m, keep
+
+    rest = (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left,
+            window_right, softcap, scale)
+    return run_forward(q, k, v, rest, attach)
 
 
 attention_mods = torch.library.custom_op("fa::attention_mods", mutates_args=())(_mods_impl)

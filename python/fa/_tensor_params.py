@@ -45,15 +45,11 @@ def _set_strided(p, name: str, t: torch.Tensor, varlen: bool) -> None:
     setattr(p, f"{name}_stride_head", sh)
 
 
-def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k) -> bool:
-    """Shape/dtype/device consistency that the C library cannot see; returns varlen."""
-    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
-        raise ValueError("fa: cu_seqlens_q and cu_seqlens_k must be given together")
-    rank = 3 if varlen else 4
-    for name, t in (("q", q), ("k", k), ("v", v)):
+def check_like_q(q, named, rank: int, want: str) -> None:
+    """Every (name, tensor) of `named` has `rank` dims, q's dtype and q's device; q is on a CUDA device with a
+    dtype fa takes."""
+    for name, t in named:
         if t.dim() != rank:
-            want = "[total, heads, head_dim]" if varlen else "[batch, seqlen, heads, head_dim]"
             raise ValueError(f"fa: {name} must be {rank}-D {want}, got shape {tuple(t.shape)}")
         if t.dtype != q.dtype:
             raise TypeError(f"fa: {name}.dtype {t.dtype} differs from q.dtype {q.dtype}")
@@ -62,6 +58,15 @@ def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k) -> bool:
     dtype_code(q.dtype)
     if q.device.type != "cuda":
         raise ValueError(f"fa: tensors must be on a CUDA device, got {q.device}")
+
+
+def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k) -> bool:
+    """Shape/dtype/device consistency that the C library cannot see; returns varlen."""
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
+        raise ValueError("fa: cu_seqlens_q and cu_seqlens_k must be given together")
+    check_like_q(q, (("q", q), ("k", k), ("v", v)), 3 if varlen else 4,
+                 "[total, heads, head_dim]" if varlen else "[batch, seqlen, heads, head_dim]")
     if varlen:
         for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
             if t.dtype != torch.int32 or t.dim() != 1 or t.device != q.device:

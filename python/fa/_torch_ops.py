@@ -66,17 +66,24 @@ def _fwd_impl(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], alibi_slo
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
     if bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None:
         return _fast_fwd(q, k, v, mask, window_left, window_right, softcap, scale)
-    o_shape, lse_shape = output_shapes(q, k, v, cu_seqlens_q)
+    return run_forward(q, k, v, (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
+                                 window_left, window_right, softcap, scale))
+
+
+def run_forward(q, k, v, rest, attach=None) -> Tuple[Tensor, Tensor]:
+    """(o, lse) of the op-level views: outputs allocated, fa_params filled (then `attach(params)` may add to it and
+    return what it must keep alive), fa_run on the current stream."""
+    o_shape, lse_shape = output_shapes(q, k, v, rest[2])
     o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
     if o.numel() == 0:
         lse.fill_(float("-inf"))
         return o, lse
-    p, keep = build_params(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                           max_seqlen_k, mask, window_left, window_right, softcap, scale)
+    p, keep = build_params(q, k, v, o, lse, *rest)
+    keep_attached = attach(p) if attach is not None else None
     with torch.cuda.device(q.device):
         default_context(_device_index(q.device)).run(p, _stream(q.device))
-    del keep
+    del keep, keep_attached
     return o, lse
 
 
