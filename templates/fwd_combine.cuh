@@ -4,7 +4,8 @@
 // lse = -inf). One warp per output row (b, h, i) of the fixed-length problem: the lanes read the splits' LSEs
 // (strided by 32), merge them across the warp, then each lane sums 4-column groups of the splits' rows with their
 // weights and writes o (dtype) and, when asked, lse.
-// Grid: x = ceil(batch * heads_q * seqlen_q / kWarps). Reads fa_cfg: kDtype, kHeadDimV, kHasLse, kWarps.
+// Grid: x = ceil(heads_q * seqlen_q / kWarps), y = batch (32-bit row arithmetic: a 64-bit division is a call with a
+// stack frame that ptxas reports as spills). Reads fa_cfg: kDtype, kHeadDimV, kHasLse, kWarps.
 #ifndef FA_FWD_COMBINE_CUH
 #define FA_FWD_COMBINE_CUH
 
@@ -16,12 +17,20 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
   constexpr int kDV = fa_cfg::kHeadDimV;
   constexpr int kQuads = kDV / 4;
   const int lane = (int)threadIdx.x & 31;
-  const long long rows = (long long)a.batch * a.heads_q * a.seqlen_q;
-  const long long row = (long long)blockIdx.x * fa_cfg::kWarps + ((int)threadIdx.x >> 5);
-  if (row >= rows) return;
+  const unsigned per_batch = (unsigned)a.heads_q * (unsigned)a.seqlen_q;
+  const unsigned r = blockIdx.x * (unsigned)fa_cfg::kWarps + (threadIdx.x >> 5);  // h * seqlen_q + i
+  if (r >= per_batch) return;
+  const int b = (int)blockIdx.y;
+  const long long rows = (long long)a.batch * per_batch;  // rows of one split's partials
+  const long long row = (long long)b * per_batch + r;
+  // Every argument read once into a register: indexing the parameter struct inside the loops makes ptxas copy it
+  // to the stack (16 bytes of frame, reported as spills on sm_80).
   const int ns = a.num_splits;
+  const float* __restrict__ part_lse = a.part_lse + row;
+  const float* __restrict__ part_o = a.part_o + row * kDV;
+  const long long o_stride = rows * kDV;
   FaLseMerge acc = fa_lse_merge_init();
-  for (int s = lane; s < ns; s += 32) acc = fa_lse_merge_add(acc, a.part_lse[(long long)s * rows + row]);
+  for (int s = lane; s < ns; s += 32) acc = fa_lse_merge_add(acc, part_lse[(long long)s * rows]);
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     FaLseMerge other;
@@ -30,18 +39,17 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
     acc = fa_lse_merge_join(acc, other);
   }
   const float total = fa_lse_merge_total(acc);
-  const int i = (int)(row % a.seqlen_q);
-  const int h = (int)((row / a.seqlen_q) % a.heads_q);
-  const int b = (int)(row / ((long long)a.seqlen_q * a.heads_q));
+  const int i = (int)(r % (unsigned)a.seqlen_q);
+  const int h = (int)(r / (unsigned)a.seqlen_q);
   T* o = (T*)a.o + (long long)b * a.o_sb + (long long)i * a.o_ss + (long long)h * a.o_sh;
   for (int c4 = lane; c4 < kQuads; c4 += 32) {
     float x0 = 0.f, x1 = 0.f, x2 = 0.f, x3 = 0.f;
     if (total != -INFINITY) {
       for (int s = 0; s < ns; ++s) {
-        const float lse_s = a.part_lse[(long long)s * rows + row];
+        const float lse_s = part_lse[(long long)s * rows];
         if (lse_s == -INFINITY) continue;
         const float w = fa_lse_merge_weight(lse_s, total);
-        const float4 v = *(const float4*)(a.part_o + ((long long)s * rows + row) * kDV + c4 * 4);
+        const float4 v = *(const float4*)(part_o + (long long)s * o_stride + c4 * 4);
         x0 += w * v.x; x1 += w * v.y; x2 += w * v.z; x3 += w * v.w;
       }
     }

@@ -19,8 +19,9 @@ bool valid(const KernelConfig& c, std::string* why) {
 
 Launch launch(const KernelConfig& c, const LaunchShape& sh) {
   Launch l;
-  const long long rows = static_cast<long long>(sh.batch) * sh.heads_q * sh.max_seqlen_q;
+  const long long rows = static_cast<long long>(sh.heads_q) * sh.max_seqlen_q;  // per batch entry (grid y)
   l.grid[0] = static_cast<unsigned>((rows + c.t[kWarps] - 1) / c.t[kWarps]);
+  l.grid[1] = static_cast<unsigned>(sh.batch);
   l.block = static_cast<unsigned>(c.t[kWarps] * 32);
   return l;
 }
