@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../common.h"
+#include "generator/user_mods.h"
 #include "templates/smem_layout.cuh"
 
 namespace fa::gen {
@@ -153,6 +154,32 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
   return fam::contiguous_kv_fast_dims(p, "fwd_mma", why);
 }
 
+// With a mask_mod (fa_mods): [mask_blocks at this block_m x block_n, fwd_mma] over a workspace of tile classes
+// (shared over batch entries / heads where fa_mods.mask_mod_depends allows it; per batch entry in varlen, whose
+// lengths differ) and of the forward's per-CTA visiting lists. Without: the plan of one.
+Plan plan(const KernelConfig& main, const ProblemDesc& p) {
+  Plan out;
+  if (main.s.mods != nullptr && !main.s.mods->mask_mod.empty()) {
+    KernelConfig cls = fam::default_step("mask_blocks", p, main.s.arch);
+    cls.t[0] = main.t[kBlockM];
+    cls.t[1] = main.t[kBlockN];
+    out.steps.push_back(cls);
+    out.blk_shared = ((p.mask_mod_depends & 1) == 0 && !p.varlen ? 1 : 0) | ((p.mask_mod_depends & 2) == 0 ? 2 : 0);
+    out.blk_mblocks = std::max(1, (p.seqlen_q + main.t[kBlockM] - 1) / main.t[kBlockM]);
+    out.blk_nkb = std::max(1, (p.seqlen_k + main.t[kBlockN] - 1) / main.t[kBlockN]);
+    const size_t tiles = static_cast<size_t>(out.blk_mblocks) * static_cast<size_t>(out.blk_nkb);
+    const size_t batch_c = (out.blk_shared & 1) ? 1 : static_cast<size_t>(p.batch);
+    const size_t heads_c = (out.blk_shared & 2) ? 1 : static_cast<size_t>(p.heads_q);
+    out.off_blk_cls = 0;
+    out.off_blk_list = fam::align256(batch_c * heads_c * tiles);
+    out.workspace_bytes =
+        out.off_blk_list + fam::align256(static_cast<size_t>(p.batch) * p.heads_q * tiles * sizeof(int));
+  }
+  out.steps.push_back(main);
+  out.tuned_step = static_cast<int>(out.steps.size()) - 1;
+  return out;
+}
+
 // even_k: fixed-length and seqlen_k a multiple of block_n (no key-boundary predicates).
 void finalize(KernelConfig* c, const ProblemDesc& p) {
   c->s.even_k = !p.varlen && c->t[kBlockN] > 0 && p.seqlen_k % c->t[kBlockN] == 0;
@@ -163,7 +190,7 @@ const Family kFamily{
     .knobs = {fam::block_m({64, 128}), fam::block_n({32, 64, 128}), fam::warps({4, 8}), fam::stages({1, 2, 3}),
               Knob{"q_in_regs", "qr", "kQInRegs", {0, 1}, true}, Knob{"kv_joint", "kj", "kKvJoint", {0, 1}, true}},
     .legacy_x = "kv_joint", .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes,
-    .launch = &launch, .finalize = &finalize};
+    .launch = &launch, .finalize = &finalize, .plan = &plan};
 
 }  // namespace
 
