@@ -22,19 +22,15 @@ import torch  # noqa: E402
 
 import fa  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_peers import event_times  # noqa: E402
+
 H, D, DT = 16, 128, torch.bfloat16
 
 
 def event_ms(fn, warmup=3, iters=20):
-    for _ in range(warmup):
-        fn()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in ev)
+    """Median per-call time (ms) of bench_peers' event timer."""
+    return statistics.median(event_times(fn, warmup, iters))
 
 
 def mods_for(s):

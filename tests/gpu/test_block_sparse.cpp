@@ -10,6 +10,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "generator/family.h"
+#include "generator/problem.h"
+#include "runtime/launch.h"
+#include "runtime/validate.h"
 #include "tests/gpu/gpu_support.h"
 
 namespace fa::test {
@@ -21,6 +25,24 @@ struct SparseCase {
   int depends;
   std::function<bool(int b, int h, int i, int j)> mask;
 };
+
+// A fixed-length case of s x s under mask (the oracle's callback), LSE wanted, aligned strides, materialized.
+void sparse_case(std::mt19937_64& rng, const std::string& desc, int dtype, int batch, int s, int hq, int hkv, int d,
+                 std::function<bool(int, int, int, int)> mask, Case* c) {
+  c->desc = desc;
+  c->dtype = dtype;
+  c->op.batch = batch;
+  c->op.seqlen_q = s;
+  c->op.seqlen_k = s;
+  c->op.heads_q = hq;
+  c->op.heads_kv = hkv;
+  c->op.head_dim = d;
+  c->op.head_dim_v = d;
+  c->op.mask_mod = std::move(mask);
+  c->want_lse = true;
+  c->force_aligned = true;
+  materialize(rng, c);
+}
 
 TEST(GpuBlockSparse, MasksMatchTheOracle) {
   Gpu& g = gpu();
@@ -82,19 +104,7 @@ TEST(GpuBlockSparse, MasksMatchTheOracle) {
     for (auto& [sc, buf] : cases)
       for (int d : {64, 128}) {
         Case c;
-        c.desc = fmt::format("{} s {} d {}", sc.name, s, d);
-        c.dtype = FA_DTYPE_BF16;
-        c.op.batch = kB;
-        c.op.seqlen_q = s;
-        c.op.seqlen_k = s;
-        c.op.heads_q = kHq;
-        c.op.heads_kv = kHkv;
-        c.op.head_dim = d;
-        c.op.head_dim_v = d;
-        c.op.mask_mod = sc.mask;
-        c.want_lse = true;
-        c.force_aligned = true;
-        materialize(rng, &c);
+        sparse_case(rng, fmt::format("{} s {} d {}", sc.name, s, d), FA_DTYPE_BF16, kB, s, kHq, kHkv, d, sc.mask, &c);
         fa_mods m;
         fa_mods_init(&m);
         m.mask_mod = sc.mask_mod;
@@ -119,19 +129,8 @@ TEST(GpuBlockSparse, CallerWorkspaceAndSizes) {
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
   std::mt19937_64 rng(test_seed() + 2223);
   Case c;
-  c.desc = "chunked 64, caller workspace";
-  c.dtype = FA_DTYPE_FP16;
-  c.op.batch = 2;
-  c.op.seqlen_q = 515;
-  c.op.seqlen_k = 515;
-  c.op.heads_q = 4;
-  c.op.heads_kv = 4;
-  c.op.head_dim = 128;
-  c.op.head_dim_v = 128;
-  c.op.mask_mod = [](int, int, int i, int j) { return j <= i && i / 64 == j / 64; };
-  c.want_lse = true;
-  c.force_aligned = true;
-  materialize(rng, &c);
+  sparse_case(rng, "chunked 64, caller workspace", FA_DTYPE_FP16, 2, 515, 4, 4, 128,
+              [](int, int, int i, int j) { return j <= i && i / 64 == j / 64; }, &c);
   fa_mods m;
   fa_mods_init(&m);
   m.mask_mod = "return j <= i && i / 64 == j / 64;";
@@ -149,6 +148,67 @@ TEST(GpuBlockSparse, CallerWorkspaceAndSizes) {
   EXPECT_TRUE(r.failure.empty()) << r.failure;
   EXPECT_LE(r.err_o, tolerance(FA_DTYPE_FP16));
   EXPECT_LE(r.err_lse, 1e-3);
+}
+
+// Tunables never change results with block skipping: every valid fwd_mma point (the knobs' whole product, spread to
+// at most 48) runs through its own plan ([mask_blocks at that tile, fwd_mma]) against the oracle, for a document
+// mask with per-head sharing off and on, ragged and even key lengths.
+TEST(GpuBlockSparse, EveryValidPointGivesTheSameAnswer) {
+  Gpu& g = gpu();
+  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
+  std::mt19937_64 rng(test_seed() + 2224);
+  int failures = 0, runs = 0;
+  for (int s : {512, 449})
+    for (int d : {64, 128}) {
+      std::vector<int> ids(static_cast<size_t>(s));
+      for (int j = 0; j < s; ++j) ids[size_t(j)] = (j * 5) / s;  // 5 documents
+      DevBuf dids(ids.size() * 4);
+      dids.upload(ids.data(), ids.size() * 4);
+      Case c;
+      sparse_case(rng, fmt::format("document 5 s {} d {}", s, d), FA_DTYPE_BF16, 2, s, 2, 1, d,
+                  [&ids](int, int, int i, int j) { return j <= i && ids[size_t(i)] == ids[size_t(j)]; }, &c);
+      fa_mods m;
+      fa_mods_init(&m);
+      m.mask_mod = "const int* d = static_cast<const int*>(u.buf[0]);\nreturn j <= i && d[i] == d[j];";
+      m.num_buffers = 1;
+      m.buffers[0] = fa_user_buffer{dids.get(), FA_USER_I32, 1, {s}, {1}};
+      m.mask_mod_depends = s % 2 ? FA_MOD_DEPENDS_HEAD : 0;
+      c.params.mods = &m;
+      fa_params p;
+      gen::ProblemDesc pd;
+      ASSERT_TRUE(rt::validate_forward(&c.params, &p, &pd).ok());
+      const gen::Family* f = gen::find_family("fwd_mma");
+      const gen::Semantic sem = gen::semantic_for(*f, pd, g.ctx->arch);
+      const std::vector<gen::Tunables> all = gen::all_valid_points(sem, g.ctx->limits);
+      const size_t step = std::max<size_t>(1, (all.size() + 47) / 48);
+      std::vector<gen::Tunables> pts;
+      for (size_t n = 0; n < all.size(); n += step) pts.push_back(all[n]);
+      parallel_for(pts.size(), [&](size_t n) {  // compile in parallel, then launch serially
+        for (const gen::KernelConfig& k : gen::make_plan(sem, pts[n], pd).steps) {
+          std::shared_ptr<rt::Kernel> kk;
+          rt::kernel_for(g.ctx, k, true, &kk);
+        }
+      });
+      for (size_t n = 0; n < pts.size(); ++n) {
+        const gen::Plan plan = gen::make_plan(sem, pts[n], pd);
+        std::vector<uint8_t> poison(c.o_n * 2, 0xff);
+        c.d_o.upload(poison.data(), poison.size());
+        FaFwdArgs args = rt::make_fwd_args(p, pd);
+        rt::Status st = rt::enqueue_plan(g.ctx, plan, gen::launch_shape(pd), rt::forward_plan_args(plan, &args), true,
+                                         g.stream, nullptr, 0);
+        g.d->cuStreamSynchronize(g.stream);
+        const CaseResult r = st.ok() ? compare_outputs(c) : CaseResult{0, 0, true, st.message};
+        const bool ok = r.failure.empty() && r.err_o <= tolerance(FA_DTYPE_BF16) && r.err_lse <= 1e-3;
+        ++runs;
+        if (!ok) {
+          ++failures;
+          std::printf("  %s %s: FAIL err_o %.2e err_lse %.2e %s\n", c.desc.c_str(),
+                      gen::tunables_key(sem, pts[n]).c_str(), r.err_o, r.err_lse, r.failure.c_str());
+        }
+      }
+    }
+  std::printf("  %d plans checked\n", runs);
+  EXPECT_EQ(failures, 0);
 }
 
 }  // namespace

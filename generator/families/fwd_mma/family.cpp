@@ -109,10 +109,14 @@ bool valid(const KernelConfig& c, std::string* why) {
   // 16-136 bytes with a document mask and a score_mod, 2026-11-25) need a little more room.
   const int mt = t[kBlockM] / (16 * t[kWarps]);
   const int s_regs = mt * (t[kBlockN] / 8) * 4;
-  const bool feat = s.has_bias || s.has_alibi || s.has_softcap || s.varlen || s.mods != nullptr;
+  // A mask_mod alone runs in the masking step (as the built-in masks do; full blocks skip it): it keeps the plain
+  // accumulator budget, its S tile held to 32 registers (ptxas -v over the sweep's document mask, 2026-11-25).
+  const bool score_code = s.mods != nullptr && !s.mods->score_mod.empty();
+  const bool mask_only = s.mods != nullptr && !score_code;
+  const bool feat = s.has_bias || s.has_alibi || s.has_softcap || s.varlen || score_code;
   // An additive bias is loaded beside every S element: with 64-key blocks the bias path exceeds 255 registers at
   // large head dims (compile sweep with explicit occupancy, 2026-11-22), so it is held to 32-key blocks per 16 rows.
-  const int s_budget = s.has_bias ? 16 : feat ? 32 : 64;
+  const int s_budget = s.has_bias ? 16 : feat || mask_only ? 32 : 64;
   if (s_regs > s_budget) {
     return fail(why, "register pressure: S tile of " + std::to_string(s_regs) + " registers > " +
                          std::to_string(s_budget));
@@ -126,7 +130,8 @@ bool valid(const KernelConfig& c, std::string* why) {
   // and sm_80 spills 8-48 bytes with a mask (the rule of 2026-11-22 admitted masked ragged / varlen variants that
   // spilled 12-100 bytes), so everywhere else it stays outside the budget.
   const bool fa2_d128_tile = s.head_dim == 128 && s.head_dim_v == 128 && t[kBlockM] == 128 && t[kBlockN] == 64 &&
-                             t[kWarps] == 4 && t[kQInRegs] == 0 && !feat && s.arch >= 90 && s.even_k && !s.varlen;
+                             t[kWarps] == 4 && t[kQInRegs] == 0 && !feat && !mask_only && s.arch >= 90 && s.even_k &&
+                             !s.varlen;
   if (live > budget && !fa2_d128_tile) {
     return fail(why, "register pressure: " + std::to_string(live) + " accumulator registers per thread > " +
                          std::to_string(budget));
