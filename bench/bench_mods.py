@@ -95,14 +95,23 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--seqs", default="8192,2048")
+    ap.add_argument("--skip-first-call", action="store_true", help="only the timings (e.g. a second, tuned run)")
     args = ap.parse_args()
     torch.manual_seed(0)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     import torch._dynamo as dynamo
     dynamo.config.cache_size_limit = 1024
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": [], "first_call": {},
-           "new_lengths": {}}
-    flex = None
+           "new_lengths": {}, "fa_tune_policy": os.environ.get("FA_TUNE_POLICY")}
+    flex = torch.compile(flex_attention, dynamic=True)
+    if not args.skip_first_call:
+        first_calls(res, flex_attention, create_block_mask)
+    timings(res, args, flex, flex_attention, create_block_mask)
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+
+
+def first_calls(res, flex_attention, create_block_mask):
     # ---- first call of a new mod: fa (NVRTC compiles of mask_blocks + fwd_mma) vs Flex (torch.compile)
     s = 2048
     q, k, v = (torch.randn(1, s, H, D, device="cuda", dtype=DT) for _ in range(3))
@@ -136,7 +145,9 @@ def main():
                           "max_first_call_ms": max(t for _, t in firsts)}
     print(f"20 new lengths: max first call {res['new_lengths']['max_first_call_ms']:.1f} ms, cache rows "
           f"{before} -> {after}")
-    # ---- timings
+
+
+def timings(res, args, flex, flex_attention, create_block_mask):
     print(f"{'mod':<20}{'seq':>6}{'fa ms':>9}{'cls ms':>8}{'flex ms':>9}{'fa/flex':>9}{'builtin ms':>11}"
           f"{'dense ms':>10}{'max|fa-flex|':>13}")
     for s in [int(x) for x in args.seqs.split(",")]:
@@ -151,6 +162,12 @@ def main():
             try:
                 bmask = create_block_mask(fmask, None, None, s, s, device="cuda")
                 fcall = lambda: flex(qh, kh, vh, block_mask=bmask, score_mod=fscore)  # noqa: E731
+                try:
+                    fcall()
+                except Exception:  # noqa: BLE001  (dynamic shapes reject some captured-tensor score_mods)
+                    static = torch.compile(flex_attention)
+                    fcall = lambda: static(qh, kh, vh, block_mask=bmask, score_mod=fscore)  # noqa: E731
+                    row["flex_static_compile"] = True
                 row["flex_ms"] = event_ms(fcall)
                 o_f = fcall().transpose(1, 2)
                 o = fa.attention(q, k, v, mods=mods, **kw)
@@ -165,8 +182,6 @@ def main():
                   f"{(f or float('nan')):>9.3f}{(f / fa_ms if f else float('nan')):>9.2f}"
                   f"{row.get('builtin_ms', float('nan')):>11.3f}{dense:>10.3f}"
                   f"{row.get('max_abs_diff', float('nan')):>13.4f}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 // but rejected: no prefetch, and ptxas spills in it); q_in_regs 1 keeps the Q fragments in registers for the whole
 // CTA; kv_joint 0: K and V of a block are waited for separately (two barriers per block, Q K^T overlaps the V
 // copy), 1: together (one barrier per block).
+// Plan: with a mask_mod (fa_mods), [mask_blocks, fwd_mma] (block skipping; see plan() below), else the kernel alone.
 #include <algorithm>
 #include <string>
 #include <vector>
