@@ -39,6 +39,7 @@ struct LaunchShape {
   int total_k = 0;
   int sm_count = 0;      // the device's SMs (persistent grids); 0: unknown
   int num_splits = 1;    // split-KV: key splits per (batch, kv head), from the plan
+  int blk_shared = 0;    // block classification (mask_blocks): 1 shared over batch entries, 2 over heads; from the plan
 };
 
 struct Launch {
@@ -78,6 +79,11 @@ struct Plan {
   // (FaFwdArgs::part_o / part_lse); num_splits == 1: none.
   int num_splits = 1;
   size_t off_part_o = SIZE_MAX, off_part_lse = SIZE_MAX;
+  // Block-sparse forward plans (fwd_mma with a mask_mod: [mask_blocks, fwd_mma]): the tile classes
+  // (FaFwdArgs::blk_cls, [batch or 1][heads_q or 1][query blocks][blk_nkb] bytes; blk_shared as in LaunchShape) and
+  // the forward's visiting lists (blk_list, [batch][heads_q][query blocks][blk_nkb] int32); SIZE_MAX: none.
+  size_t off_blk_cls = SIZE_MAX, off_blk_list = SIZE_MAX;
+  int blk_nkb = 0, blk_mblocks = 0, blk_shared = 0;
 };
 
 // A tensor map the runtime encodes for a family (cuTensorMapEncodeTiled): element type, global dims (innermost

@@ -32,6 +32,7 @@ struct ProblemDesc {
   int num_splits = 0;      // split-KV count forced by the caller (0: the family's heuristic; 1: no split)
   int sm_count = 0;        // the device's SMs, for plans that size work by the device (split-KV); 0: unknown
   const UserMods* mods = nullptr;  // user code (fa_mods), interned (user_mods.h); nullptr: none
+  int mask_mod_depends = 3;        // FA_MOD_DEPENDS_* bits of fa_mods (a value: the block classification's sharing)
 };
 
 // The semantic part of problem p for family f on arch: the problem's dtype, head dims, mask and features. Forward

@@ -97,6 +97,20 @@ PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args, const FaUser*
       args->part_o = reinterpret_cast<float*>(ws + plan.off_part_o);
       args->part_lse = reinterpret_cast<float*>(ws + plan.off_part_lse);
     };
+  if (plan.off_blk_cls != SIZE_MAX) {
+    const long long per_head = static_cast<long long>(plan.blk_mblocks) * plan.blk_nkb;
+    args->blk_nkb = plan.blk_nkb;
+    args->blk_cls_sh = (plan.blk_shared & 2) ? 0 : per_head;
+    args->blk_cls_sb = (plan.blk_shared & 1) ? 0 : per_head * ((plan.blk_shared & 2) ? 1 : args->heads_q);
+    pa.bind_workspace = [args, &plan](char* ws) {
+      if (plan.num_splits > 1) {
+        args->part_o = reinterpret_cast<float*>(ws + plan.off_part_o);
+        args->part_lse = reinterpret_cast<float*>(ws + plan.off_part_lse);
+      }
+      args->blk_cls = reinterpret_cast<unsigned char*>(ws + plan.off_blk_cls);
+      args->blk_list = reinterpret_cast<int*>(ws + plan.off_blk_list);
+    };
+  }
   return pa;
 }
 
@@ -237,6 +251,7 @@ Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std:
   gen::LaunchShape shape = shape_in;
   shape.sm_count = c->sm_count > 0 ? c->sm_count : c->limits.sm_count;
   shape.num_splits = plan.num_splits;
+  shape.blk_shared = plan.blk_shared;
   CtxGuard g(c);
   if (!g.status().ok()) return g.status();
   CUdeviceptr ws = reinterpret_cast<CUdeviceptr>(ws_in);

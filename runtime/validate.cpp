@@ -78,13 +78,22 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-Status validate_mods(const fa_mods& m, const gen::UserMods** out) {
-  if (m.version != FA_MODS_VERSION)
-    return error(FA_ERROR_INVALID_VERSION, fmt::format("mods.version: expected {} (call fa_mods_init), got {}",
+Status validate_mods(const fa_mods& m, const gen::UserMods** out, int* depends) {
+  if (m.version < 1 || m.version > FA_MODS_VERSION)
+    return error(FA_ERROR_INVALID_VERSION, fmt::format("mods.version: expected 1..{} (call fa_mods_init), got {}",
                                                        FA_MODS_VERSION, m.version));
-  if (m.struct_size != sizeof(fa_mods))
-    return error(FA_ERROR_INVALID_VERSION, fmt::format("mods.struct_size: expected {} (call fa_mods_init), got {}",
-                                                       sizeof(fa_mods), m.struct_size));
+  const size_t expected = m.version == 1 ? offsetof(fa_mods, mask_mod_depends) : sizeof(fa_mods);
+  if (m.struct_size != expected)
+    return error(FA_ERROR_INVALID_VERSION,
+                 fmt::format("mods.struct_size: expected {} for version {} (call fa_mods_init), got {}", expected,
+                             m.version, m.struct_size));
+  *depends = FA_MOD_DEPENDS_BATCH | FA_MOD_DEPENDS_HEAD;
+  if (m.version >= 2) {
+    if (m.mask_mod_depends & ~(FA_MOD_DEPENDS_BATCH | FA_MOD_DEPENDS_HEAD))
+      return invalid("mods.mask_mod_depends", "FA_MOD_DEPENDS_* bits (0..3)", m.mask_mod_depends);
+    if (m.reserved1 != 0) return invalid("mods.reserved1", "0", m.reserved1);
+    *depends = m.mask_mod_depends;
+  }
   if (m.num_buffers < 0 || m.num_buffers > FA_MAX_USER_BUFFERS)
     return invalid("mods.num_buffers", fmt::format("0..{}", FA_MAX_USER_BUFFERS), m.num_buffers);
   if (m.reserved0 != 0) return invalid("mods.reserved0", "0", m.reserved0);
@@ -176,8 +185,9 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
     if (p.block_table_stride != 0) return invalid("block_table_stride", "0 without block_table", p.block_table_stride);
   }
   const gen::UserMods* mods = nullptr;
+  int mods_depends = FA_MOD_DEPENDS_BATCH | FA_MOD_DEPENDS_HEAD;
   if (p.mods != nullptr) {
-    Status ms = validate_mods(*p.mods, &mods);
+    Status ms = validate_mods(*p.mods, &mods, &mods_depends);
     if (!ms.ok()) return ms;
   }
   if (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 256)
@@ -265,6 +275,7 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   d.page_size = paged ? p.page_size : 0;
   d.num_splits = p.num_splits;
   d.mods = mods;
+  d.mask_mod_depends = mods_depends;
   const int64_t v16 = static_cast<int64_t>(16 / es);
   auto s16 = [&](int64_t s) { return s % v16 == 0; };
   d.aligned16 = aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o) &&

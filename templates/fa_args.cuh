@@ -58,6 +58,16 @@ struct FaFwdArgs {
   int num_splits;                 // key splits per (batch, kv head); 1: no split (o written directly)
   float* part_o;                  // workspace (num_splits > 1): [num_splits, batch, heads_q, seqlen_q, head_dim_v]
   float* part_lse;                // workspace (num_splits > 1): [num_splits, batch, heads_q, seqlen_q]
+  // Block skipping (fa_mods with a mask_mod; workspace, bound by the runtime; null: none, every block masked):
+  // blk_cls[bb*blk_cls_sb + hh*blk_cls_sh + m_block*blk_nkb + n_block] classifies the (query block of blk_m rows,
+  // key block of blk_n keys) tile: 0 the mask hides every pair, 1 some, 2 none (bb, hh: b, h, or 0 where the mask
+  // does not depend on them: blk_cls_sb / blk_cls_sh 0). blk_list[((b*heads_q + h)*gridDim.x + m_block)*blk_nkb
+  // + it] is the forward's scratch: its visible key blocks in visiting order, (n_block << 1) | full.
+  unsigned char* blk_cls;
+  int* blk_list;
+  long long blk_cls_sb, blk_cls_sh;
+  int blk_nkb;                    // key blocks per query block row (the maximum over the batch)
+  int blk_pad;
 };
 
 struct FaBwdArgs {

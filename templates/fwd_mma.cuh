@@ -23,8 +23,13 @@
 // rescale in its own branch keeps ptxas from hoisting fragment loads past it), which brings these tiles under 255
 // registers; on smaller tiles they cost 5-10% (H200, scratch/h2c/NOTES.md), so those keep the straight-line code.
 // Grid: x = query block (reversed for masked problems: the longest blocks first), y = query head, z = batch.
-// User code (fa_mods): score_mod runs after ALiBi on the feature path (natural units, in-range i, j); mask_mod makes
-// every block take the masking step (no block skipping yet), hiding keys where it returns false.
+// User code (fa_mods): score_mod runs after ALiBi on the feature path (natural units, in-range i, j); mask_mod hides
+// keys where it returns false. Block skipping (kBlockSparse, set with a mask_mod): the plan's mask_blocks step has
+// classified every (query block, key block) tile (args.blk_cls, fa_args.cuh); each CTA first compacts its row of
+// classes, from the last key block to the first, into its visiting list (args.blk_list: warp 0 writes it, every
+// warp counts it), then the pipeline walks that list (prefetching list[it + kStages - 1]): blocks the mask hides
+// wholly are never loaded, and blocks it hides nowhere skip the masking step. Without classes (blk_cls null) every
+// block of the band is visited and masked.
 // Reads fa_cfg: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasMaskMod, kHasScoreMod,
 // kVarlen, kEvenK, kHasLse,
 // kBlockM, kBlockN, kWarps, kStages (1: no prefetch; >= 2: blocks j+1..j+kStages-1 in flight), kQInRegs
@@ -69,6 +74,7 @@ constexpr int kVSlot = kBlockN * kPitchV * 2;
 static_assert(kRegion0 % 128 == 0 && kKSlot % 128 == 0 && kVSlot % 128 == 0, "fwd_mma: tiles 128-byte aligned");
 constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap || fa_cfg::kHasScoreMod;
 constexpr bool kJoint = fa_cfg::kKvJoint;  // wait for K and V together, one barrier per block
+constexpr bool kBlockSparse = fa_cfg::kHasMaskMod;  // visit the classified key blocks only (mask_blocks)
 #define FA_MMA_NEG_INF __int_as_float(0xff800000)
 
 static_assert(fa_cfg::kDtype == 1 || fa_cfg::kDtype == 2, "fwd_mma: fp16 or bf16 only");
@@ -171,7 +177,27 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   }
   const int nb_lo = key_lo / kBlockN;
   const int nb_hi = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN : nb_lo;
-  const int n_blocks = nb_hi - nb_lo;
+  int n_blocks = nb_hi - nb_lo;
+  // Block skipping: the visiting list of this CTA, (n_block << 1) | full, from the classes of its query block.
+  const int* blist = nullptr;
+  if constexpr (kBlockSparse) {
+    if (args.blk_cls != nullptr) {
+      const unsigned char* cls = args.blk_cls + (long long)b * args.blk_cls_sb + (long long)h * args.blk_cls_sh +
+                                 (long long)m_block * args.blk_nkb;
+      int* list = args.blk_list + (((long long)b * args.heads_q + h) * gridDim.x + m_block) * args.blk_nkb;
+      int count = 0;
+      for (int base = nb_hi - 1; base >= nb_lo; base -= 32) {
+        const int nb = base - lane;
+        const int c = nb >= nb_lo ? (int)cls[nb] : 0;
+        const unsigned vote = __ballot_sync(0xffffffffu, c != 0);
+        if (warp == 0 && c != 0) list[count + __popc(vote & ((1u << lane) - 1u))] = (nb << 1) | (c == 2 ? 1 : 0);
+        count += __popc(vote);
+      }
+      __syncthreads();  // warp 0's list is visible to the CTA
+      n_blocks = count;
+      blist = list;
+    }
+  }
 
   const unsigned sQ = smem_u32(fa_smem);
   const unsigned sK = sQ + (unsigned)kRegion0;
@@ -196,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     cp_commit();
     auto issue = [&](int it) {
       if (it < n_blocks) {
-        const int nb = nb_hi - 1 - it;
+        const int nb = kBlockSparse && blist != nullptr ? blist[it] >> 1 : nb_hi - 1 - it;
         const int slot = it % kStages;
         const int kn = nb * kBlockN;
         const int rows = fa_cfg::kEvenK ? kBlockN : min(kBlockN, sk - kn);
@@ -242,7 +268,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     const unsigned v_lane = fa_smem_lane<kPitchV>(0u, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);  // V
 
     for (int it = 0; it < n_blocks; ++it) {
-      const int nb = nb_hi - 1 - it;
+      const int entry = kBlockSparse && blist != nullptr ? blist[it] : ((nb_hi - 1 - it) << 1);
+      const int nb = entry >> 1;
       const int slot = it % kStages;
       const int kn = nb * kBlockN;
       if constexpr (kStages == 1) {
@@ -318,6 +345,9 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       if constexpr (fa_cfg::kMask != 0) {
         if (args.win_left >= 0) need_mask |= kn < m0 + kBlockM - 1 + sk - sq - args.win_left;
         if (args.win_right >= 0) need_mask |= kn + kBlockN - 1 > diag0 + args.win_right;
+      }
+      if constexpr (kBlockSparse) {  // a classified block: full ones skip every mask (built-in, key range, user)
+        if (blist != nullptr) need_mask = (entry & 1) == 0;
       }
       if (need_mask) {
 #pragma unroll

@@ -152,8 +152,14 @@ FA_API int fa_context_has_device(fa_context context);
  * GPU with the caller's privileges, as any kernel the caller launches; it must be pure (no writes, no
  * synchronization) and total (defined for every b, h, i, j in range). A body that does not compile fails the call
  * with FA_ERROR_COMPILE and NVRTC's log, its lines counted in the user's own snippet ("mask_mod(3): error: ...").
+ * Block skipping (fwd_mma, the tensor-core forward): with a mask_mod, each call first classifies every (query block,
+ * key block) tile on the device with the mask (built-in mask, key range and mask_mod together): key blocks the mask
+ * hides wholly are never loaded, blocks it hides nowhere skip the per-element mask. The classification is per
+ * (b, h) unless mask_mod_depends (version 2) says the mask ignores h or b: then it is computed once and shared.
  * Forward only for now (the backward rejects mods). */
-#define FA_MODS_VERSION 1
+#define FA_MODS_VERSION 2
+#define FA_MOD_DEPENDS_BATCH 1 /* mask_mod_depends bits: mask_mod reads b (e.g. per-sequence document ids) */
+#define FA_MOD_DEPENDS_HEAD 2  /* mask_mod reads h */
 #define FA_MAX_USER_BUFFERS 4
 #define FA_MAX_USER_SCALARS 8
 typedef enum fa_user_dtype {
@@ -176,6 +182,11 @@ typedef struct fa_mods {
   fa_user_buffer buffers[FA_MAX_USER_BUFFERS];
   float scalars[FA_MAX_USER_SCALARS];
   int32_t iscalars[FA_MAX_USER_SCALARS];
+  /* ---- version 2 */
+  int32_t mask_mod_depends; /* FA_MOD_DEPENDS_* bits: which of b, h mask_mod's result depends on (fa_mods_init and
+                               version 1: both). A wrong 0 bit gives wrong results: the block classification of
+                               b = 0 / h = 0 is used for every batch entry / head. Never part of the kernel key. */
+  int32_t reserved1;        /* must be 0 */
 } fa_mods;
 FA_API fa_status fa_mods_init(fa_mods* mods);
 
@@ -252,7 +263,8 @@ typedef struct fa_params {
 } fa_params;
 
 FA_API fa_status fa_params_init(fa_params* params);
-/* Bytes of workspace fa_run(params) needs (0 when it needs none: no split-KV). Same validation as fa_run. */
+/* Bytes of workspace fa_run(params) needs (0 when it needs none: no split-KV and no mask_mod block classification).
+ * Same validation as fa_run. */
 FA_API fa_status fa_forward_workspace_size(fa_context context, const fa_params* params, size_t* out_bytes);
 
 /* Computes attention on `stream` (a CUstream / cudaStream_t; NULL is the legacy default stream). Returns once the

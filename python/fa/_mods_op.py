@@ -20,11 +20,11 @@ def _mods_impl(q: Tensor, k: Tensor, v: Tensor, mask_mod: Optional[str], score_m
                buffers: List[Tensor], scalars: List[float], iscalars: List[int], bias: Optional[Tensor],
                alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
                max_seqlen_q: int, max_seqlen_k: int, mask: int, window_left: int, window_right: int, softcap: float,
-               scale: float) -> Tuple[Tensor, Tensor]:
+               scale: float, depends: str) -> Tuple[Tensor, Tensor]:
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
 
     def attach(p):
-        m, keep = Mods(mask_mod, score_mod, buffers, scalars, iscalars).to_struct(q.device)
+        m, keep = Mods(mask_mod, score_mod, buffers, scalars, iscalars, depends=depends).to_struct(q.device)
         p.mods = ctypes.pointer(m)
         return m, keep
 
@@ -38,7 +38,8 @@ attention_mods = torch.library.custom_op("fa::attention_mods", mutates_args=())(
 
 @attention_mods.register_fake
 def _attention_mods_fake(q, k, v, mask_mod, score_mod, buffers, scalars, iscalars, bias, alibi_slopes, cu_seqlens_q,
-                         cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left, window_right, softcap, scale):
+                         cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left, window_right, softcap, scale,
+                         depends):
     o_shape, lse_shape = output_shapes(q, k, v, cu_seqlens_q)
     return q.new_empty(o_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
@@ -49,7 +50,7 @@ def forward_with_mods(q, k, v, mods: Mods, rest) -> Tuple[Tensor, Tensor]:
         raise NotImplementedError("fa: the backward with user code (mods) is not supported yet; run the forward "
                                   "under torch.no_grad() or without requires_grad")
     args = (q, k, v, mods.mask_mod, mods.score_mod, list(mods.buffers), list(mods.scalars), list(mods.iscalars),
-            *rest)
+            *rest, mods.depends)
     if torch.compiler.is_compiling():
         return torch.ops.fa.attention_mods(*args)
     return _mods_impl(*args)

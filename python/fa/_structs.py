@@ -59,7 +59,8 @@ FA_TUNE_REQUIRE_TUNED = 2
 FA_CONTEXT_OPTIONS_VERSION = 1
 FA_PARAMS_VERSION = 2
 FA_BWD_PARAMS_VERSION = 1
-FA_MODS_VERSION = 1
+FA_MODS_VERSION = 2
+FA_MOD_DEPENDS_BATCH, FA_MOD_DEPENDS_HEAD = 1, 2
 FA_MAX_USER_BUFFERS = 4
 FA_MAX_USER_SCALARS = 8
 FA_USER_I32, FA_USER_I64, FA_USER_F32, FA_USER_F16, FA_USER_BF16, FA_USER_U8 = 1, 2, 3, 4, 5, 6
@@ -107,6 +108,8 @@ class Mods(ctypes.Structure):
         ("buffers", UserBuffer * 4),
         ("scalars", c_float * 8),
         ("iscalars", c_int32 * 8),
+        ("mask_mod_depends", c_int32),
+        ("reserved1", c_int32),
     ]
 
 

@@ -39,11 +39,18 @@ def _dtype_code(t) -> int:
 class Mods:
     """mask_mod / score_mod bodies (str or None), buffers (tensors on the attention's device, up to 4, rank <= 4),
     scalars (up to 8 floats), iscalars (up to 8 ints). reference_mask(b, h, i, j) / reference_score(s, b, h, i, j)
-    are optional PyTorch restatements over broadcast index tensors (tests, debugging)."""
+    are optional PyTorch restatements over broadcast index tensors (tests, debugging). depends: which of "b", "h"
+    mask_mod's result depends on (a string holding those letters; default "bh"): fa classifies key blocks for block
+    skipping once per (b, h) that matters, so a mask that ignores h (or b) says so to share the work. A letter left
+    out wrongly gives wrong results."""
 
     def __init__(self, mask_mod: Optional[str] = None, score_mod: Optional[str] = None, buffers: Sequence = (),
                  scalars: Sequence[float] = (), iscalars: Sequence[int] = (),
-                 reference_mask: Optional[Callable] = None, reference_score: Optional[Callable] = None):
+                 reference_mask: Optional[Callable] = None, reference_score: Optional[Callable] = None,
+                 depends: str = "bh"):
+        if set(depends) - set("bh"):
+            raise ValueError(f"fa: depends holds the letters 'b' and 'h' only, got {depends!r}")
+        self.depends = depends
         if len(buffers) > S.FA_MAX_USER_BUFFERS:
             raise ValueError(f"fa: at most {S.FA_MAX_USER_BUFFERS} mods buffers, got {len(buffers)}")
         if len(scalars) > S.FA_MAX_USER_SCALARS or len(iscalars) > S.FA_MAX_USER_SCALARS:
@@ -61,6 +68,9 @@ class Mods:
         return (f"fa.Mods(mask_mod={self.mask_mod!r}, score_mod={self.score_mod!r}, "
                 f"buffers={[tuple(t.shape) for t in self.buffers]}, scalars={self.scalars}, iscalars={self.iscalars})")
 
+    def depends_bits(self) -> int:
+        return (S.FA_MOD_DEPENDS_BATCH if "b" in self.depends else 0) | (S.FA_MOD_DEPENDS_HEAD if "h" in self.depends else 0)
+
     def to_struct(self, device) -> tuple[S.Mods, list]:
         """The fa_mods struct and what it keeps alive (encoded strings, contiguous-or-strided buffers)."""
         from . import _lib
@@ -73,6 +83,7 @@ class Mods:
                 b = src.encode()
                 keep.append(b)
                 setattr(m, name, b)
+        m.mask_mod_depends = self.depends_bits()
         m.num_buffers = len(self.buffers)
         for n, t in enumerate(self.buffers):
             if t.device != device:
@@ -116,25 +127,26 @@ def document(q_doc, k_doc=None, causal: bool = True) -> Mods:
         kd = k_doc if k_doc.dim() == 1 else k_doc[b]
         vis = qd[i] == kd[j]
         return vis & (j <= i) if causal else vis
-    return Mods(mask_mod=body, buffers=[q_doc, k_doc], reference_mask=ref)
+    per_batch = q_doc.dim() == 2 or k_doc.dim() == 2
+    return Mods(mask_mod=body, buffers=[q_doc, k_doc], reference_mask=ref, depends="b" if per_batch else "")
 
 
 def prefix_lm(prefix: int) -> Mods:
     """Prefix-LM: the first `prefix` keys are visible to every query, the rest causally (j <= i)."""
     return Mods(mask_mod="return j <= i || j < u.iscalar[0];", iscalars=[prefix],
-                reference_mask=lambda b, h, i, j: (j <= i) | (j < prefix))
+                reference_mask=lambda b, h, i, j: (j <= i) | (j < prefix), depends="")
 
 
 def sinks_window(sinks: int, window: int) -> Mods:
     """StreamingLLM: the first `sinks` keys plus the last `window` keys up to the query (causal)."""
     return Mods(mask_mod="return j <= i && (j < u.iscalar[0] || i - j < u.iscalar[1]);", iscalars=[sinks, window],
-                reference_mask=lambda b, h, i, j: (j <= i) & ((j < sinks) | (i - j < window)))
+                reference_mask=lambda b, h, i, j: (j <= i) & ((j < sinks) | (i - j < window)), depends="")
 
 
 def chunked(chunk: int) -> Mods:
     """Chunked local attention (Llama 4): causal inside chunks of `chunk` positions."""
     return Mods(mask_mod="return j <= i && i / u.iscalar[0] == j / u.iscalar[0];", iscalars=[chunk],
-                reference_mask=lambda b, h, i, j: (j <= i) & (i // chunk == j // chunk))
+                reference_mask=lambda b, h, i, j: (j <= i) & (i // chunk == j // chunk), depends="")
 
 
 def relative_bias(table, max_distance: int) -> Mods:

@@ -4,6 +4,7 @@
 // FA_ERROR_COMPILE and NVRTC's log counting lines in the user's own snippet.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <string>
 
 #include "fa/fa.h"
@@ -86,6 +87,34 @@ TEST_F(UserMods, NoModsNoTag) {
   fa_mods_init(&empty);
   p.mods = &empty;  // present but empty: no user code
   EXPECT_EQ(key().find(".mod"), std::string::npos);
+}
+
+TEST_F(UserMods, BadDepends) { m.mask_mod_depends = 4; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.mask_mod_depends"); }
+TEST_F(UserMods, Reserved1) { m.reserved1 = 1; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.reserved1"); }
+TEST_F(UserMods, VersionOneStillAccepted) {
+  m.version = 1;
+  m.struct_size = offsetof(fa_mods, mask_mod_depends);
+  m.mask_mod_depends = 99;  // beyond a version-1 struct: never read
+  EXPECT_EQ(fa_is_supported(ctx, &p), 1) << fa_last_error();
+}
+
+// Block skipping: a mask_mod gives fwd_mma the plan [mask_blocks at its own tile, fwd_mma] with the classes and the
+// visiting lists in the workspace; FA_MOD_DEPENDS_* bits shrink the classes; without a mask_mod, one step.
+TEST_F(UserMods, MaskModPlanClassifiesBlocks) {
+  size_t both = 0, none = 0, heads = 0;
+  ASSERT_EQ(fa_forward_workspace_size(ctx, &p, &both), FA_OK) << fa_last_error();
+  m.mask_mod_depends = 0;
+  ASSERT_EQ(fa_forward_workspace_size(ctx, &p, &none), FA_OK) << fa_last_error();
+  m.mask_mod_depends = FA_MOD_DEPENDS_HEAD;
+  ASSERT_EQ(fa_forward_workspace_size(ctx, &p, &heads), FA_OK) << fa_last_error();
+  EXPECT_GT(both, 0u);
+  EXPECT_LE(none, heads);
+  EXPECT_LE(heads, both);
+  m.mask_mod = nullptr;
+  m.score_mod = "return s;";
+  size_t score_only = 1;
+  ASSERT_EQ(fa_forward_workspace_size(ctx, &p, &score_only), FA_OK) << fa_last_error();
+  EXPECT_EQ(score_only, 0u);
 }
 
 TEST_F(UserMods, WrongVersion) { m.version = 7; expect_rejected(FA_ERROR_INVALID_VERSION, "mods.version"); }

@@ -7,6 +7,8 @@
 // Also checks that the predicate is the only rejection: a point it accepts must compile without spills.
 #include <fmt/format.h>
 
+#include "generator/user_mods.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -130,6 +132,26 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
               Semantic sd = s;
               sd.has_bias = sd.has_alibi = sd.has_softcap = feat;
               push(KernelConfig{sd, f.defaults(sd)});
+            }
+          }
+          if ((d == 64 || d == 128) && (f.name == std::string("fwd_mma") || f.name == std::string("mask_blocks"))) {
+            // user code (fa_mods): a document mask (block skipping: kBlockSparse) with and without a score_mod, at
+            // every valid point of the knobs (fwd_mma's register budget for user code; mask_blocks' tile shapes)
+            const int dtypes[1] = {1}, ranks[1] = {1};
+            const char* mask = "const fa_buf0_t* d0 = static_cast<const fa_buf0_t*>(u.buf[0]);\nreturn d0[i] == d0[j];";
+            for (const char* score : {"", "return s + 0.5f * (float)h;"}) {
+              Semantic sm = s;
+              sm.mods = intern_user_mods(mask, score, 1, dtypes, ranks);
+              // every valid point at d128 fp16, the default elsewhere; both shape classes
+              std::vector<Tunables> pts = {f.defaults(sm)};
+              if (d == 128 && dt == kFp16) pts = all_valid_points(sm, lim);
+              for (const Tunables& t : pts)
+                for (bool ek : {false, true}) {
+                  if (ek && (sm.varlen || !has_shape_class(f))) continue;
+                  KernelConfig mc{sm, t};
+                  mc.s.even_k = ek;
+                  push(mc);
+                }
             }
           }
           if ((d == 128 || (d == 64 && has_shape_class(f))) && dt == kFp16) {

@@ -7,11 +7,13 @@
 // but rejected: no prefetch, and ptxas spills in it); q_in_regs 1 keeps the Q fragments in registers for the whole
 // CTA; kv_joint 0: K and V of a block are waited for separately (two barriers per block, Q K^T overlaps the V
 // copy), 1: together (one barrier per block).
+// Plan: with a mask_mod (fa_mods), [mask_blocks, fwd_mma] (block skipping; see plan() below), else the kernel alone.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "../common.h"
+#include "generator/user_mods.h"
 #include "templates/smem_layout.cuh"
 
 namespace fa::gen {
@@ -108,10 +110,14 @@ bool valid(const KernelConfig& c, std::string* why) {
   // 16-136 bytes with a document mask and a score_mod, 2026-11-25) need a little more room.
   const int mt = t[kBlockM] / (16 * t[kWarps]);
   const int s_regs = mt * (t[kBlockN] / 8) * 4;
-  const bool feat = s.has_bias || s.has_alibi || s.has_softcap || s.varlen || s.mods != nullptr;
+  // A mask_mod alone runs in the masking step (as the built-in masks do; full blocks skip it): it keeps the plain
+  // accumulator budget, its S tile held to 32 registers (ptxas -v over the sweep's document mask, 2026-11-25).
+  const bool score_code = s.mods != nullptr && !s.mods->score_mod.empty();
+  const bool mask_only = s.mods != nullptr && !score_code;
+  const bool feat = s.has_bias || s.has_alibi || s.has_softcap || s.varlen || score_code;
   // An additive bias is loaded beside every S element: with 64-key blocks the bias path exceeds 255 registers at
   // large head dims (compile sweep with explicit occupancy, 2026-11-22), so it is held to 32-key blocks per 16 rows.
-  const int s_budget = s.has_bias ? 16 : feat ? 32 : 64;
+  const int s_budget = s.has_bias ? 16 : feat || mask_only ? 32 : 64;
   if (s_regs > s_budget) {
     return fail(why, "register pressure: S tile of " + std::to_string(s_regs) + " registers > " +
                          std::to_string(s_budget));
@@ -125,7 +131,8 @@ bool valid(const KernelConfig& c, std::string* why) {
   // and sm_80 spills 8-48 bytes with a mask (the rule of 2026-11-22 admitted masked ragged / varlen variants that
   // spilled 12-100 bytes), so everywhere else it stays outside the budget.
   const bool fa2_d128_tile = s.head_dim == 128 && s.head_dim_v == 128 && t[kBlockM] == 128 && t[kBlockN] == 64 &&
-                             t[kWarps] == 4 && t[kQInRegs] == 0 && !feat && s.arch >= 90 && s.even_k && !s.varlen;
+                             t[kWarps] == 4 && t[kQInRegs] == 0 && !feat && !mask_only && s.arch >= 90 && s.even_k &&
+                             !s.varlen;
   if (live > budget && !fa2_d128_tile) {
     return fail(why, "register pressure: " + std::to_string(live) + " accumulator registers per thread > " +
                          std::to_string(budget));
@@ -153,6 +160,32 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
   return fam::contiguous_kv_fast_dims(p, "fwd_mma", why);
 }
 
+// With a mask_mod (fa_mods): [mask_blocks at this block_m x block_n, fwd_mma] over a workspace of tile classes
+// (shared over batch entries / heads where fa_mods.mask_mod_depends allows it; per batch entry in varlen, whose
+// lengths differ) and of the forward's per-CTA visiting lists. Without: the plan of one.
+Plan plan(const KernelConfig& main, const ProblemDesc& p) {
+  Plan out;
+  if (main.s.mods != nullptr && !main.s.mods->mask_mod.empty()) {
+    KernelConfig cls = fam::default_step("mask_blocks", p, main.s.arch);
+    cls.t[0] = main.t[kBlockM];
+    cls.t[1] = main.t[kBlockN];
+    out.steps.push_back(cls);
+    out.blk_shared = ((p.mask_mod_depends & 1) == 0 && !p.varlen ? 1 : 0) | ((p.mask_mod_depends & 2) == 0 ? 2 : 0);
+    out.blk_mblocks = std::max(1, (p.seqlen_q + main.t[kBlockM] - 1) / main.t[kBlockM]);
+    out.blk_nkb = std::max(1, (p.seqlen_k + main.t[kBlockN] - 1) / main.t[kBlockN]);
+    const size_t tiles = static_cast<size_t>(out.blk_mblocks) * static_cast<size_t>(out.blk_nkb);
+    const size_t batch_c = (out.blk_shared & 1) ? 1 : static_cast<size_t>(p.batch);
+    const size_t heads_c = (out.blk_shared & 2) ? 1 : static_cast<size_t>(p.heads_q);
+    out.off_blk_cls = 0;
+    out.off_blk_list = fam::align256(batch_c * heads_c * tiles);
+    out.workspace_bytes =
+        out.off_blk_list + fam::align256(static_cast<size_t>(p.batch) * p.heads_q * tiles * sizeof(int));
+  }
+  out.steps.push_back(main);
+  out.tuned_step = static_cast<int>(out.steps.size()) - 1;
+  return out;
+}
+
 // even_k: fixed-length and seqlen_k a multiple of block_n (no key-boundary predicates).
 void finalize(KernelConfig* c, const ProblemDesc& p) {
   c->s.even_k = !p.varlen && c->t[kBlockN] > 0 && p.seqlen_k % c->t[kBlockN] == 0;
@@ -163,7 +196,7 @@ const Family kFamily{
     .knobs = {fam::block_m({64, 128}), fam::block_n({32, 64, 128}), fam::warps({4, 8}), fam::stages({1, 2, 3}),
               Knob{"q_in_regs", "qr", "kQInRegs", {0, 1}, true}, Knob{"kv_joint", "kj", "kKvJoint", {0, 1}, true}},
     .legacy_x = "kv_joint", .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes,
-    .launch = &launch, .finalize = &finalize};
+    .launch = &launch, .finalize = &finalize, .plan = &plan};
 
 }  // namespace
 

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""bench_mods.py -- user code (issue 22): each ready mod of fa.mods at bf16, d128, 16 heads, batch 1, 8k and 2k
+tokens, fa's forward (block skipping: [mask_blocks, fwd_mma]) against FlexAttention (torch.compile'd flex_attention
+with its create_block_mask, built once per shape outside the timing) and against fa's built-in where one exists
+(causal, sliding window) and the dense problem; the cost of fa's classification pass (torch.profiler: the first of
+the two fa kernels of a call); fa's first call of a new mod (NVRTC compiles) against Flex's first call (compile);
+fa's first calls over 20 new sequence lengths and the cache's rows before / after (no compile on new lengths).
+--json PATH writes every figure; the table goes to stdout."""
+import argparse
+import json
+import os
+import random
+import sqlite3
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+os.environ.setdefault("FA_TUNE_POLICY", "defaults")
+import torch  # noqa: E402
+
+import fa  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_peers import event_times  # noqa: E402
+
+H, D, DT = 16, 128, torch.bfloat16
+
+
+def event_ms(fn, warmup=3, iters=20):
+    """Median per-call time (ms) of bench_peers' event timer."""
+    return statistics.median(event_times(fn, warmup, iters))
+
+
+def mods_for(s):
+    """name -> (fa Mods, fa builtin kwargs, flex mask_mod or None, flex score_mod or None, flex needs causal mask)."""
+    n_docs = 8
+    ids = torch.sort(torch.randint(0, n_docs, (s,), device="cuda", dtype=torch.int32)).values
+    ids[: n_docs] = torch.arange(n_docs, device="cuda", dtype=torch.int32)  # all 8 present
+    ids = torch.sort(ids).values.contiguous()
+    prefix, sinks, window, chunk, maxd = s // 4, 4, 1024, s // 8, 128
+    table = torch.randn(H, 2 * maxd + 1, device="cuda", dtype=torch.float32)
+    out = {
+        "document(8)": (fa.mods.document(ids), {}, lambda b, h, i, j: (ids[i] == ids[j]) & (j <= i), None),
+        "prefix_lm": (fa.mods.prefix_lm(prefix), {}, lambda b, h, i, j: (j <= i) | (j < prefix), None),
+        "sinks_window": (fa.mods.sinks_window(sinks, window), {},
+                         lambda b, h, i, j: (j <= i) & ((j < sinks) | (i - j < window)), None),
+        "chunked": (fa.mods.chunked(chunk), {}, lambda b, h, i, j: (j <= i) & (i // chunk == j // chunk), None),
+        "relative_bias": (fa.mods.relative_bias(table, maxd), {"causal": True}, lambda b, h, i, j: j <= i,
+                          lambda sc, b, h, i, j: sc + table[h, (i - j).clamp(-maxd, maxd) + maxd]),
+        "causal (mod)": (fa.Mods(mask_mod="return j <= i;", depends=""), {}, lambda b, h, i, j: j <= i, None),
+        "window 1024 (mod)": (fa.Mods(mask_mod="return j <= i && i - j < 1024;", depends=""), {},
+                              lambda b, h, i, j: (j <= i) & (i - j < window), None),
+    }
+    builtin = {"causal (mod)": {"causal": True}, "window 1024 (mod)": {"window": (window - 1, 0)},
+               "sinks_window": {"window": (window - 1, 0)}, "relative_bias": {"causal": True}}
+    return out, builtin
+
+
+def cls_pass_ms(fn, calls=10):
+    """Median device time of the first fa kernel of each call (mask_blocks) and of the second (fwd_mma), ms."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+        ks = [e for e in prof.events() if e.name == "fa_kernel"]
+        ks.sort(key=lambda e: e.time_range.start)
+        dur = [(e.time_range.end - e.time_range.start) / 1000.0 for e in ks]
+        if len(dur) != 2 * calls:
+            return None, None
+        return statistics.median(dur[0::2]), statistics.median(dur[1::2])
+    except Exception as exc:  # noqa: BLE001
+        print(f"# profiler: {exc}")
+        return None, None
+
+
+def cache_rows(path):
+    try:
+        con = sqlite3.connect(path)
+        n = 0
+        for (t,) in con.execute("select name from sqlite_master where type='table'"):
+            n += con.execute(f"select count(*) from \"{t}\"").fetchone()[0]
+        con.close()
+        return n
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    ap.add_argument("--seqs", default="8192,2048")
+    ap.add_argument("--skip-first-call", action="store_true", help="only the timings (e.g. a second, tuned run)")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    import torch._dynamo as dynamo
+    dynamo.config.cache_size_limit = 1024
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": [], "first_call": {},
+           "new_lengths": {}, "fa_tune_policy": os.environ.get("FA_TUNE_POLICY")}
+    flex = torch.compile(flex_attention, dynamic=True)
+    if not args.skip_first_call:
+        first_calls(res, flex_attention, create_block_mask)
+    timings(res, args, flex, flex_attention, create_block_mask)
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+
+
+def first_calls(res, flex_attention, create_block_mask):
+    # ---- first call of a new mod: fa (NVRTC compiles of mask_blocks + fwd_mma) vs Flex (torch.compile)
+    s = 2048
+    q, k, v = (torch.randn(1, s, H, D, device="cuda", dtype=DT) for _ in range(3))
+    tag = random.randrange(1 << 30)
+    m = fa.Mods(mask_mod=f"// {tag}\nreturn j <= i && (j < 4 || i - j < 777);", depends="")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fa.attention(q, k, v, mods=m)
+    torch.cuda.synchronize()
+    res["first_call"]["fa_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    flex = torch.compile(flex_attention, dynamic=True)
+    bm = create_block_mask(lambda b, h, i, j: (j <= i) & ((j < 4) | (i - j < 777)), None, None, s, s, device="cuda")
+    flex(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=bm)
+    torch.cuda.synchronize()
+    res["first_call"]["flex_s"] = time.perf_counter() - t0
+    print(f"first call of a new mod: fa {res['first_call']['fa_s']:.2f} s, Flex {res['first_call']['flex_s']:.2f} s")
+    # ---- 20 new sequence lengths: fa's first call each, cache rows before / after
+    cpath = os.environ.get("FA_CACHE_PATH", "")
+    before = cache_rows(cpath) if cpath else None
+    firsts = []
+    for s2 in random.Random(1).sample(range(300, 6000), 20):
+        q2, k2, v2 = (torch.randn(1, s2, H, D, device="cuda", dtype=DT) for _ in range(3))
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fa.attention(q2, k2, v2, mods=m)
+        torch.cuda.synchronize()
+        firsts.append((s2, (time.perf_counter() - t0) * 1e3))
+    after = cache_rows(cpath) if cpath else None
+    res["new_lengths"] = {"first_call_ms": firsts, "cache_rows_before": before, "cache_rows_after": after,
+                          "max_first_call_ms": max(t for _, t in firsts)}
+    print(f"20 new lengths: max first call {res['new_lengths']['max_first_call_ms']:.1f} ms, cache rows "
+          f"{before} -> {after}")
+
+
+def timings(res, args, flex, flex_attention, create_block_mask):
+    print(f"{'mod':<20}{'seq':>6}{'fa ms':>9}{'cls ms':>8}{'flex ms':>9}{'fa/flex':>9}{'builtin ms':>11}"
+          f"{'dense ms':>10}{'max|fa-flex|':>13}")
+    for s in [int(x) for x in args.seqs.split(",")]:
+        q, k, v = (torch.randn(1, s, H, D, device="cuda", dtype=DT) for _ in range(3))
+        qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+        dense = event_ms(lambda: fa.attention(q, k, v))
+        table, builtin = mods_for(s)
+        for name, (mods, kw, fmask, fscore) in table.items():
+            fa_ms = event_ms(lambda: fa.attention(q, k, v, mods=mods, **kw))
+            cls_ms, _ = cls_pass_ms(lambda: fa.attention(q, k, v, mods=mods, **kw)) if mods.mask_mod else (None, None)
+            row = {"mod": name, "seq": s, "fa_ms": fa_ms, "cls_ms": cls_ms, "dense_ms": dense}
+            try:
+                bmask = create_block_mask(fmask, None, None, s, s, device="cuda")
+                fcall = lambda: flex(qh, kh, vh, block_mask=bmask, score_mod=fscore)  # noqa: E731
+                try:
+                    fcall()
+                except Exception:  # noqa: BLE001  (dynamic shapes reject some captured-tensor score_mods)
+                    static = torch.compile(flex_attention)
+                    fcall = lambda: static(qh, kh, vh, block_mask=bmask, score_mod=fscore)  # noqa: E731
+                    row["flex_static_compile"] = True
+                row["flex_ms"] = event_ms(fcall)
+                o_f = fcall().transpose(1, 2)
+                o = fa.attention(q, k, v, mods=mods, **kw)
+                row["max_abs_diff"] = (o.float() - o_f.float()).abs().max().item()
+            except Exception as exc:  # noqa: BLE001
+                row["flex_error"] = str(exc)[:200]
+            if name in builtin:
+                row["builtin_ms"] = event_ms(lambda: fa.attention(q, k, v, **builtin[name]))
+            res["rows"].append(row)
+            f = row.get("flex_ms")
+            print(f"{name:<20}{s:>6}{fa_ms:>9.3f}{(cls_ms or float('nan')):>8.3f}"
+                  f"{(f or float('nan')):>9.3f}{(f / fa_ms if f else float('nan')):>9.2f}"
+                  f"{row.get('builtin_ms', float('nan')):>11.3f}{dense:>10.3f}"
+                  f"{row.get('max_abs_diff', float('nan')):>13.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+// test_block_sparse.cpp -- block skipping with a mask_mod (fwd_mma's [mask_blocks, fwd_mma] plan) against the
+// float64 oracle: document masks of 1, 2 and 8 documents (ids per batch entry: the mask depends on b), prefix-LM,
+// sinks + window, chunked, masks that hide whole rows and whole query blocks, a mask that depends on h, and the
+// FA_MOD_DEPENDS_* sharing (classification once for every head / batch entry). Lengths span several 128-row query
+// blocks and key blocks, ragged and even; outputs poisoned beforehand (materialize).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "generator/family.h"
+#include "generator/problem.h"
+#include "runtime/launch.h"
+#include "runtime/validate.h"
+#include "tests/gpu/gpu_support.h"
+
+namespace fa::test {
+namespace {
+
+struct SparseCase {
+  std::string name;
+  const char* mask_mod;
+  int depends;
+  std::function<bool(int b, int h, int i, int j)> mask;
+};
+
+// A fixed-length case of s x s under mask (the oracle's callback), LSE wanted, aligned strides, materialized.
+void sparse_case(std::mt19937_64& rng, const std::string& desc, int dtype, int batch, int s, int hq, int hkv, int d,
+                 std::function<bool(int, int, int, int)> mask, Case* c) {
+  c->desc = desc;
+  c->dtype = dtype;
+  c->op.batch = batch;
+  c->op.seqlen_q = s;
+  c->op.seqlen_k = s;
+  c->op.heads_q = hq;
+  c->op.heads_kv = hkv;
+  c->op.head_dim = d;
+  c->op.head_dim_v = d;
+  c->op.mask_mod = std::move(mask);
+  c->want_lse = true;
+  c->force_aligned = true;
+  materialize(rng, c);
+}
+
+TEST(GpuBlockSparse, MasksMatchTheOracle) {
+  Gpu& g = gpu();
+  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
+  std::mt19937_64 rng(test_seed() + 2222);
+  constexpr int kB = 2, kHq = 4, kHkv = 2;
+  int failures = 0;
+  for (int s : {640, 700}) {
+    // Buffer 0: document ids int32 [kB, s] for `docs` documents of random lengths per batch entry.
+    auto make_docs = [&](int docs) {
+      std::vector<int> ids(size_t(kB) * s);
+      for (int b = 0; b < kB; ++b) {
+        std::vector<int> cuts;
+        for (int n = 1; n < docs; ++n) cuts.push_back(1 + int(rng() % (s - 1)));
+        std::sort(cuts.begin(), cuts.end());
+        for (int j = 0; j < s; ++j)
+          ids[size_t(b) * s + j] = int(std::upper_bound(cuts.begin(), cuts.end(), j) - cuts.begin());
+      }
+      return ids;
+    };
+    const std::vector<int> doc1 = make_docs(1), doc2 = make_docs(2), doc8 = make_docs(8);
+    DevBuf d1(doc1.size() * 4), d2(doc2.size() * 4), d8(doc8.size() * 4);
+    d1.upload(doc1.data(), doc1.size() * 4);
+    d2.upload(doc2.data(), doc2.size() * 4);
+    d8.upload(doc8.data(), doc8.size() * 4);
+    const char* doc_body = "const fa_buf0_t* d = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
+                           "return j <= i && d[b * u.stride[0][0] + i] == d[b * u.stride[0][0] + j];";
+    auto doc_ref = [s](const std::vector<int>* ids) {
+      return [ids, s](int b, int, int i, int j) {
+        return j <= i && (*ids)[size_t(b) * s + i] == (*ids)[size_t(b) * s + j];
+      };
+    };
+    const int BH = FA_MOD_DEPENDS_BATCH | FA_MOD_DEPENDS_HEAD;
+    std::vector<std::pair<SparseCase, const DevBuf*>> cases = {
+        {{"document 1", doc_body, FA_MOD_DEPENDS_BATCH, doc_ref(&doc1)}, &d1},
+        {{"document 2", doc_body, FA_MOD_DEPENDS_BATCH, doc_ref(&doc2)}, &d2},
+        {{"document 8", doc_body, FA_MOD_DEPENDS_BATCH, doc_ref(&doc8)}, &d8},
+        {{"document 8 (b, h)", doc_body, BH, doc_ref(&doc8)}, &d8},
+        {{"prefix_lm 150", "return j <= i || j < 150;", 0, [](int, int, int i, int j) { return j <= i || j < 150; }},
+         &d1},
+        {{"sinks 4 + window 100", "return j <= i && (j < 4 || i - j < 100);", 0,
+          [](int, int, int i, int j) { return j <= i && (j < 4 || i - j < 100); }},
+         &d1},
+        {{"chunked 128", "return j <= i && i / 128 == j / 128;", 0,
+          [](int, int, int i, int j) { return j <= i && i / 128 == j / 128; }},
+         &d1},
+        {{"chunked 100", "return j <= i && i / 100 == j / 100;", 0,
+          [](int, int, int i, int j) { return j <= i && i / 100 == j / 100; }},
+         &d1},
+        // rows 250..420 see nothing (a whole 128-row query block among them); rows % 7 == 3 see nothing
+        {{"hidden rows", "return !(i >= 250 && i < 420) && i % 7 != 3 && j <= i;", 0,
+          [](int, int, int i, int j) { return !(i >= 250 && i < 420) && i % 7 != 3 && j <= i; }},
+         &d1},
+        {{"per head", "return h % 2 == 0 ? j <= i : (j <= i && i - j < 64 + 32 * h);", FA_MOD_DEPENDS_HEAD,
+          [](int, int h, int i, int j) { return h % 2 == 0 ? j <= i : (j <= i && i - j < 64 + 32 * h); }},
+         &d1},
+        {{"nothing visible", "return false;", 0, [](int, int, int, int) { return false; }}, &d1},
+    };
+    for (auto& [sc, buf] : cases)
+      for (int d : {64, 128}) {
+        Case c;
+        sparse_case(rng, fmt::format("{} s {} d {}", sc.name, s, d), FA_DTYPE_BF16, kB, s, kHq, kHkv, d, sc.mask, &c);
+        fa_mods m;
+        fa_mods_init(&m);
+        m.mask_mod = sc.mask_mod;
+        m.mask_mod_depends = sc.depends;
+        m.num_buffers = 1;
+        m.buffers[0] = fa_user_buffer{buf->get(), FA_USER_I32, 2, {kB, s}, {s, 1}};
+        c.params.mods = &m;
+        const CaseResult r = check_case(c);
+        const double tol = tolerance(FA_DTYPE_BF16);
+        const bool ok = r.failure.empty() && r.err_o <= tol && r.err_lse <= 1e-3 && r.padding_intact;
+        if (!ok) ++failures;
+        std::printf("  %-34s %s err_o %.2e err_lse %.2e %s\n", c.desc.c_str(), ok ? "ok  " : "FAIL", r.err_o,
+                    r.err_lse, r.failure.c_str());
+      }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+// The plan: [mask_blocks, fwd_mma] with a mask_mod, its workspace sized by the sharing; a caller's workspace works.
+TEST(GpuBlockSparse, CallerWorkspaceAndSizes) {
+  Gpu& g = gpu();
+  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
+  std::mt19937_64 rng(test_seed() + 2223);
+  Case c;
+  sparse_case(rng, "chunked 64, caller workspace", FA_DTYPE_FP16, 2, 515, 4, 4, 128,
+              [](int, int, int i, int j) { return j <= i && i / 64 == j / 64; }, &c);
+  fa_mods m;
+  fa_mods_init(&m);
+  m.mask_mod = "return j <= i && i / 64 == j / 64;";
+  c.params.mods = &m;
+  size_t all = 0, shared = 0;
+  ASSERT_EQ(fa_forward_workspace_size(g.ctx, &c.params, &all), FA_OK) << fa_last_error();
+  m.mask_mod_depends = 0;
+  ASSERT_EQ(fa_forward_workspace_size(g.ctx, &c.params, &shared), FA_OK) << fa_last_error();
+  EXPECT_GT(all, 0u);
+  EXPECT_LE(shared, all);
+  DevBuf ws(all);
+  c.params.workspace = ws.get();
+  c.params.workspace_size = all;
+  const CaseResult r = check_case(c);
+  EXPECT_TRUE(r.failure.empty()) << r.failure;
+  EXPECT_LE(r.err_o, tolerance(FA_DTYPE_FP16));
+  EXPECT_LE(r.err_lse, 1e-3);
+}
+
+// Tunables never change results with block skipping: every valid fwd_mma point (the knobs' whole product, spread to
+// at most 48) runs through its own plan ([mask_blocks at that tile, fwd_mma]) against the oracle, for a document
+// mask with per-head sharing off and on, ragged and even key lengths.
+TEST(GpuBlockSparse, EveryValidPointGivesTheSameAnswer) {
+  Gpu& g = gpu();
+  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
+  std::mt19937_64 rng(test_seed() + 2224);
+  int failures = 0, runs = 0;
+  for (int s : {512, 449})
+    for (int d : {64, 128}) {
+      std::vector<int> ids(static_cast<size_t>(s));
+      for (int j = 0; j < s; ++j) ids[size_t(j)] = (j * 5) / s;  // 5 documents
+      DevBuf dids(ids.size() * 4);
+      dids.upload(ids.data(), ids.size() * 4);
+      Case c;
+      sparse_case(rng, fmt::format("document 5 s {} d {}", s, d), FA_DTYPE_BF16, 2, s, 2, 1, d,
+                  [&ids](int, int, int i, int j) { return j <= i && ids[size_t(i)] == ids[size_t(j)]; }, &c);
+      fa_mods m;
+      fa_mods_init(&m);
+      m.mask_mod = "const int* d = static_cast<const int*>(u.buf[0]);\nreturn j <= i && d[i] == d[j];";
+      m.num_buffers = 1;
+      m.buffers[0] = fa_user_buffer{dids.get(), FA_USER_I32, 1, {s}, {1}};
+      m.mask_mod_depends = s % 2 ? FA_MOD_DEPENDS_HEAD : 0;
+      c.params.mods = &m;
+      fa_params p;
+      gen::ProblemDesc pd;
+      ASSERT_TRUE(rt::validate_forward(&c.params, &p, &pd).ok());
+      const gen::Family* f = gen::find_family("fwd_mma");
+      const gen::Semantic sem = gen::semantic_for(*f, pd, g.ctx->arch);
+      const std::vector<gen::Tunables> all = gen::all_valid_points(sem, g.ctx->limits);
+      const size_t step = std::max<size_t>(1, (all.size() + 47) / 48);
+      std::vector<gen::Tunables> pts;
+      for (size_t n = 0; n < all.size(); n += step) pts.push_back(all[n]);
+      parallel_for(pts.size(), [&](size_t n) {  // compile in parallel, then launch serially
+        for (const gen::KernelConfig& k : gen::make_plan(sem, pts[n], pd).steps) {
+          std::shared_ptr<rt::Kernel> kk;
+          rt::kernel_for(g.ctx, k, true, &kk);
+        }
+      });
+      for (size_t n = 0; n < pts.size(); ++n) {
+        const gen::Plan plan = gen::make_plan(sem, pts[n], pd);
+        std::vector<uint8_t> poison(c.o_n * 2, 0xff);
+        c.d_o.upload(poison.data(), poison.size());
+        FaFwdArgs args = rt::make_fwd_args(p, pd);
+        const FaUser user = rt::make_user_args(p);
+        rt::Status st = rt::enqueue_plan(g.ctx, plan, gen::launch_shape(pd), rt::forward_plan_args(plan, &args, &user), true,
+                                         g.stream, nullptr, 0);
+        g.d->cuStreamSynchronize(g.stream);
+        const CaseResult r = st.ok() ? compare_outputs(c) : CaseResult{0, 0, true, st.message};
+        const bool ok = r.failure.empty() && r.err_o <= tolerance(FA_DTYPE_BF16) && r.err_lse <= 1e-3;
+        ++runs;
+        if (!ok) {
+          ++failures;
+          std::printf("  %s %s: FAIL err_o %.2e err_lse %.2e %s\n", c.desc.c_str(),
+                      gen::tunables_key(sem, pts[n]).c_str(), r.err_o, r.err_lse, r.failure.c_str());
+        }
+      }
+    }
+  std::printf("  %d plans checked\n", runs);
+  EXPECT_EQ(failures, 0);
+}
+
+}  // namespace
+}  // namespace fa::test
