@@ -172,7 +172,7 @@ def main():
             best = min([row[x] for x in ("FA2_ms", "cuDNN_ms") if row.get(x)] or [float("nan")])
             row["fa_over_best"] = best / t if best == best else None
             o_contig = o.clone()
-            for ps in [int(x) for x in args.pages.split(",")]:
+            for ps in [int(x) for x in args.pages.split(",") if x]:
                 npages = b * sk // ps
                 perm = torch.randperm(npages, device="cuda")
                 kp = torch.empty(npages, ps, HKV, D, dtype=torch.bfloat16, device="cuda")

@@ -72,6 +72,19 @@ static_assert(kQBytes % 128 == 0 && kKSlot % 128 == 0 && kVSlot % 128 == 0 && kS
 
 typedef FaElem<fa_cfg::kDtype> E;
 
+// The thread -> (row, chunk) map of a block copy of PCOLS padded columns: regular when every thread keeps one chunk
+// column and walks rows tid / kChunks + i * kStep (i < kIters), so K and V (same padded width) share the rows.
+template <int PCOLS>
+struct RowMap {
+  static constexpr int kChunks = PCOLS / 8;
+  static constexpr int kStep = kThreads / kChunks;  // rows per pass of all threads
+  static constexpr bool kRegular = kThreads % kChunks == 0 && kStep > 0 && kBlockN % kStep == 0;
+  static constexpr int kIters = kRegular ? kBlockN / kStep : 1;
+};
+// Paged fast path: K and V rows of a block copied from page indices held in registers (one batch of shared loads per
+// block, shared by K and V, 32-bit page arithmetic), when the maps are regular and equal.
+constexpr bool kPagedFast = fa_cfg::kPaged && RowMap<kDPad>::kRegular && kDPad == kDVPad;
+
 // Copies one block of ROWS rows x COLS columns (padded to PCOLS, zero-filled beyond COLS) into a slot: row r comes
 // from row_src(r) (null: zero-filled; `dummy` is any valid address, never read).
 template <int COLS, int PCOLS, int PITCH, class RowSrc>
@@ -167,6 +180,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       }
       cp_commit();
     }
+    // Paged fast path facts: K and V pools with the same strides (one offset per row), the page mask, the head.
+    [[maybe_unused]] const bool kv_same = a.k_sb == a.v_sb && a.k_ss == a.v_ss && a.k_sh == a.v_sh;
+    [[maybe_unused]] const int pmask = a.page_size - 1;
+    [[maybe_unused]] const long long ghead = (long long)g * a.k_sh;
     // ---- page indices (paged): blocks 0..kStages-1 read here; block t + kStages joins the commit group of block
     // t's K / V copies (4-byte cp.async into the ring), so it lands before block t + kStages is issued ----
     constexpr int kPgPer = (kBlockN + kThreads - 1) / kThreads;
@@ -197,6 +214,32 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         const int slot = it % kStages;
         const int kn = (blk0 + it) * kBlockN;
         const int* pr = ring + (it % kRing) * kBlockN;
+        if constexpr (kPagedFast) {
+          if (kv_same) {
+            // Page indices of the thread's rows first (shared loads back to back, then no shared read between the
+            // copies); one element offset per row serves K and V (same strides); rows past the used length or on a
+            // page outside the pool zero-fill.
+            typedef RowMap<kDPad> M;
+            const int rb = tid / M::kChunks, ch = tid % M::kChunks;
+            const bool col_ok = kDPad == kD || ch * 8 < kD;
+            int pg[M::kIters];
+#pragma unroll
+            for (int i = 0; i < M::kIters; ++i) pg[i] = pr[rb + i * M::kStep];
+            const unsigned dk = sK + (unsigned)(slot * kKSlot), dv = sV + (unsigned)(slot * kVSlot);
+#pragma unroll
+            for (int i = 0; i < M::kIters; ++i) {
+              const int r = rb + i * M::kStep;
+              const int j = kn + r;
+              const bool ok = col_ok && j < key_hi && (unsigned)pg[i] < (unsigned)a.num_pages;
+              const long long off = (long long)pg[i] * a.k_sb + (long long)(j & pmask) * a.k_ss + ghead + ch * 8;
+              cp_async16(dk + fa_smem_off<kPitchK>(r, ch), ok ? (const void*)(kpool + off) : kpool, ok ? 16 : 0);
+              cp_async16(dv + fa_smem_off<kPitchV>(r, ch), ok ? (const void*)(vpool + off) : vpool, ok ? 16 : 0);
+            }
+            table_async(it + kStages);
+            cp_commit();
+            return;
+          }
+        }
         load_block<kD, kDPad, kPitchK>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) -> const T* {
           const int j = kn + r;
           if (j >= key_hi) return nullptr;
@@ -255,7 +298,16 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       const int slot = it % kStages;
       const int kn = (blk0 + it) * kBlockN;
       cp_wait<kStages - 2>();
-      __syncthreads();
+      // Paged: whether a row of this block (inside the used length) names a page outside the pool, decided by the
+      // block barrier itself (its ring entries landed with an earlier group); blocks without one mask like
+      // contiguous ones (the same bits).
+      int bad = 0;
+      if constexpr (fa_cfg::kPaged) {
+        const int* prm = ring + (it % kRing) * kBlockN;
+        for (int r = tid; r < kBlockN; r += kThreads)
+          if (kn + r < key_hi && (unsigned)prm[r] >= (unsigned)a.num_pages) bad = 1;
+      }
+      const bool blk_bad = fa_cfg::kPaged ? __syncthreads_or(bad) != 0 : (__syncthreads(), false);
       issue(it + kStages - 1);
       if constexpr (kQRegs) {
         if (it == 0) {
@@ -315,7 +367,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         }
       }
       // ---- masking: blocks crossing the band or the used length; pages outside the pool ----
-      const bool need_mask = fa_cfg::kPaged || kn < full_lo || kn + kBlockN > full_hi;
+      const bool need_mask = blk_bad || kn < full_lo || kn + kBlockN > full_hi;
       if (need_mask) {
         const int* pr = ring + (it % kRing) * kBlockN;
 #pragma unroll
