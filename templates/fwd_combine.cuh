@@ -3,7 +3,8 @@
 // merge of common/combine.cuh: lse = log(sum_s exp(lse_s)), o = sum_s exp(lse_s - lse) o_s (all -inf: o = 0,
 // lse = -inf). One warp per output row (b, h, i) of the fixed-length problem: the lanes read the splits' LSEs
 // (strided by 32), merge them across the warp, then each lane sums 4-column groups of the splits' rows with their
-// weights and writes o (dtype) and, when asked, lse.
+// weights (runs of 32 splits, weights shuffled from the lane that read them, 8 splits' loads in flight) and writes o
+// (dtype) and, when asked, lse.
 // Grid: x = ceil(batch * heads_q * seqlen_q / kWarps). Reads fa_cfg: kDtype, kHeadDimV, kHasLse, kWarps.
 #ifndef FA_FWD_COMBINE_CUH
 #define FA_FWD_COMBINE_CUH
@@ -34,21 +35,41 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
   const int h = (int)((row / a.seqlen_q) % a.heads_q);
   const int b = (int)(row / ((long long)a.seqlen_q * a.heads_q));
   T* o = (T*)a.o + (long long)b * a.o_sb + (long long)i * a.o_ss + (long long)h * a.o_sh;
-  for (int c4 = lane; c4 < kQuads; c4 += 32) {
-    float x0 = 0.f, x1 = 0.f, x2 = 0.f, x3 = 0.f;
-    if (total != -INFINITY) {
-      for (int s = 0; s < ns; ++s) {
-        const float lse_s = a.part_lse[(long long)s * rows + row];
-        if (lse_s == -INFINITY) continue;
-        const float w = fa_lse_merge_weight(lse_s, total);
-        const float4 v = *(const float4*)(a.part_o + ((long long)s * rows + row) * kDV + c4 * 4);
-        x0 += w * v.x; x1 += w * v.y; x2 += w * v.z; x3 += w * v.w;
+  // Splits in runs of 32: lane t holds the weight of split s0 + t, broadcast by a shuffle; each lane sums its
+  // 4-column groups (c4 = lane + 32 g) over the run with the loads of 8 splits in flight (no load waits on the last).
+  constexpr int kGroups = (kQuads + 31) / 32;
+  float x[kGroups][4];
+#pragma unroll
+  for (int gi = 0; gi < kGroups; ++gi) x[gi][0] = x[gi][1] = x[gi][2] = x[gi][3] = 0.f;
+  if (total != -INFINITY) {
+    for (int s0 = 0; s0 < ns; s0 += 32) {
+      const float lse_s = s0 + lane < ns ? a.part_lse[(long long)(s0 + lane) * rows + row] : -INFINITY;
+      const float w = lse_s == -INFINITY ? 0.f : fa_lse_merge_weight(lse_s, total);
+      const int cnt = min(32, ns - s0);
+#pragma unroll 8
+      for (int t = 0; t < cnt; ++t) {
+        const float wt = __shfl_sync(0xffffffffu, w, t);  // 0: a split that saw no key (its o_s is 0, finite)
+        const float* src = a.part_o + ((long long)(s0 + t) * rows + row) * kDV;
+#pragma unroll
+        for (int gi = 0; gi < kGroups; ++gi) {
+          const int c4 = lane + 32 * gi;
+          if (kQuads % 32 == 0 || c4 < kQuads) {
+            const float4 v = *(const float4*)(src + c4 * 4);
+            x[gi][0] += wt * v.x; x[gi][1] += wt * v.y; x[gi][2] += wt * v.z; x[gi][3] += wt * v.w;
+          }
+        }
       }
     }
-    o[c4 * 4 + 0] = E::from_float(x0);
-    o[c4 * 4 + 1] = E::from_float(x1);
-    o[c4 * 4 + 2] = E::from_float(x2);
-    o[c4 * 4 + 3] = E::from_float(x3);
+  }
+#pragma unroll
+  for (int gi = 0; gi < kGroups; ++gi) {
+    const int c4 = lane + 32 * gi;
+    if (kQuads % 32 == 0 || c4 < kQuads) {
+      o[c4 * 4 + 0] = E::from_float(x[gi][0]);
+      o[c4 * 4 + 1] = E::from_float(x[gi][1]);
+      o[c4 * 4 + 2] = E::from_float(x[gi][2]);
+      o[c4 * 4 + 3] = E::from_float(x[gi][3]);
+    }
   }
   if constexpr (fa_cfg::kHasLse) {
     if (lane == 0 && a.lse != nullptr) a.lse[(long long)b * a.lse_sb + (long long)h * a.lse_sh + i] = total;

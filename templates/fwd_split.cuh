@@ -63,10 +63,10 @@ constexpr int kRing = 2 * kStages;        // page ring entries (blocks): blocks 
 constexpr bool kFeat = fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap;
 #define FA_SPLIT_NEG_INF __int_as_float(0xff800000)
 
+constexpr bool kWide = fa_split_wide(kD, kDV);  // MLA-sized heads: fa_split_wide_kernel
 static_assert(fa_cfg::kDtype == 1 || fa_cfg::kDtype == 2, "fwd_split: fp16 or bf16 only");
-static_assert(kWN % 16 == 0, "fwd_split: 16 or more keys per warp (multiple of 16)");
 static_assert(kStages >= 2 && kStages <= 4, "fwd_split: 2..4 stages");
-static_assert(kD % 8 == 0 && kDV % 8 == 0 && kD <= 256 && kDV <= 256, "fwd_split: head dims");
+static_assert(kD % 8 == 0 && kDV % 8 == 0 && kD <= 576 && kDV <= 512, "fwd_split: head dims");
 static_assert(kQBytes % 128 == 0 && kKSlot % 128 == 0 && kVSlot % 128 == 0 && kSlots % 128 == 0,
               "fwd_split: tiles 128-byte aligned");
 
@@ -104,10 +104,11 @@ FA_DEVICE void load_block(unsigned sdst, int tid, const void* dummy, RowSrc row_
   }
 }
 
-}  // namespace fa_split
-
-extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
-  using namespace fa_split;
+// The narrow kernel (head dims <= 256): warps split the keys (the header comment).
+template <int kUnused>
+FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
+  static_assert(kUnused == 0 && kWN % 16 == 0, "fwd_split: 16 or more keys per warp (multiple of 16)");
+  static_assert(kUnused == 0 && kD <= 256 && kDV <= 256, "fwd_split: narrow head dims");
   extern __shared__ __attribute__((aligned(128))) unsigned char fa_smem[];
   typedef unsigned short T;
 
@@ -483,6 +484,17 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       }
     }
   }
+}
+
+}  // namespace fa_split
+
+#include "fwd_split_wide.cuh"
+
+extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
+  if constexpr (fa_split::kWide)
+    fa_split::wide_kernel<0>(a);
+  else
+    fa_split::narrow_kernel<0>(a);
 }
 
 #endif  // FA_FWD_SPLIT_CUH

@@ -1,0 +1,332 @@
+// fwd_split_wide.cuh -- the wide-head body of the decode forward (templates/fwd_split.cuh; included there, inside
+// nothing): head_dim > 256 or head_dim_v > 256, i.e. MLA decode (d 576 / dv 512, 128 query heads over one latent KV
+// head). The grid, packing, split-KV, paged reads, used lengths, masks and outputs are the narrow kernel's; the work
+// split inside a CTA differs, since a warp cannot hold a 16 x 512 float32 O:
+//   rows: kFaSplitRowsWide (64) packed rows per CTA = four m16 row tiles, so every K/V byte a CTA reads serves 64
+//     (query token, head) rows; 8 warps, block_n 32 keys, 2 stages (fwd_split_layout.cuh's wide plan, ~215 KB).
+//   S = Q K^T once per block: warp w computes row tile w & 3 x key half w >> 2 (16 x 16, the 576-long inner
+//     dimension from Q and K in shared memory); the block's row maxima meet in shared memory (two halves per row),
+//     P = exp2(S - m) goes to shared memory (dtype), its row sums and the rescale factor exp2(m_old - m) too.
+//   O += P V: warp w owns columns [w dv / 8, (w + 1) dv / 8) of all 64 rows (4 m-tiles x dv / 64 n8 tiles float32:
+//     128 registers at dv 512); P fragments come from shared memory, V fragments by ldmatrix.trans.
+// The running sum l of a row lives in shared memory (updated once per block by one thread per row), its max m in the
+// registers of the two warps of its row tile (both compute it identically). The end divides O by l and writes o or
+// the split's normalized part_o / part_lse, as the narrow kernel does. No ALiBi or softcap (the family's covers()).
+#ifndef FA_FWD_SPLIT_WIDE_CUH
+#define FA_FWD_SPLIT_WIDE_CUH
+
+namespace fa_split {
+
+template <int kUnused>
+FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
+  constexpr int kR = kFaSplitRowsWide;           // 64 packed rows
+  constexpr int kPitchP = fa_smem_pitch(kBlockN);  // P tile pitch (elements)
+  constexpr int kColsW = kDVPad / kWarps;        // O columns per warp
+  constexpr int kNT = kColsW / 8;                // n8 tiles of O per warp
+  constexpr int kQW = fa_split_wide_q_bytes(kD);
+  static_assert(kUnused == 0 && kWarps == 8 && kBlockN == 32, "fwd_split wide: 8 warps, 32-key blocks");
+  static_assert(kUnused == 0 && kColsW % 16 == 0, "fwd_split wide: head_dim_v / 8 a multiple of 16");
+  static_assert(kUnused == 0 && !kFeat, "fwd_split wide: no ALiBi / softcap");
+  extern __shared__ __attribute__((aligned(128))) unsigned char fa_smem[];
+  typedef unsigned short T;
+
+  const int tid = (int)threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int ns = a.num_splits;
+  const int split = (int)blockIdx.x % ns, g = (int)blockIdx.x / ns;
+  const int b = (int)blockIdx.z;
+  const int group = a.group;
+  const int r0 = (int)blockIdx.y * kR;
+  const FaSeq seq = fa_seq_used(a, b);
+  const int sq = seq.sq, sk = seq.sk;
+  const int packed = sq * group;
+  if (r0 >= packed) return;
+  const int rows = min(kR, packed - r0);
+  const int i_first = r0 / group, i_last = (r0 + rows - 1) / group;
+
+  int key_lo = 0, key_hi = sk, full_lo = 0, full_hi = sk;
+  if constexpr (fa_cfg::kMask != 0) {
+    if (a.win_left >= 0) {
+      key_lo = max(0, i_first + sk - sq - a.win_left);
+      full_lo = max(0, i_last + sk - sq - a.win_left);
+    }
+    if (a.win_right >= 0) {
+      key_hi = min(sk, i_last + sk - sq + a.win_right + 1);
+      full_hi = min(sk, i_first + sk - sq + a.win_right + 1);
+    }
+  }
+  const int nb_lo = key_lo / kBlockN;
+  const int nb_hi = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN : nb_lo;
+  const int per_split = (nb_hi - nb_lo + ns - 1) / ns;
+  const int blk0 = nb_lo + split * per_split;
+  const int n_blocks = max(0, min(nb_hi, blk0 + per_split) - blk0);
+
+  const unsigned sQ = smem_u32(fa_smem);
+  const unsigned sK = sQ + (unsigned)kQW;
+  const unsigned sV = sK + (unsigned)(kStages * kKSlot);
+  const unsigned sP = sV + (unsigned)(kStages * kVSlot);
+  float* stat = (float*)(fa_smem + kQW + kStages * (kKSlot + kVSlot) + fa_split_wide_p_bytes(kBlockN));
+  float* sRed = stat;              // [2][64] row maxima of the two key halves
+  float* sSum = stat + 2 * kR;     // [2][64] row sums of P of the two key halves
+  float* sCorr = stat + 4 * kR;    // [64] exp2(m_old - m_new) of the block
+  float* sL = stat + 5 * kR;       // [64] running sums
+  float* sMf = stat + 6 * kR;      // [64] final maxima (scaled, log2 units)
+  int* ring = (int*)(stat + 8 * kR);  // [kRing][kBlockN]
+
+  const T* kpool = (const T*)a.k;
+  const T* vpool = (const T*)a.v;
+  const long long kbase_off = (long long)b * a.k_sb + (long long)g * a.k_sh;
+  const long long vbase_off = (long long)b * a.v_sb + (long long)g * a.v_sh;
+  const int* bt = fa_cfg::kPaged ? a.block_table + (long long)b * a.bt_stride : nullptr;
+
+  const int gq = lane >> 2, tq = lane & 3;
+  const int mt = warp & 3, kh = warp >> 2;  // S: row tile, key half
+  const float mul = a.scale_log2;
+
+  float o_acc[4][kNT][4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m)
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) o_acc[m][n][0] = o_acc[m][n][1] = o_acc[m][n][2] = o_acc[m][n][3] = 0.f;
+  float row_m[2] = {FA_SPLIT_NEG_INF, FA_SPLIT_NEG_INF};
+  if (tid < kR) sL[tid] = 0.f;
+
+  if (n_blocks > 0) {
+    {
+      constexpr int kChunks = kDPad / 8;
+      for (int idx = tid; idx < kR * kChunks; idx += kThreads) {
+        const int r = idx / kChunks, ch = idx % kChunks;
+        const int R = r0 + r;
+        const bool ok = r < rows && ch * 8 < kD;
+        const T* src = nullptr;
+        if (ok) {
+          const int i = R / group, h = g * group + (R - (R / group) * group);
+          src = (const T*)a.q + (long long)b * a.q_sb + (long long)i * a.q_ss + (long long)h * a.q_sh + ch * 8;
+        }
+        cp_async16(sQ + fa_smem_off<kPitchK>(r, ch), ok ? (const void*)src : a.q, ok ? 16 : 0);
+      }
+      cp_commit();
+    }
+    constexpr int kPgPer = (kBlockN + kThreads - 1) / kThreads;
+    auto table_async = [&](int blk) {
+      if (blk >= n_blocks) return;
+      int* pw = ring + (blk % kRing) * kBlockN;
+#pragma unroll
+      for (int t = 0; t < kPgPer; ++t) {
+        const int r = tid + t * kThreads;
+        const int j = (blk0 + blk) * kBlockN + r;
+        if (r < kBlockN && j < key_hi) cp_async4(smem_u32(pw + r), bt + (j >> a.page_shift), 4);
+      }
+    };
+    if constexpr (fa_cfg::kPaged) {
+#pragma unroll
+      for (int s = 0; s < kStages; ++s)
+#pragma unroll
+        for (int t = 0; t < kPgPer; ++t) {
+          const int r = tid + t * kThreads;
+          const int j = (blk0 + s) * kBlockN + r;
+          if (r < kBlockN && s < n_blocks && j < key_hi) ring[(s % kRing) * kBlockN + r] = bt[j >> a.page_shift];
+        }
+    }
+    __syncthreads();
+    auto issue = [&](int it) {
+      if (it < n_blocks) {
+        const int slot = it % kStages;
+        const int kn = (blk0 + it) * kBlockN;
+        const int* pr = ring + (it % kRing) * kBlockN;
+        load_block<kD, kDPad, kPitchK>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) -> const T* {
+          const int j = kn + r;
+          if (j >= key_hi) return nullptr;
+          if constexpr (fa_cfg::kPaged) {
+            const int p = pr[r];
+            if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;
+            return kpool + (long long)p * a.k_sb + (long long)(j & (a.page_size - 1)) * a.k_ss + (long long)g * a.k_sh;
+          } else {
+            return kpool + kbase_off + (long long)j * a.k_ss;
+          }
+        });
+        load_block<kDV, kDVPad, kPitchV>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) -> const T* {
+          const int j = kn + r;
+          if (j >= key_hi) return nullptr;
+          if constexpr (fa_cfg::kPaged) {
+            const int p = pr[r];
+            if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;
+            return vpool + (long long)p * a.v_sb + (long long)(j & (a.page_size - 1)) * a.v_ss + (long long)g * a.v_sh;
+          } else {
+            return vpool + vbase_off + (long long)j * a.v_ss;
+          }
+        });
+        if constexpr (fa_cfg::kPaged) table_async(it + kStages);
+      }
+      cp_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(s);
+
+    int lo_r[2], hi_r[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = (r0 + mt * 16 + gq + hh * 8) / group;
+      lo_r[hh] = 0;
+      hi_r[hh] = sk;
+      if constexpr (fa_cfg::kMask != 0) {
+        if (a.win_left >= 0) lo_r[hh] = i + sk - sq - a.win_left;
+        if (a.win_right >= 0) hi_r[hh] = min(sk, i + sk - sq + a.win_right + 1);
+      }
+    }
+
+    const unsigned q_lane = fa_smem_lane<kPitchK>(sQ, lane & 15, lane >> 4);
+    const unsigned k_lane = fa_smem_lane<kPitchK>(0u, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+    const unsigned v_lane = fa_smem_lane<kPitchV>(0u, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+    const unsigned p_lane = fa_smem_lane<kPitchP>(sP, lane & 15, lane >> 4);
+
+    for (int it = 0; it < n_blocks; ++it) {
+      const int slot = it % kStages;
+      const int kn = (blk0 + it) * kBlockN;
+      cp_wait<kStages - 2>();
+      int bad = 0;
+      if constexpr (fa_cfg::kPaged) {
+        const int* prm = ring + (it % kRing) * kBlockN;
+        for (int r = tid; r < kBlockN; r += kThreads)
+          if (kn + r < key_hi && (unsigned)prm[r] >= (unsigned)a.num_pages) bad = 1;
+      }
+      const bool blk_bad = fa_cfg::kPaged ? __syncthreads_or(bad) != 0 : (__syncthreads(), false);
+      issue(it + kStages - 1);
+      // ---- S = Q K^T: row tile mt, keys [16 kh, 16 kh + 16) of the block ----
+      float s[2][4];
+#pragma unroll
+      for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      const unsigned kb = sK + (unsigned)(slot * kKSlot) + k_lane;
+#pragma unroll 4
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        unsigned qa[4], b0, b1, b2, b3;
+        ldsm_x4(fa_smem_at<kPitchK>(q_lane, mt * 16, ks * 16), qa[0], qa[1], qa[2], qa[3]);
+        ldsm_x4(fa_smem_at<kPitchK>(kb, kh * 16, ks * 16), b0, b1, b2, b3);
+        mma16816(s[0], qa, b0, b1);
+        mma16816(s[1], qa, b2, b3);
+      }
+      // ---- masking: blocks crossing the band or the used length; pages outside the pool ----
+      if (blk_bad || kn < full_lo || kn + kBlockN > full_hi) {
+        const int* pr = ring + (it % kRing) * kBlockN;
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int jl = kh * 16 + n * 8 + tq * 2 + e;
+            const int j = kn + jl;
+            const bool page_ok = !fa_cfg::kPaged || (unsigned)pr[jl] < (unsigned)a.num_pages;
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+              if (!page_ok || j < lo_r[hh] || j >= hi_r[hh]) s[n][hh * 2 + e] = FA_SPLIT_NEG_INF;
+          }
+      }
+      // ---- the block's row maxima (two key halves meet in shared memory) ----
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float mx = fmaxf(fmaxf(s[0][hh * 2], s[0][hh * 2 + 1]), fmaxf(s[1][hh * 2], s[1][hh * 2 + 1]));
+        mx = fa_lanes_max<4>(mx);
+        if (tq == 0) sRed[kh * kR + mt * 16 + gq + hh * 8] = mx;
+      }
+      __syncthreads();
+      // ---- P = exp2(S - m) to shared memory; row sums and the rescale factor ----
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = mt * 16 + gq + hh * 8;
+        const float mx = fmaxf(row_m[hh], fmaxf(sRed[r], sRed[kR + r]));
+        const float ms = mx == FA_SPLIT_NEG_INF ? 0.f : mx * mul;
+        const float corr = fa_exp2(row_m[hh] * mul - ms);
+        row_m[hh] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const float p0 = fa_exp2(s[n][hh * 2] * mul - ms);
+          const float p1 = fa_exp2(s[n][hh * 2 + 1] * mul - ms);
+          sum += p0 + p1;
+          const int c = kh * 16 + n * 8 + tq * 2;
+          *(unsigned*)(fa_smem + (sP - sQ) + (unsigned)((r * kPitchP + c) * 2)) = pack2(p0, p1);
+        }
+        sum = fa_lanes_sum<4>(sum);
+        if (tq == 0) {
+          sSum[kh * kR + r] = sum;
+          if (kh == 0) sCorr[r] = corr;
+        }
+      }
+      __syncthreads();
+      // ---- running sums (one thread per row) and the rescale of O ----
+      if (tid < kR) sL[tid] = sL[tid] * sCorr[tid] + sSum[tid] + sSum[kR + tid];
+#pragma unroll
+      for (int m = 0; m < 4; ++m)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float c = sCorr[m * 16 + gq + hh * 8];
+#pragma unroll
+          for (int n = 0; n < kNT; ++n) { o_acc[m][n][hh * 2] *= c; o_acc[m][n][hh * 2 + 1] *= c; }
+        }
+      // ---- O[:, warp's columns] += P V ----
+      const unsigned vb = sV + (unsigned)(slot * kVSlot) + v_lane;
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        unsigned pa[4][4];
+#pragma unroll
+        for (int m = 0; m < 4; ++m)
+          ldsm_x4(fa_smem_at<kPitchP>(p_lane, m * 16, kk * 16), pa[m][0], pa[m][1], pa[m][2], pa[m][3]);
+#pragma unroll
+        for (int dp = 0; dp < kNT / 2; ++dp) {
+          unsigned b0, b1, b2, b3;
+          ldsm_x4_t(fa_smem_at<kPitchV>(vb, kk * 16, warp * kColsW + dp * 16), b0, b1, b2, b3);
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            mma16816(o_acc[m][2 * dp], pa[m], b0, b1);
+            mma16816(o_acc[m][2 * dp + 1], pa[m], b2, b3);
+          }
+        }
+      }
+    }
+    cp_wait<0>();
+  }
+  // ---- final maxima (scaled) of the rows, then O / l ----
+  if (kh == 0 && tq == 0) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+      sMf[mt * 16 + gq + hh * 8] = row_m[hh] == FA_SPLIT_NEG_INF ? FA_SPLIT_NEG_INF : row_m[hh] * mul;
+  }
+  __syncthreads();
+  const bool split_out = ns > 1;
+#pragma unroll
+  for (int m = 0; m < 4; ++m)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = m * 16 + gq + hh * 8;
+      if (r >= rows) continue;
+      const float l = sL[r], mrow = sMf[r];
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int R = r0 + r;
+      const int i = R / group, h = g * group + (R - i * group);
+      if (split_out) {
+        const long long row = (((long long)split * a.batch + b) * a.heads_q + h) * a.seqlen_q + i;
+        float* dst = a.part_o + row * kDV + warp * kColsW + tq * 2;
+#pragma unroll
+        for (int n = 0; n < kNT; ++n)
+          if (kDVPad == kDV || warp * kColsW + n * 8 + tq * 2 < kDV)
+            *(float2*)(dst + n * 8) = make_float2(o_acc[m][n][hh * 2] * inv, o_acc[m][n][hh * 2 + 1] * inv);
+        if (warp == 0 && tq == 0)
+          a.part_lse[row] = (l > 0.f && mrow != FA_SPLIT_NEG_INF) ? (mrow + __log2f(l)) * 0.6931471805599453f
+                                                                   : FA_SPLIT_NEG_INF;
+      } else {
+        T* op = (T*)a.o + (long long)b * a.o_sb + (long long)i * a.o_ss + (long long)h * a.o_sh + warp * kColsW + tq * 2;
+#pragma unroll
+        for (int n = 0; n < kNT; ++n)
+          if (kDVPad == kDV || warp * kColsW + n * 8 + tq * 2 < kDV)
+            *(unsigned*)(op + n * 8) = pack2(o_acc[m][n][hh * 2] * inv, o_acc[m][n][hh * 2 + 1] * inv);
+        if constexpr (fa_cfg::kHasLse) {
+          if (warp == 0 && tq == 0 && a.lse != nullptr)
+            a.lse[(long long)b * a.lse_sb + (long long)h * a.lse_sh + i] =
+                (l > 0.f && mrow != FA_SPLIT_NEG_INF) ? (mrow + __log2f(l)) * 0.6931471805599453f : FA_SPLIT_NEG_INF;
+        }
+      }
+    }
+}
+
+}  // namespace fa_split
+
+#endif  // FA_FWD_SPLIT_WIDE_CUH
