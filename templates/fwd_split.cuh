@@ -491,9 +491,16 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
 #include "fwd_split_wide.cuh"
 
 extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
-  if constexpr (fa_split::kWide)
-    fa_split::wide_kernel<0>(a);
-  else
+  if constexpr (fa_split::kWide) {
+    // v = the first head_dim_v columns of k (MLA's latent cache): V read from the K tiles, deeper pipeline
+    if constexpr (fa_split::kDV <= fa_split::kD) {
+      if (a.v == a.k && a.v_sb == a.k_sb && a.v_ss == a.k_ss && a.v_sh == a.k_sh) {
+        fa_split::wide_kernel<0, true>(a);
+        return;
+      }
+    }
+    fa_split::wide_kernel<0, false>(a);
+  } else
     fa_split::narrow_kernel<0>(a);
 }
 

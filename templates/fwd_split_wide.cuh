@@ -17,8 +17,13 @@
 
 namespace fa_split {
 
-template <int kUnused>
+template <int kUnused, bool kAlias>
 FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
+  constexpr int kSt = kAlias ? kFaSplitWideAliasStages : kStages;  // pipeline depth
+  constexpr int kRingW = 2 * kSt;
+  constexpr int kVSlotW = kAlias ? kKSlot : kVSlot;                // V tiles: inside the K tiles when aliased
+  constexpr int kPitchVW = kAlias ? kPitchK : kPitchV;
+  constexpr int kSlotsW = fa_split_wide_slots_bytes(kD, kDV, kBlockN, kStages);
   constexpr int kR = kFaSplitRowsWide;           // 64 packed rows
   constexpr int kPitchP = fa_smem_pitch(kBlockN);  // P tile pitch (elements)
   constexpr int kColsW = kDVPad / kWarps;        // O columns per warp
@@ -63,15 +68,15 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
 
   const unsigned sQ = smem_u32(fa_smem);
   const unsigned sK = sQ + (unsigned)kQW;
-  const unsigned sV = sK + (unsigned)(kStages * kKSlot);
-  const unsigned sP = sV + (unsigned)(kStages * kVSlot);
-  float* stat = (float*)(fa_smem + kQW + kStages * (kKSlot + kVSlot) + fa_split_wide_p_bytes(kBlockN));
+  const unsigned sV = kAlias ? sK : sK + (unsigned)(kSt * kKSlot);
+  const unsigned sP = sK + (unsigned)kSlotsW;
+  float* stat = (float*)(fa_smem + kQW + kSlotsW + fa_split_wide_p_bytes(kBlockN));
   float* sRed = stat;              // [2][64] row maxima of the two key halves
   float* sSum = stat + 2 * kR;     // [2][64] row sums of P of the two key halves
   float* sCorr = stat + 4 * kR;    // [64] exp2(m_old - m_new) of the block
   float* sL = stat + 5 * kR;       // [64] running sums
   float* sMf = stat + 6 * kR;      // [64] final maxima (scaled, log2 units)
-  int* ring = (int*)(stat + 8 * kR);  // [kRing][kBlockN]
+  int* ring = (int*)(stat + 8 * kR);  // [kRingW][kBlockN]
 
   const T* kpool = (const T*)a.k;
   const T* vpool = (const T*)a.v;
@@ -110,7 +115,7 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
     constexpr int kPgPer = (kBlockN + kThreads - 1) / kThreads;
     auto table_async = [&](int blk) {
       if (blk >= n_blocks) return;
-      int* pw = ring + (blk % kRing) * kBlockN;
+      int* pw = ring + (blk % kRingW) * kBlockN;
 #pragma unroll
       for (int t = 0; t < kPgPer; ++t) {
         const int r = tid + t * kThreads;
@@ -120,20 +125,20 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
     };
     if constexpr (fa_cfg::kPaged) {
 #pragma unroll
-      for (int s = 0; s < kStages; ++s)
+      for (int s = 0; s < kSt; ++s)
 #pragma unroll
         for (int t = 0; t < kPgPer; ++t) {
           const int r = tid + t * kThreads;
           const int j = (blk0 + s) * kBlockN + r;
-          if (r < kBlockN && s < n_blocks && j < key_hi) ring[(s % kRing) * kBlockN + r] = bt[j >> a.page_shift];
+          if (r < kBlockN && s < n_blocks && j < key_hi) ring[(s % kRingW) * kBlockN + r] = bt[j >> a.page_shift];
         }
     }
     __syncthreads();
     auto issue = [&](int it) {
       if (it < n_blocks) {
-        const int slot = it % kStages;
+        const int slot = it % kSt;
         const int kn = (blk0 + it) * kBlockN;
-        const int* pr = ring + (it % kRing) * kBlockN;
+        const int* pr = ring + (it % kRingW) * kBlockN;
         load_block<kD, kDPad, kPitchK>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) -> const T* {
           const int j = kn + r;
           if (j >= key_hi) return nullptr;
@@ -145,7 +150,7 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
             return kpool + kbase_off + (long long)j * a.k_ss;
           }
         });
-        load_block<kDV, kDVPad, kPitchV>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) -> const T* {
+        if constexpr (!kAlias) load_block<kDV, kDVPad, kPitchV>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) -> const T* {
           const int j = kn + r;
           if (j >= key_hi) return nullptr;
           if constexpr (fa_cfg::kPaged) {
@@ -156,12 +161,12 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
             return vpool + vbase_off + (long long)j * a.v_ss;
           }
         });
-        if constexpr (fa_cfg::kPaged) table_async(it + kStages);
+        if constexpr (fa_cfg::kPaged) table_async(it + kSt);
       }
       cp_commit();
     };
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) issue(s);
+    for (int s = 0; s < kSt - 1; ++s) issue(s);
 
     int lo_r[2], hi_r[2];
 #pragma unroll
@@ -177,37 +182,51 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
 
     const unsigned q_lane = fa_smem_lane<kPitchK>(sQ, lane & 15, lane >> 4);
     const unsigned k_lane = fa_smem_lane<kPitchK>(0u, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
-    const unsigned v_lane = fa_smem_lane<kPitchV>(0u, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+    const unsigned v_lane = fa_smem_lane<kPitchVW>(0u, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
     const unsigned p_lane = fa_smem_lane<kPitchP>(sP, lane & 15, lane >> 4);
 
     for (int it = 0; it < n_blocks; ++it) {
-      const int slot = it % kStages;
+      const int slot = it % kSt;
       const int kn = (blk0 + it) * kBlockN;
-      cp_wait<kStages - 2>();
+      cp_wait<kSt - 2>();
       int bad = 0;
       if constexpr (fa_cfg::kPaged) {
-        const int* prm = ring + (it % kRing) * kBlockN;
+        const int* prm = ring + (it % kRingW) * kBlockN;
         for (int r = tid; r < kBlockN; r += kThreads)
           if (kn + r < key_hi && (unsigned)prm[r] >= (unsigned)a.num_pages) bad = 1;
       }
       const bool blk_bad = fa_cfg::kPaged ? __syncthreads_or(bad) != 0 : (__syncthreads(), false);
-      issue(it + kStages - 1);
-      // ---- S = Q K^T: row tile mt, keys [16 kh, 16 kh + 16) of the block ----
-      float s[2][4];
+      issue(it + kSt - 1);
+      // ---- S = Q K^T: row tile mt, keys [16 kh, 16 kh + 16) of the block; kSets independent accumulator sets
+      // over interleaved k steps (short mma dependency chains), summed at the end ----
+      constexpr int kSets = 4;
+      float s[2][4], sx[kSets][2][4];
 #pragma unroll
-      for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      for (int x = 0; x < kSets; ++x)
+#pragma unroll
+        for (int n = 0; n < 2; ++n) sx[x][n][0] = sx[x][n][1] = sx[x][n][2] = sx[x][n][3] = 0.f;
       const unsigned kb = sK + (unsigned)(slot * kKSlot) + k_lane;
-#pragma unroll 4
-      for (int ks = 0; ks < kKSteps; ++ks) {
-        unsigned qa[4], b0, b1, b2, b3;
-        ldsm_x4(fa_smem_at<kPitchK>(q_lane, mt * 16, ks * 16), qa[0], qa[1], qa[2], qa[3]);
-        ldsm_x4(fa_smem_at<kPitchK>(kb, kh * 16, ks * 16), b0, b1, b2, b3);
-        mma16816(s[0], qa, b0, b1);
-        mma16816(s[1], qa, b2, b3);
+#pragma unroll 2
+      for (int k0 = 0; k0 < kKSteps; k0 += kSets) {
+#pragma unroll
+        for (int x = 0; x < kSets; ++x) {
+          const int ks = k0 + x;
+          if (kKSteps % kSets == 0 || ks < kKSteps) {
+            unsigned qa[4], b0, b1, b2, b3;
+            ldsm_x4(fa_smem_at<kPitchK>(q_lane, mt * 16, ks * 16), qa[0], qa[1], qa[2], qa[3]);
+            ldsm_x4(fa_smem_at<kPitchK>(kb, kh * 16, ks * 16), b0, b1, b2, b3);
+            mma16816(sx[x][0], qa, b0, b1);
+            mma16816(sx[x][1], qa, b2, b3);
+          }
+        }
       }
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = (sx[0][n][e] + sx[1][n][e]) + (sx[2][n][e] + sx[3][n][e]);
       // ---- masking: blocks crossing the band or the used length; pages outside the pool ----
       if (blk_bad || kn < full_lo || kn + kBlockN > full_hi) {
-        const int* pr = ring + (it % kRing) * kBlockN;
+        const int* pr = ring + (it % kRingW) * kBlockN;
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -263,7 +282,7 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
           for (int n = 0; n < kNT; ++n) { o_acc[m][n][hh * 2] *= c; o_acc[m][n][hh * 2 + 1] *= c; }
         }
       // ---- O[:, warp's columns] += P V ----
-      const unsigned vb = sV + (unsigned)(slot * kVSlot) + v_lane;
+      const unsigned vb = sV + (unsigned)(slot * kVSlotW) + v_lane;
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
         unsigned pa[4][4];
@@ -273,7 +292,7 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
 #pragma unroll
         for (int dp = 0; dp < kNT / 2; ++dp) {
           unsigned b0, b1, b2, b3;
-          ldsm_x4_t(fa_smem_at<kPitchV>(vb, kk * 16, warp * kColsW + dp * 16), b0, b1, b2, b3);
+          ldsm_x4_t(fa_smem_at<kPitchVW>(vb, kk * 16, warp * kColsW + dp * 16), b0, b1, b2, b3);
 #pragma unroll
           for (int m = 0; m < 4; ++m) {
             mma16816(o_acc[m][2 * dp], pa[m], b0, b1);
