@@ -22,11 +22,15 @@
 // block_table[b][j >> page_shift]; the page indices of block t + kStages are copied (4-byte cp.async) into a ring in
 // shared memory (2 kStages x kBlockN entries) in the commit group of block t's K / V, so they land before block
 // t + kStages is issued and no thread waits on a table read; an index outside [0, num_pages) masks its keys (never
-// read), so each key row costs one table read and the copies never wait for it. The shared-memory plan is
+// read), so each key row costs one table read and the copies never wait for it. Issuing a block, a thread first reads
+// the page indices of its rows (one batch of shared loads, when its rows and chunk column are the same for K and V)
+// and computes one element offset per row that serves K and V (same strides); a block masks only when one of its
+// rows names a page outside the pool (the loop's barrier is a __syncthreads_or of that). The shared-memory plan is
 // fwd_split_layout.cuh. Masks are bottom-right aligned to the used length: key j is visible to token i iff
 // lo(i) <= j < hi(i), lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq + win_right + 1 (win_right >= 0).
 // Paged and contiguous caches give the same bits (the shared tiles and the arithmetic are identical).
-// Reads fa_cfg: kDtype, kHeadDim, kHeadDimV (<= 256), kMask, kHasAlibi, kHasSoftcap, kHasLse, kPaged, kBlockN,
+// Wide heads (> 256: MLA) take fwd_split_wide.cuh's body (64 rows per CTA, warps split dv). Reads fa_cfg: kDtype,
+// kHeadDim, kHeadDimV (<= 576 / 512), kMask, kHasAlibi, kHasSoftcap, kHasLse, kPaged, kBlockN,
 // kWarps, kStages. No bias, no varlen (the family's covers()).
 #ifndef FA_FWD_SPLIT_CUH
 #define FA_FWD_SPLIT_CUH

@@ -9,6 +9,9 @@
 //     P = exp2(S - m) goes to shared memory (dtype), its row sums and the rescale factor exp2(m_old - m) too.
 //   O += P V: warp w owns columns [w dv / 8, (w + 1) dv / 8) of all 64 rows (4 m-tiles x dv / 64 n8 tiles float32:
 //     128 registers at dv 512); P fragments come from shared memory, V fragments by ldmatrix.trans.
+// When v is k's first head_dim_v columns (same pointer and strides: MLA's latent cache), V is read from the K tile
+// and the slots hold 4 K tiles (a 4-deep pipeline, half the copies). S keeps four accumulator sets over interleaved
+// k steps (short mma dependency chains), summed at the end.
 // The running sum l of a row lives in shared memory (updated once per block by one thread per row), its max m in the
 // registers of the two warps of its row tile (both compute it identically). The end divides O by l and writes o or
 // the split's normalized part_o / part_lse, as the narrow kernel does. No ALiBi or softcap (the family's covers()).

@@ -4,11 +4,14 @@
 // Coverage (priority 30, above fwd_wgmma and fwd_mma): every paged problem and every problem with seqused_k, and
 // the contiguous decode class: seqlen_q * (heads_q / heads_kv) <= 16 packed rows, i.e. one m16 tile of (query token,
 // query head) pairs per KV head (decode, speculative decoding with a few tokens). A shape class like even_k; the
-// kernel key never holds lengths. Not covered (served by fwd_ref or the prefill families): bias, varlen, unaligned
-// pointers or strides, head dims above 256 (MLA's 576 / 512 runs on fwd_ref).
+// kernel key never holds lengths. Wide heads (head_dim > 256 or head_dim_v > 256, up to 576 / 512: MLA) are covered
+// at any query length by the wide kernel (templates/fwd_split_wide.cuh: 64 packed rows per CTA, one point: block_n
+// 32, 8 warps, 2 stages), without ALiBi or softcap. Not covered (served by fwd_ref or the prefill families): bias,
+// varlen, unaligned pointers or strides, wide heads with ALiBi / softcap.
 // Knobs: block_n {32, 64, 128} keys per pipeline block, warps {2, 4, 8} (each warp takes block_n / warps keys of a
 // block, a multiple of 16), stages {2, 3, 4} (cp.async depth), split_target {1, 2, 3, 4}: how aggressively the
-// heuristic splits the keys: the split count aims at split_target CTAs per SM (see split_count).
+// heuristic splits the keys: the split count aims at split_target CTAs per SM (see split_count; a grid of one wave
+// or less with long splits doubles its split count).
 // Plan: num_splits == 1: one launch writing o directly. num_splits > 1: [fwd_split, fwd_combine] over a float32
 // workspace of partial outputs [num_splits, batch, heads_q, seqlen_q, head_dim_v] (normalized per split) and LSEs
 // [num_splits, batch, heads_q, seqlen_q]; the workspace is sized by the largest split count any knob value could
