@@ -108,6 +108,75 @@ FA_DEVICE void load_block(unsigned sdst, int tid, const void* dummy, RowSrc row_
   }
 }
 
+// What a CTA of ROWS packed rows at tile r0 works on: its sequence's used lengths, its rows, the keys seen by some
+// row [key_lo, key_hi) and by every row [full_lo, full_hi), and its split's run of key blocks [blk0, blk0 + n_blocks)
+// (both kernels; `rows` <= 0: the tile is past the packed rows and the CTA returns).
+struct SplitWork {
+  int sq, sk, rows, key_lo, key_hi, full_lo, full_hi, blk0, n_blocks;
+};
+template <int ROWS>
+FA_DEVICE SplitWork split_work(const FaFwdArgs& a, int b, int r0, int split, int ns) {
+  SplitWork w;
+  const FaSeq seq = fa_seq_used(a, b);
+  w.sq = seq.sq;
+  w.sk = seq.sk;
+  const int group = a.group, sq = w.sq, sk = w.sk;
+  w.rows = min(ROWS, sq * group - r0);
+  const int i_first = r0 / group, i_last = (r0 + max(w.rows, 1) - 1) / group;
+  w.key_lo = 0, w.key_hi = sk, w.full_lo = 0, w.full_hi = sk;
+  if constexpr (fa_cfg::kMask != 0) {
+    if (a.win_left >= 0) {
+      w.key_lo = max(0, i_first + sk - sq - a.win_left);
+      w.full_lo = max(0, i_last + sk - sq - a.win_left);
+    }
+    if (a.win_right >= 0) {
+      w.key_hi = min(sk, i_last + sk - sq + a.win_right + 1);
+      w.full_hi = min(sk, i_first + sk - sq + a.win_right + 1);
+    }
+  }
+  const int nb_lo = w.key_lo / kBlockN;
+  const int nb_hi = w.key_hi > w.key_lo ? (w.key_hi + kBlockN - 1) / kBlockN : nb_lo;
+  const int per_split = (nb_hi - nb_lo + ns - 1) / ns;
+  w.blk0 = nb_lo + split * per_split;
+  w.n_blocks = max(0, min(nb_hi, w.blk0 + per_split) - w.blk0);
+  return w;
+}
+
+// Copies the tile's ROWS packed rows of Q (zero-filled past `rows` and past head_dim) into sQ (pitch kPitchQ) and
+// commits them as one group.
+template <int ROWS>
+FA_DEVICE void load_q(const FaFwdArgs& a, unsigned sQ, int tid, int b, int g, int r0, int rows) {
+  constexpr int kChunks = kDPad / 8;
+  const int group = a.group;
+  for (int idx = tid; idx < ROWS * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, ch = idx % kChunks;
+    const int R = r0 + r;
+    const bool ok = r < rows && ch * 8 < kD;
+    const unsigned short* src = nullptr;
+    if (ok) {
+      const int i = R / group, h = g * group + (R - (R / group) * group);
+      src = (const unsigned short*)a.q + (long long)b * a.q_sb + (long long)i * a.q_ss + (long long)h * a.q_sh + ch * 8;
+    }
+    cp_async16(sQ + fa_smem_off<kPitchQ>(r, ch), ok ? (const void*)src : a.q, ok ? 16 : 0);
+  }
+  cp_commit();
+}
+
+// Row j of the K (or V) cache of (b, g) for load_block: pool + base (contiguous: the sequence's row 0), or page pr[r]
+// of the pool (paged; page strides sb / ss / sh); null (zero-filled, never read) past the used length or on a page
+// outside the pool.
+FA_DEVICE const unsigned short* kv_row(const FaFwdArgs& a, const unsigned short* pool, long long base, long long sb,
+                                       long long ss, long long sh, int g, const int* pr, int r, int j, int key_hi) {
+  if (j >= key_hi) return nullptr;
+  if constexpr (fa_cfg::kPaged) {
+    const int p = pr[r];
+    if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;  // outside the pool: never read
+    return pool + (long long)p * sb + (long long)(j & (a.page_size - 1)) * ss + (long long)g * sh;
+  } else {
+    return pool + base + (long long)j * ss;
+  }
+}
+
 // The narrow kernel (head dims <= 256): warps split the keys (the header comment).
 template <int kUnused>
 FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
@@ -123,30 +192,10 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
   const int b = (int)blockIdx.z;
   const int group = a.group;
   const int r0 = (int)blockIdx.y * kRows;  // first packed row of the tile
-  const FaSeq seq = fa_seq_used(a, b);
-  const int sq = seq.sq, sk = seq.sk;
-  const int packed = sq * group;
-  if (r0 >= packed) return;
-  const int rows = min(kRows, packed - r0);
-  const int i_first = r0 / group, i_last = (r0 + rows - 1) / group;
-
-  // Keys seen by some row of the tile [key_lo, key_hi), and by every row [full_lo, full_hi).
-  int key_lo = 0, key_hi = sk, full_lo = 0, full_hi = sk;
-  if constexpr (fa_cfg::kMask != 0) {
-    if (a.win_left >= 0) {
-      key_lo = max(0, i_first + sk - sq - a.win_left);
-      full_lo = max(0, i_last + sk - sq - a.win_left);
-    }
-    if (a.win_right >= 0) {
-      key_hi = min(sk, i_last + sk - sq + a.win_right + 1);
-      full_hi = min(sk, i_first + sk - sq + a.win_right + 1);
-    }
-  }
-  const int nb_lo = key_lo / kBlockN;
-  const int nb_hi = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN : nb_lo;
-  const int per_split = (nb_hi - nb_lo + ns - 1) / ns;
-  const int blk0 = nb_lo + split * per_split;
-  const int n_blocks = max(0, min(nb_hi, blk0 + per_split) - blk0);
+  const SplitWork w = split_work<kRows>(a, b, r0, split, ns);
+  if (w.rows <= 0) return;
+  const int sq = w.sq, sk = w.sk, rows = w.rows, packed = sq * group;
+  const int key_hi = w.key_hi, full_lo = w.full_lo, full_hi = w.full_hi, blk0 = w.blk0, n_blocks = w.n_blocks;
   // Walk order: step it reads block blk_at(it) = blk0 + (it + rot) mod n_blocks, rotated per (batch, split), so the
   // CTAs running at once read at unrelated offsets (contiguous sequences and splits start a power of two apart, which
   // piles the concurrent reads onto the same DRAM channels); the heads of one sequence stay in step.
@@ -177,22 +226,7 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
   const float mul = kFeat ? 1.f : a.scale_log2;  // feature-path scores are already scaled, in log2 units
 
   if (n_blocks > 0) {
-    // ---- Q: the tile's packed rows (zero-filled past the last row) ----
-    {
-      constexpr int kChunks = kDPad / 8;
-      for (int idx = tid; idx < kRows * kChunks; idx += kThreads) {
-        const int r = idx / kChunks, ch = idx % kChunks;
-        const int R = r0 + r;
-        const bool ok = r < rows && ch * 8 < kD;
-        const T* src = nullptr;
-        if (ok) {
-          const int i = R / group, h = g * group + (R - (R / group) * group);
-          src = (const T*)a.q + (long long)b * a.q_sb + (long long)i * a.q_ss + (long long)h * a.q_sh + ch * 8;
-        }
-        cp_async16(sQ + fa_smem_off<kPitchQ>(r, ch), ok ? (const void*)src : a.q, ok ? 16 : 0);
-      }
-      cp_commit();
-    }
+    load_q<kRows>(a, sQ, tid, b, g, r0, rows);  // Q: the tile's packed rows (zero-filled past the last row)
     // Paged fast path facts: K and V pools with the same strides (one offset per row), the page mask, the head.
     [[maybe_unused]] const bool kv_same = a.k_sb == a.v_sb && a.k_ss == a.v_ss && a.k_sh == a.v_sh;
     [[maybe_unused]] const int pmask = a.page_size - 1;
@@ -253,27 +287,11 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
             return;
           }
         }
-        load_block<kD, kDPad, kPitchK>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) -> const T* {
-          const int j = kn + r;
-          if (j >= key_hi) return nullptr;
-          if constexpr (fa_cfg::kPaged) {
-            const int p = pr[r];
-            if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;  // outside the pool: never read
-            return kpool + (long long)p * a.k_sb + (long long)(j & (a.page_size - 1)) * a.k_ss + (long long)g * a.k_sh;
-          } else {
-            return kpool + kbase_off + (long long)j * a.k_ss;
-          }
+        load_block<kD, kDPad, kPitchK>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) {
+          return kv_row(a, kpool, kbase_off, a.k_sb, a.k_ss, a.k_sh, g, pr, r, kn + r, key_hi);
         });
-        load_block<kDV, kDVPad, kPitchV>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) -> const T* {
-          const int j = kn + r;
-          if (j >= key_hi) return nullptr;
-          if constexpr (fa_cfg::kPaged) {
-            const int p = pr[r];
-            if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;
-            return vpool + (long long)p * a.v_sb + (long long)(j & (a.page_size - 1)) * a.v_ss + (long long)g * a.v_sh;
-          } else {
-            return vpool + vbase_off + (long long)j * a.v_ss;
-          }
+        load_block<kDV, kDVPad, kPitchV>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) {
+          return kv_row(a, vpool, vbase_off, a.v_sb, a.v_ss, a.v_sh, g, pr, r, kn + r, key_hi);
         });
         if constexpr (fa_cfg::kPaged) table_async(it + kStages);
       }

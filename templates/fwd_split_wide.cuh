@@ -45,29 +45,10 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
   const int b = (int)blockIdx.z;
   const int group = a.group;
   const int r0 = (int)blockIdx.y * kR;
-  const FaSeq seq = fa_seq_used(a, b);
-  const int sq = seq.sq, sk = seq.sk;
-  const int packed = sq * group;
-  if (r0 >= packed) return;
-  const int rows = min(kR, packed - r0);
-  const int i_first = r0 / group, i_last = (r0 + rows - 1) / group;
-
-  int key_lo = 0, key_hi = sk, full_lo = 0, full_hi = sk;
-  if constexpr (fa_cfg::kMask != 0) {
-    if (a.win_left >= 0) {
-      key_lo = max(0, i_first + sk - sq - a.win_left);
-      full_lo = max(0, i_last + sk - sq - a.win_left);
-    }
-    if (a.win_right >= 0) {
-      key_hi = min(sk, i_last + sk - sq + a.win_right + 1);
-      full_hi = min(sk, i_first + sk - sq + a.win_right + 1);
-    }
-  }
-  const int nb_lo = key_lo / kBlockN;
-  const int nb_hi = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN : nb_lo;
-  const int per_split = (nb_hi - nb_lo + ns - 1) / ns;
-  const int blk0 = nb_lo + split * per_split;
-  const int n_blocks = max(0, min(nb_hi, blk0 + per_split) - blk0);
+  const SplitWork w = split_work<kR>(a, b, r0, split, ns);
+  if (w.rows <= 0) return;
+  const int sq = w.sq, sk = w.sk, rows = w.rows;
+  const int key_hi = w.key_hi, full_lo = w.full_lo, full_hi = w.full_hi, blk0 = w.blk0, n_blocks = w.n_blocks;
 
   const unsigned sQ = smem_u32(fa_smem);
   const unsigned sK = sQ + (unsigned)kQW;
@@ -100,21 +81,7 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
   if (tid < kR) sL[tid] = 0.f;
 
   if (n_blocks > 0) {
-    {
-      constexpr int kChunks = kDPad / 8;
-      for (int idx = tid; idx < kR * kChunks; idx += kThreads) {
-        const int r = idx / kChunks, ch = idx % kChunks;
-        const int R = r0 + r;
-        const bool ok = r < rows && ch * 8 < kD;
-        const T* src = nullptr;
-        if (ok) {
-          const int i = R / group, h = g * group + (R - (R / group) * group);
-          src = (const T*)a.q + (long long)b * a.q_sb + (long long)i * a.q_ss + (long long)h * a.q_sh + ch * 8;
-        }
-        cp_async16(sQ + fa_smem_off<kPitchK>(r, ch), ok ? (const void*)src : a.q, ok ? 16 : 0);
-      }
-      cp_commit();
-    }
+    load_q<kR>(a, sQ, tid, b, g, r0, rows);
     constexpr int kPgPer = (kBlockN + kThreads - 1) / kThreads;
     auto table_async = [&](int blk) {
       if (blk >= n_blocks) return;
@@ -142,28 +109,13 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
         const int slot = it % kSt;
         const int kn = (blk0 + it) * kBlockN;
         const int* pr = ring + (it % kRingW) * kBlockN;
-        load_block<kD, kDPad, kPitchK>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) -> const T* {
-          const int j = kn + r;
-          if (j >= key_hi) return nullptr;
-          if constexpr (fa_cfg::kPaged) {
-            const int p = pr[r];
-            if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;
-            return kpool + (long long)p * a.k_sb + (long long)(j & (a.page_size - 1)) * a.k_ss + (long long)g * a.k_sh;
-          } else {
-            return kpool + kbase_off + (long long)j * a.k_ss;
-          }
+        load_block<kD, kDPad, kPitchK>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) {
+          return kv_row(a, kpool, kbase_off, a.k_sb, a.k_ss, a.k_sh, g, pr, r, kn + r, key_hi);
         });
-        if constexpr (!kAlias) load_block<kDV, kDVPad, kPitchV>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) -> const T* {
-          const int j = kn + r;
-          if (j >= key_hi) return nullptr;
-          if constexpr (fa_cfg::kPaged) {
-            const int p = pr[r];
-            if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;
-            return vpool + (long long)p * a.v_sb + (long long)(j & (a.page_size - 1)) * a.v_ss + (long long)g * a.v_sh;
-          } else {
-            return vpool + vbase_off + (long long)j * a.v_ss;
-          }
-        });
+        if constexpr (!kAlias)
+          load_block<kDV, kDVPad, kPitchV>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) {
+            return kv_row(a, vpool, vbase_off, a.v_sb, a.v_ss, a.v_sh, g, pr, r, kn + r, key_hi);
+          });
         if constexpr (fa_cfg::kPaged) table_async(it + kSt);
       }
       cp_commit();
