@@ -196,15 +196,6 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
   if (w.rows <= 0) return;
   const int sq = w.sq, sk = w.sk, rows = w.rows, packed = sq * group;
   const int key_hi = w.key_hi, full_lo = w.full_lo, full_hi = w.full_hi, blk0 = w.blk0, n_blocks = w.n_blocks;
-  // Walk order: step it reads block blk_at(it) = blk0 + (it + rot) mod n_blocks, rotated per (batch, split), so the
-  // CTAs running at once read at unrelated offsets (contiguous sequences and splits start a power of two apart, which
-  // piles the concurrent reads onto the same DRAM channels); the heads of one sequence stay in step.
-  const int rot = n_blocks > 0 ? (int)(((unsigned)b * 97u + (unsigned)split * 41u) % (unsigned)n_blocks) : 0;
-  auto blk_at = [&](int it) {
-    const int x = it + rot;
-    return blk0 + (x >= n_blocks ? x - n_blocks : x);
-  };
-
   const unsigned sQ = smem_u32(fa_smem);
   const unsigned sK = sQ + (unsigned)kQBytes;
   const unsigned sV = sK + (unsigned)(kStages * kKSlot);
@@ -240,7 +231,7 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
 #pragma unroll
       for (int t = 0; t < kPgPer; ++t) {
         const int r = tid + t * kThreads;
-        const int j = blk_at(blk) * kBlockN + r;
+        const int j = (blk0 + blk) * kBlockN + r;
         if (r < kBlockN && j < key_hi) cp_async4(smem_u32(pw + r), bt + (j >> a.page_shift), 4);
       }
     };
@@ -250,7 +241,7 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
 #pragma unroll
         for (int t = 0; t < kPgPer; ++t) {
           const int r = tid + t * kThreads;
-          const int j = blk_at(s) * kBlockN + r;
+          const int j = (blk0 + s) * kBlockN + r;
           if (r < kBlockN && s < n_blocks && j < key_hi) ring[(s % kRing) * kBlockN + r] = bt[j >> a.page_shift];
         }
       __syncthreads();
@@ -259,7 +250,7 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
     auto issue = [&](int it) {
       if (it < n_blocks) {
         const int slot = it % kStages;
-        const int kn = blk_at(it) * kBlockN;
+        const int kn = (blk0 + it) * kBlockN;
         const int* pr = ring + (it % kRing) * kBlockN;
         if constexpr (kPagedFast) {
           if (kv_same) {
@@ -327,7 +318,7 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
 
     for (int it = 0; it < n_blocks; ++it) {
       const int slot = it % kStages;
-      const int kn = blk_at(it) * kBlockN;
+      const int kn = (blk0 + it) * kBlockN;
       cp_wait<kStages - 2>();
       // Paged: whether a row of this block (inside the used length) names a page outside the pool, decided by the
       // block barrier itself (its ring entries landed with an earlier group); blocks without one mask like
