@@ -85,9 +85,10 @@ struct RowMap {
   static constexpr bool kRegular = kThreads % kChunks == 0 && kStep > 0 && kBlockN % kStep == 0;
   static constexpr int kIters = kRegular ? kBlockN / kStep : 1;
 };
-// Paged fast path: K and V rows of a block copied from page indices held in registers (one batch of shared loads per
-// block, shared by K and V, 32-bit page arithmetic), when the maps are regular and equal.
-constexpr bool kPagedFast = fa_cfg::kPaged && RowMap<kDPad>::kRegular && kDPad == kDVPad;
+// Fast issue path (paged and contiguous): K and V rows of a block copied together, one element offset per row for
+// both (same strides), paged from page indices held in registers (one batch of shared loads per block), when the
+// maps are regular and equal.
+constexpr bool kFastIssue = RowMap<kDPad>::kRegular && kDPad == kDVPad;
 
 // Copies one block of ROWS rows x COLS columns (padded to PCOLS, zero-filled beyond COLS) into a slot: row r comes
 // from row_src(r) (null: zero-filled; `dummy` is any valid address, never read).
@@ -218,7 +219,7 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
 
   if (n_blocks > 0) {
     load_q<kRows>(a, sQ, tid, b, g, r0, rows);  // Q: the tile's packed rows (zero-filled past the last row)
-    // Paged fast path facts: K and V pools with the same strides (one offset per row), the page mask, the head.
+    // Fast issue path facts: K and V with the same strides (one offset per row), the page mask, the head.
     [[maybe_unused]] const bool kv_same = a.k_sb == a.v_sb && a.k_ss == a.v_ss && a.k_sh == a.v_sh;
     [[maybe_unused]] const int pmask = a.page_size - 1;
     [[maybe_unused]] const long long ghead = (long long)g * a.k_sh;
@@ -252,7 +253,7 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
         const int slot = it % kStages;
         const int kn = (blk0 + it) * kBlockN;
         const int* pr = ring + (it % kRing) * kBlockN;
-        if constexpr (kPagedFast) {
+        if constexpr (kFastIssue) {
           if (kv_same) {
             // Page indices of the thread's rows first (shared loads back to back, then no shared read between the
             // copies); one element offset per row serves K and V (same strides); rows past the used length or on a
@@ -262,18 +263,20 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
             const bool col_ok = kDPad == kD || ch * 8 < kD;
             int pg[M::kIters];
 #pragma unroll
-            for (int i = 0; i < M::kIters; ++i) pg[i] = pr[rb + i * M::kStep];
+            for (int i = 0; i < M::kIters; ++i) pg[i] = fa_cfg::kPaged ? pr[rb + i * M::kStep] : 0;
             const unsigned dk = sK + (unsigned)(slot * kKSlot), dv = sV + (unsigned)(slot * kVSlot);
 #pragma unroll
             for (int i = 0; i < M::kIters; ++i) {
               const int r = rb + i * M::kStep;
               const int j = kn + r;
-              const bool ok = col_ok && j < key_hi && (unsigned)pg[i] < (unsigned)a.num_pages;
-              const long long off = (long long)pg[i] * a.k_sb + (long long)(j & pmask) * a.k_ss + ghead + ch * 8;
+              const bool ok = col_ok && j < key_hi && (!fa_cfg::kPaged || (unsigned)pg[i] < (unsigned)a.num_pages);
+              const long long off = fa_cfg::kPaged
+                                        ? (long long)pg[i] * a.k_sb + (long long)(j & pmask) * a.k_ss + ghead + ch * 8
+                                        : kbase_off + (long long)j * a.k_ss + ch * 8;
               cp_async16(dk + fa_smem_off<kPitchK>(r, ch), ok ? (const void*)(kpool + off) : kpool, ok ? 16 : 0);
               cp_async16(dv + fa_smem_off<kPitchV>(r, ch), ok ? (const void*)(vpool + off) : vpool, ok ? 16 : 0);
             }
-            table_async(it + kStages);
+            if constexpr (fa_cfg::kPaged) table_async(it + kStages);
             cp_commit();
             return;
           }
