@@ -10,6 +10,8 @@ enable_gqa=True, is_causal=False (where a backend refuses enable_gqa, k / v repe
 that fits in memory; else n/a). Times: median of per-call CUDA-event times, calls enqueued back to back (~25 ms of calls and a warmup first;
 fa's first call compiles, outside the timing). KV read rate = bytes of K and V read (B * S * 8 * 128 * 2 * 2) / time.
 Copy bandwidth: a 2 GiB device-to-device copy, (read + write bytes) / time, median of 20.
+MLA cells (mla_cell): batch 1 / 32 / 128 x keys 4k / 32k, d 576 / dv 512, 128 query heads over one latent KV head,
+paged (page 64), v = k[..., :512]; fa only (SDPA's backends do not take these head dims).
 
   FA_LIBRARY=build-dev/lib/libfa.so PYTHONPATH=python python3 bench/bench_decode.py --json out.json
 """

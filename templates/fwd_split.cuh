@@ -28,7 +28,8 @@
 // rows names a page outside the pool (the loop's barrier is a __syncthreads_or of that). The shared-memory plan is
 // fwd_split_layout.cuh. Masks are bottom-right aligned to the used length: key j is visible to token i iff
 // lo(i) <= j < hi(i), lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq + win_right + 1 (win_right >= 0).
-// Paged and contiguous caches give the same bits (the shared tiles and the arithmetic are identical).
+// Contiguous caches issue their blocks the same way (one offset per row for K and V). Paged and contiguous caches
+// give the same bits (the shared tiles and the arithmetic are identical).
 // Wide heads (> 256: MLA) take fwd_split_wide.cuh's body (64 rows per CTA, warps split dv). Reads fa_cfg: kDtype,
 // kHeadDim, kHeadDimV (<= 576 / 512), kMask, kHasAlibi, kHasSoftcap, kHasLse, kPaged, kBlockN,
 // kWarps, kStages. No bias, no varlen (the family's covers()).
@@ -178,6 +179,25 @@ FA_DEVICE const unsigned short* kv_row(const FaFwdArgs& a, const unsigned short*
   }
 }
 
+// Page indices of step `blk` of the run (its rows below key_hi) into ring entry blk % RING: by 4-byte cp.async in the
+// caller's commit group (ASYNC), or by plain loads (the prologue).
+template <int RING, bool ASYNC>
+FA_DEVICE void ring_load(const FaFwdArgs& a, int* ring, const int* bt, int tid, int blk, int blk0, int key_hi) {
+  constexpr int kPgPer = (kBlockN + kThreads - 1) / kThreads;
+  int* pw = ring + (blk % RING) * kBlockN;
+#pragma unroll
+  for (int t = 0; t < kPgPer; ++t) {
+    const int r = tid + t * kThreads;
+    const int j = (blk0 + blk) * kBlockN + r;
+    if (r < kBlockN && j < key_hi) {
+      if constexpr (ASYNC)
+        cp_async4(smem_u32(pw + r), bt + (j >> a.page_shift), 4);
+      else
+        pw[r] = bt[j >> a.page_shift];
+    }
+  }
+}
+
 // The narrow kernel (head dims <= 256): warps split the keys (the header comment).
 template <int kUnused>
 FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
@@ -225,26 +245,13 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
     [[maybe_unused]] const long long ghead = (long long)g * a.k_sh;
     // ---- page indices (paged): blocks 0..kStages-1 read here; block t + kStages joins the commit group of block
     // t's K / V copies (4-byte cp.async into the ring), so it lands before block t + kStages is issued ----
-    constexpr int kPgPer = (kBlockN + kThreads - 1) / kThreads;
     auto table_async = [&](int blk) {
-      if (blk >= n_blocks) return;
-      int* pw = ring + (blk % kRing) * kBlockN;
-#pragma unroll
-      for (int t = 0; t < kPgPer; ++t) {
-        const int r = tid + t * kThreads;
-        const int j = (blk0 + blk) * kBlockN + r;
-        if (r < kBlockN && j < key_hi) cp_async4(smem_u32(pw + r), bt + (j >> a.page_shift), 4);
-      }
+      if (blk < n_blocks) ring_load<kRing, true>(a, ring, bt, tid, blk, blk0, key_hi);
     };
     if constexpr (fa_cfg::kPaged) {
 #pragma unroll
       for (int s = 0; s < kStages; ++s)
-#pragma unroll
-        for (int t = 0; t < kPgPer; ++t) {
-          const int r = tid + t * kThreads;
-          const int j = (blk0 + s) * kBlockN + r;
-          if (r < kBlockN && s < n_blocks && j < key_hi) ring[(s % kRing) * kBlockN + r] = bt[j >> a.page_shift];
-        }
+        if (s < n_blocks) ring_load<kRing, false>(a, ring, bt, tid, s, blk0, key_hi);
       __syncthreads();
     }
     // Issues the copies of block `it` (one commit group, empty past the last block).

@@ -82,26 +82,13 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
 
   if (n_blocks > 0) {
     load_q<kR>(a, sQ, tid, b, g, r0, rows);
-    constexpr int kPgPer = (kBlockN + kThreads - 1) / kThreads;
     auto table_async = [&](int blk) {
-      if (blk >= n_blocks) return;
-      int* pw = ring + (blk % kRingW) * kBlockN;
-#pragma unroll
-      for (int t = 0; t < kPgPer; ++t) {
-        const int r = tid + t * kThreads;
-        const int j = (blk0 + blk) * kBlockN + r;
-        if (r < kBlockN && j < key_hi) cp_async4(smem_u32(pw + r), bt + (j >> a.page_shift), 4);
-      }
+      if (blk < n_blocks) ring_load<kRingW, true>(a, ring, bt, tid, blk, blk0, key_hi);
     };
     if constexpr (fa_cfg::kPaged) {
 #pragma unroll
       for (int s = 0; s < kSt; ++s)
-#pragma unroll
-        for (int t = 0; t < kPgPer; ++t) {
-          const int r = tid + t * kThreads;
-          const int j = (blk0 + s) * kBlockN + r;
-          if (r < kBlockN && s < n_blocks && j < key_hi) ring[(s % kRingW) * kBlockN + r] = bt[j >> a.page_shift];
-        }
+        if (s < n_blocks) ring_load<kRingW, false>(a, ring, bt, tid, s, blk0, key_hi);
     }
     __syncthreads();
     auto issue = [&](int it) {
@@ -287,7 +274,8 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
           a.part_lse[row] = (l > 0.f && mrow != FA_SPLIT_NEG_INF) ? (mrow + __log2f(l)) * 0.6931471805599453f
                                                                    : FA_SPLIT_NEG_INF;
       } else {
-        T* op = (T*)a.o + (long long)b * a.o_sb + (long long)i * a.o_ss + (long long)h * a.o_sh + warp * kColsW + tq * 2;
+        T* op = (T*)a.o + (long long)b * a.o_sb + (long long)i * a.o_ss + (long long)h * a.o_sh + warp * kColsW +
+                tq * 2;
 #pragma unroll
         for (int n = 0; n < kNT; ++n)
           if (kDVPad == kDV || warp * kColsW + n * 8 + tq * 2 < kDV)

@@ -402,8 +402,10 @@ TEST(GpuDecode, MlaWideHeadsMatchTheOracle) {
   REQUIRE_GPU();
   std::mt19937_64 rng(test_seed() + 2106);
   struct Case { int dtype, batch, sq, cap, hq, mask, splits; };
-  const Case cases[] = {{FA_DTYPE_BF16, 3, 1, 300, 128, FA_MASK_NONE, 0},   {FA_DTYPE_BF16, 2, 1, 1000, 128, FA_MASK_NONE, 1},
-                        {FA_DTYPE_FP16, 3, 5, 200, 16, FA_MASK_CAUSAL, 3},  {FA_DTYPE_BF16, 1, 2, 4100, 128, FA_MASK_CAUSAL, 0},
+  const Case cases[] = {{FA_DTYPE_BF16, 3, 1, 300, 128, FA_MASK_NONE, 0},
+                        {FA_DTYPE_BF16, 2, 1, 1000, 128, FA_MASK_NONE, 1},
+                        {FA_DTYPE_FP16, 3, 5, 200, 16, FA_MASK_CAUSAL, 3},
+                        {FA_DTYPE_BF16, 1, 2, 4100, 128, FA_MASK_CAUSAL, 0},
                         {FA_DTYPE_BF16, 3, 1, 96, 64, FA_MASK_NONE, 7}};
   for (const Case& cs : cases) {
     DecodeSpec s;

@@ -103,7 +103,8 @@ int split_count(const ProblemDesc& p, int block_n, int split_target) {
   const int nblk = std::max(1, (p.seqlen_k + block_n - 1) / block_n);
   if (p.num_splits > 0) return std::min(p.num_splits, nblk);
   const int sms = p.sm_count > 0 ? p.sm_count : kDefaultSms;
-  const double base = static_cast<double>(p.batch) * p.heads_kv * row_tiles(p.seqlen_q, p.heads_q / p.heads_kv, p.head_dim, p.head_dim_v);
+  const double base = static_cast<double>(p.batch) * p.heads_kv *
+                      row_tiles(p.seqlen_q, p.heads_q / p.heads_kv, p.head_dim, p.head_dim_v);
   const double slots = static_cast<double>(split_target) * sms;
   const int cap = std::min(kMaxSplits, std::max(1, nblk / kMinBlocksPerSplit));
   auto eff = [&](int n) {
