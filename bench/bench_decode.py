@@ -7,9 +7,11 @@ Cells: batch 1 / 8 / 64 x keys 4k / 32k / 128k, 32 query heads over 8 KV heads, 
 no mask; fa contiguous and paged (page 16 and 64; pages in a random order, the same values as the contiguous cache,
 so paged and contiguous outputs must agree bit for bit). SDPA gets q [B, 32, 1, 128] and k / v [B, 8, S, 128] with
 enable_gqa=True, is_causal=False (where a backend refuses enable_gqa, k / v repeated to 32 heads beforehand when
-that fits in memory; else n/a). Times: median of per-call CUDA-event times, calls enqueued back to back (warmup first;
+that fits in memory; else n/a). Times: median of per-call CUDA-event times, calls enqueued back to back (~25 ms of calls and a warmup first;
 fa's first call compiles, outside the timing). KV read rate = bytes of K and V read (B * S * 8 * 128 * 2 * 2) / time.
 Copy bandwidth: a 2 GiB device-to-device copy, (read + write bytes) / time, median of 20.
+MLA cells (mla_cell): batch 1 / 32 / 128 x keys 4k / 32k, d 576 / dv 512, 128 query heads over one latent KV head,
+paged (page 64), v = k[..., :512]; fa only (SDPA's backends do not take these head dims).
 
   FA_LIBRARY=build-dev/lib/libfa.so PYTHONPATH=python python3 bench/bench_decode.py --json out.json
 """
@@ -39,6 +41,17 @@ from bench_peers import event_times  # noqa: E402  (per-call CUDA-event times, c
 HQ, HKV, D = 32, 8, 128
 
 
+def timed(fn, args):
+    """Median per-call time (ms): calls for ~25 ms first (clocks up, caches and TLBs warm, the same for every
+    backend), then event_times' warmup and timed calls."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.025:
+        fn()
+        torch.cuda.synchronize()
+    return statistics.median(event_times(fn, args.warmup, args.iters))
+
+
 def copy_bandwidth():
     n = 1 << 30  # 2 GiB of bf16
     x = torch.empty(n, dtype=torch.bfloat16, device="cuda")
@@ -63,7 +76,7 @@ class FaDecode:
         p = _lib.new_params()
         p.dtype = S.FA_DTYPE_BF16
         b, sq, hq, d = q.shape
-        p.batch, p.seqlen_q, p.heads_q, p.heads_kv, p.head_dim, p.head_dim_v = b, sq, hq, k.shape[2], d, d
+        p.batch, p.seqlen_q, p.heads_q, p.heads_kv, p.head_dim, p.head_dim_v = b, sq, hq, k.shape[2], d, v.shape[-1]
         p.q = q.data_ptr()
         p.q_stride_batch, p.q_stride_seq, p.q_stride_head = q.stride()[:3]
         p.o = o.data_ptr()
@@ -125,12 +138,46 @@ def sdpa_call(backend_name, q, k, v):
     return rep, out.transpose(1, 2), "repeat"
 
 
+MLA_HQ, MLA_D, MLA_DV, MLA_PAGE = 128, 576, 512, 64
+
+
+def mla_cell(ctx, b, sk, args):
+    """MLA decode: q [B, 1, 128, 576] over one latent head, paged (page 64, random page order); v is the first 512
+    columns of k (the latent cache, as DeepSeek's layout stores it). Rate = latent cache bytes (B * S * 576 * 2) /
+    time; TFLOP/s = B * 128 * S * (576 + 512) * 2 / time. Checked against torch (float32) at the smaller cells."""
+    q = torch.randn(b, 1, MLA_HQ, MLA_D, dtype=torch.bfloat16, device="cuda")
+    npages = b * sk // MLA_PAGE
+    perm = torch.randperm(npages, device="cuda")
+    kp = torch.randn(npages, MLA_PAGE, 1, MLA_D, dtype=torch.bfloat16, device="cuda")
+    vp = kp[..., :MLA_DV]
+    table = perm.view(b, sk // MLA_PAGE).to(torch.int32).contiguous()
+    o = torch.empty(b, 1, MLA_HQ, MLA_DV, dtype=torch.bfloat16, device="cuda")
+    call = FaDecode(ctx, q, kp, vp, o, block_table=table, page_size=MLA_PAGE)
+    t = timed(call, args)
+    row = {"batch": b, "seqlen_k": sk, "heads_q": MLA_HQ, "heads_kv": 1, "head_dim": MLA_D, "head_dim_v": MLA_DV,
+           "page_size": MLA_PAGE, "dtype": "bf16", "fa_key": call.key, "fa_ms": t,
+           "fa_cache_tbps": b * sk * MLA_D * 2 / (t * 1e-3) / 1e12,
+           "fa_tflops": b * MLA_HQ * sk * (MLA_D + MLA_DV) * 2 / (t * 1e-3) / 1e12}
+    if b * sk <= 32 * 4096:
+        call()
+        torch.cuda.synchronize()
+        kc = kp[table.long()].reshape(b, sk, MLA_D).float()
+        s = torch.einsum("bhd,bkd->bhk", q[:, 0].float(), kc) / MLA_D ** 0.5
+        ref = torch.einsum("bhk,bkd->bhd", torch.softmax(s, -1), kc[..., :MLA_DV])
+        row["max_abs_diff_vs_torch"] = (o[:, 0].float() - ref).abs().max().item()
+    del q, kp, vp, o, call
+    torch.cuda.empty_cache()
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", required=True)
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--keys", default="4096,32768,131072")
     ap.add_argument("--pages", default="16,64")
+    ap.add_argument("--mla-batches", default="1,32,128")
+    ap.add_argument("--mla-keys", default="4096,32768")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     args = ap.parse_args()
@@ -151,14 +198,14 @@ def main():
             call = FaDecode(ctx, q, k, v, o)
             row["fa_key"] = call.key
             row["fa_splits_workspace_bytes"] = call.p.workspace_size
-            t = statistics.median(event_times(call, args.warmup, args.iters))
+            t = timed(call, args)
             row["fa_ms"] = t
             row["fa_kv_tbps"] = kv_bytes / (t * 1e-3) / 1e12
             o_ref = None
             for name, backend in (("FA2", "FLASH_ATTENTION"), ("cuDNN", "CUDNN_ATTENTION")):
                 try:
                     fn, out, how = sdpa_call(backend, q, k, v)
-                    row[f"{name}_ms"] = statistics.median(event_times(fn, args.warmup, args.iters))
+                    row[f"{name}_ms"] = timed(fn, args)
                     row[f"{name}_how"] = how
                     if o_ref is None:
                         o_ref = out
@@ -172,7 +219,7 @@ def main():
             best = min([row[x] for x in ("FA2_ms", "cuDNN_ms") if row.get(x)] or [float("nan")])
             row["fa_over_best"] = best / t if best == best else None
             o_contig = o.clone()
-            for ps in [int(x) for x in args.pages.split(",")]:
+            for ps in [int(x) for x in args.pages.split(",") if x]:
                 npages = b * sk // ps
                 perm = torch.randperm(npages, device="cuda")
                 kp = torch.empty(npages, ps, HKV, D, dtype=torch.bfloat16, device="cuda")
@@ -182,7 +229,7 @@ def main():
                 table = perm.view(b, sk // ps).to(torch.int32).contiguous()
                 op = torch.empty_like(o)
                 pc = FaDecode(ctx, q, kp, vp, op, block_table=table, page_size=ps)
-                tp = statistics.median(event_times(pc, args.warmup, args.iters))
+                tp = timed(pc, args)
                 pc()
                 torch.cuda.synchronize()
                 row[f"paged{ps}_ms"] = tp
@@ -190,13 +237,19 @@ def main():
                 row[f"paged{ps}_over_contiguous"] = t / tp
                 row[f"paged{ps}_bit_exact"] = bool(torch.equal(op, o_contig))
                 del kp, vp, pc
+            row["fa_ms_again"] = timed(call, args)  # the contiguous run once more, after the other backends
             rows.append(row)
             del q, k, v, o, call
             torch.cuda.empty_cache()
             print(json.dumps(row), flush=True)
+    mla_rows = []
+    for b in [int(x) for x in args.mla_batches.split(",") if x]:
+        for sk in [int(x) for x in args.mla_keys.split(",") if x]:
+            mla_rows.append(mla_cell(ctx, b, sk, args))
+            print(json.dumps(mla_rows[-1]), flush=True)
     bw1 = copy_bandwidth()
     out = {"device": dev, "host": platform.node(), "torch": torch.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-           "copy_bandwidth_tbps": [bw0, bw1], "rows": rows}
+           "copy_bandwidth_tbps": [bw0, bw1], "rows": rows, "mla_rows": mla_rows}
     Path(args.json).write_text(json.dumps(out, indent=1))
     print(f"copy bandwidth {bw0:.3f} / {bw1:.3f} TB/s (before / after)")
     print(f"{'batch':>5} {'keys':>7} {'fa ms':>8} {'FA2 ms':>8} {'cuDNN ms':>8} {'fa/best':>7} {'fa TB/s':>7} "
@@ -205,6 +258,12 @@ def main():
         f = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
         print(f"{r['batch']:>5} {r['seqlen_k']:>7} {f(r['fa_ms']):>8} {f(r.get('FA2_ms')):>8} {f(r.get('cuDNN_ms')):>8} "
               f"{f(r.get('fa_over_best')):>7} {r['fa_kv_tbps']:7.2f} {f(r.get('paged16_ms')):>8} {f(r.get('paged64_ms')):>8}")
+    if mla_rows:
+        print(f"MLA (d {MLA_D} / dv {MLA_DV}, {MLA_HQ} q heads over 1 latent head, paged {MLA_PAGE}, v = k[..., :{MLA_DV}])")
+        print(f"{'batch':>5} {'keys':>7} {'fa ms':>8} {'cache TB/s':>10} {'TFLOP/s':>8} {'max err':>8}")
+        for r in mla_rows:
+            print(f"{r['batch']:>5} {r['seqlen_k']:>7} {r['fa_ms']:8.3f} {r['fa_cache_tbps']:10.2f} {r['fa_tflops']:8.1f} "
+                  f"{r.get('max_abs_diff_vs_torch', float('nan')):8.4f}")
 
 
 if __name__ == "__main__":

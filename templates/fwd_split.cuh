@@ -22,11 +22,16 @@
 // block_table[b][j >> page_shift]; the page indices of block t + kStages are copied (4-byte cp.async) into a ring in
 // shared memory (2 kStages x kBlockN entries) in the commit group of block t's K / V, so they land before block
 // t + kStages is issued and no thread waits on a table read; an index outside [0, num_pages) masks its keys (never
-// read), so each key row costs one table read and the copies never wait for it. The shared-memory plan is
+// read), so each key row costs one table read and the copies never wait for it. Issuing a block, a thread first reads
+// the page indices of its rows (one batch of shared loads, when its rows and chunk column are the same for K and V)
+// and computes one element offset per row that serves K and V (same strides); a block masks only when one of its
+// rows names a page outside the pool (the loop's barrier is a __syncthreads_or of that). The shared-memory plan is
 // fwd_split_layout.cuh. Masks are bottom-right aligned to the used length: key j is visible to token i iff
 // lo(i) <= j < hi(i), lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq + win_right + 1 (win_right >= 0).
-// Paged and contiguous caches give the same bits (the shared tiles and the arithmetic are identical).
-// Reads fa_cfg: kDtype, kHeadDim, kHeadDimV (<= 256), kMask, kHasAlibi, kHasSoftcap, kHasLse, kPaged, kBlockN,
+// Contiguous caches issue their blocks the same way (one offset per row for K and V). Paged and contiguous caches
+// give the same bits (the shared tiles and the arithmetic are identical).
+// Wide heads (> 256: MLA) take fwd_split_wide.cuh's body (64 rows per CTA, warps split dv). Reads fa_cfg: kDtype,
+// kHeadDim, kHeadDimV (<= 576 / 512), kMask, kHasAlibi, kHasSoftcap, kHasLse, kPaged, kBlockN,
 // kWarps, kStages. No bias, no varlen (the family's covers()).
 #ifndef FA_FWD_SPLIT_CUH
 #define FA_FWD_SPLIT_CUH
@@ -63,14 +68,28 @@ constexpr int kRing = 2 * kStages;        // page ring entries (blocks): blocks 
 constexpr bool kFeat = fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap;
 #define FA_SPLIT_NEG_INF __int_as_float(0xff800000)
 
+constexpr bool kWide = fa_split_wide(kD, kDV);  // MLA-sized heads: fa_split_wide_kernel
 static_assert(fa_cfg::kDtype == 1 || fa_cfg::kDtype == 2, "fwd_split: fp16 or bf16 only");
-static_assert(kWN % 16 == 0, "fwd_split: 16 or more keys per warp (multiple of 16)");
 static_assert(kStages >= 2 && kStages <= 4, "fwd_split: 2..4 stages");
-static_assert(kD % 8 == 0 && kDV % 8 == 0 && kD <= 256 && kDV <= 256, "fwd_split: head dims");
+static_assert(kD % 8 == 0 && kDV % 8 == 0 && kD <= 576 && kDV <= 512, "fwd_split: head dims");
 static_assert(kQBytes % 128 == 0 && kKSlot % 128 == 0 && kVSlot % 128 == 0 && kSlots % 128 == 0,
               "fwd_split: tiles 128-byte aligned");
 
 typedef FaElem<fa_cfg::kDtype> E;
+
+// The thread -> (row, chunk) map of a block copy of PCOLS padded columns: regular when every thread keeps one chunk
+// column and walks rows tid / kChunks + i * kStep (i < kIters), so K and V (same padded width) share the rows.
+template <int PCOLS>
+struct RowMap {
+  static constexpr int kChunks = PCOLS / 8;
+  static constexpr int kStep = kThreads / kChunks;  // rows per pass of all threads
+  static constexpr bool kRegular = kThreads % kChunks == 0 && kStep > 0 && kBlockN % kStep == 0;
+  static constexpr int kIters = kRegular ? kBlockN / kStep : 1;
+};
+// Fast issue path (paged and contiguous): K and V rows of a block copied together, one element offset per row for
+// both (same strides), paged from page indices held in registers (one batch of shared loads per block), when the
+// maps are regular and equal.
+constexpr bool kFastIssue = RowMap<kDPad>::kRegular && kDPad == kDVPad;
 
 // Copies one block of ROWS rows x COLS columns (padded to PCOLS, zero-filled beyond COLS) into a slot: row r comes
 // from row_src(r) (null: zero-filled; `dummy` is any valid address, never read).
@@ -91,10 +110,99 @@ FA_DEVICE void load_block(unsigned sdst, int tid, const void* dummy, RowSrc row_
   }
 }
 
-}  // namespace fa_split
+// What a CTA of ROWS packed rows at tile r0 works on: its sequence's used lengths, its rows, the keys seen by some
+// row [key_lo, key_hi) and by every row [full_lo, full_hi), and its split's run of key blocks [blk0, blk0 + n_blocks)
+// (both kernels; `rows` <= 0: the tile is past the packed rows and the CTA returns).
+struct SplitWork {
+  int sq, sk, rows, key_lo, key_hi, full_lo, full_hi, blk0, n_blocks;
+};
+template <int ROWS>
+FA_DEVICE SplitWork split_work(const FaFwdArgs& a, int b, int r0, int split, int ns) {
+  SplitWork w;
+  const FaSeq seq = fa_seq_used(a, b);
+  w.sq = seq.sq;
+  w.sk = seq.sk;
+  const int group = a.group, sq = w.sq, sk = w.sk;
+  w.rows = min(ROWS, sq * group - r0);
+  const int i_first = r0 / group, i_last = (r0 + max(w.rows, 1) - 1) / group;
+  w.key_lo = 0, w.key_hi = sk, w.full_lo = 0, w.full_hi = sk;
+  if constexpr (fa_cfg::kMask != 0) {
+    if (a.win_left >= 0) {
+      w.key_lo = max(0, i_first + sk - sq - a.win_left);
+      w.full_lo = max(0, i_last + sk - sq - a.win_left);
+    }
+    if (a.win_right >= 0) {
+      w.key_hi = min(sk, i_last + sk - sq + a.win_right + 1);
+      w.full_hi = min(sk, i_first + sk - sq + a.win_right + 1);
+    }
+  }
+  const int nb_lo = w.key_lo / kBlockN;
+  const int nb_hi = w.key_hi > w.key_lo ? (w.key_hi + kBlockN - 1) / kBlockN : nb_lo;
+  const int per_split = (nb_hi - nb_lo + ns - 1) / ns;
+  w.blk0 = nb_lo + split * per_split;
+  w.n_blocks = max(0, min(nb_hi, w.blk0 + per_split) - w.blk0);
+  return w;
+}
 
-extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
-  using namespace fa_split;
+// Copies the tile's ROWS packed rows of Q (zero-filled past `rows` and past head_dim) into sQ (pitch kPitchQ) and
+// commits them as one group.
+template <int ROWS>
+FA_DEVICE void load_q(const FaFwdArgs& a, unsigned sQ, int tid, int b, int g, int r0, int rows) {
+  constexpr int kChunks = kDPad / 8;
+  const int group = a.group;
+  for (int idx = tid; idx < ROWS * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, ch = idx % kChunks;
+    const int R = r0 + r;
+    const bool ok = r < rows && ch * 8 < kD;
+    const unsigned short* src = nullptr;
+    if (ok) {
+      const int i = R / group, h = g * group + (R - (R / group) * group);
+      src = (const unsigned short*)a.q + (long long)b * a.q_sb + (long long)i * a.q_ss + (long long)h * a.q_sh + ch * 8;
+    }
+    cp_async16(sQ + fa_smem_off<kPitchQ>(r, ch), ok ? (const void*)src : a.q, ok ? 16 : 0);
+  }
+  cp_commit();
+}
+
+// Row j of the K (or V) cache of (b, g) for load_block: pool + base (contiguous: the sequence's row 0), or page pr[r]
+// of the pool (paged; page strides sb / ss / sh); null (zero-filled, never read) past the used length or on a page
+// outside the pool.
+FA_DEVICE const unsigned short* kv_row(const FaFwdArgs& a, const unsigned short* pool, long long base, long long sb,
+                                       long long ss, long long sh, int g, const int* pr, int r, int j, int key_hi) {
+  if (j >= key_hi) return nullptr;
+  if constexpr (fa_cfg::kPaged) {
+    const int p = pr[r];
+    if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;  // outside the pool: never read
+    return pool + (long long)p * sb + (long long)(j & (a.page_size - 1)) * ss + (long long)g * sh;
+  } else {
+    return pool + base + (long long)j * ss;
+  }
+}
+
+// Page indices of step `blk` of the run (its rows below key_hi) into ring entry blk % RING: by 4-byte cp.async in the
+// caller's commit group (ASYNC), or by plain loads (the prologue).
+template <int RING, bool ASYNC>
+FA_DEVICE void ring_load(const FaFwdArgs& a, int* ring, const int* bt, int tid, int blk, int blk0, int key_hi) {
+  constexpr int kPgPer = (kBlockN + kThreads - 1) / kThreads;
+  int* pw = ring + (blk % RING) * kBlockN;
+#pragma unroll
+  for (int t = 0; t < kPgPer; ++t) {
+    const int r = tid + t * kThreads;
+    const int j = (blk0 + blk) * kBlockN + r;
+    if (r < kBlockN && j < key_hi) {
+      if constexpr (ASYNC)
+        cp_async4(smem_u32(pw + r), bt + (j >> a.page_shift), 4);
+      else
+        pw[r] = bt[j >> a.page_shift];
+    }
+  }
+}
+
+// The narrow kernel (head dims <= 256): warps split the keys (the header comment).
+template <int kUnused>
+FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
+  static_assert(kUnused == 0 && kWN % 16 == 0, "fwd_split: 16 or more keys per warp (multiple of 16)");
+  static_assert(kUnused == 0 && kD <= 256 && kDV <= 256, "fwd_split: narrow head dims");
   extern __shared__ __attribute__((aligned(128))) unsigned char fa_smem[];
   typedef unsigned short T;
 
@@ -105,31 +213,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   const int b = (int)blockIdx.z;
   const int group = a.group;
   const int r0 = (int)blockIdx.y * kRows;  // first packed row of the tile
-  const FaSeq seq = fa_seq_used(a, b);
-  const int sq = seq.sq, sk = seq.sk;
-  const int packed = sq * group;
-  if (r0 >= packed) return;
-  const int rows = min(kRows, packed - r0);
-  const int i_first = r0 / group, i_last = (r0 + rows - 1) / group;
-
-  // Keys seen by some row of the tile [key_lo, key_hi), and by every row [full_lo, full_hi).
-  int key_lo = 0, key_hi = sk, full_lo = 0, full_hi = sk;
-  if constexpr (fa_cfg::kMask != 0) {
-    if (a.win_left >= 0) {
-      key_lo = max(0, i_first + sk - sq - a.win_left);
-      full_lo = max(0, i_last + sk - sq - a.win_left);
-    }
-    if (a.win_right >= 0) {
-      key_hi = min(sk, i_last + sk - sq + a.win_right + 1);
-      full_hi = min(sk, i_first + sk - sq + a.win_right + 1);
-    }
-  }
-  const int nb_lo = key_lo / kBlockN;
-  const int nb_hi = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN : nb_lo;
-  const int per_split = (nb_hi - nb_lo + ns - 1) / ns;
-  const int blk0 = nb_lo + split * per_split;
-  const int n_blocks = max(0, min(nb_hi, blk0 + per_split) - blk0);
-
+  const SplitWork w = split_work<kRows>(a, b, r0, split, ns);
+  if (w.rows <= 0) return;
+  const int sq = w.sq, sk = w.sk, rows = w.rows, packed = sq * group;
+  const int key_hi = w.key_hi, full_lo = w.full_lo, full_hi = w.full_hi, blk0 = w.blk0, n_blocks = w.n_blocks;
   const unsigned sQ = smem_u32(fa_smem);
   const unsigned sK = sQ + (unsigned)kQBytes;
   const unsigned sV = sK + (unsigned)(kStages * kKSlot);
@@ -151,44 +238,20 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   const float mul = kFeat ? 1.f : a.scale_log2;  // feature-path scores are already scaled, in log2 units
 
   if (n_blocks > 0) {
-    // ---- Q: the tile's packed rows (zero-filled past the last row) ----
-    {
-      constexpr int kChunks = kDPad / 8;
-      for (int idx = tid; idx < kRows * kChunks; idx += kThreads) {
-        const int r = idx / kChunks, ch = idx % kChunks;
-        const int R = r0 + r;
-        const bool ok = r < rows && ch * 8 < kD;
-        const T* src = nullptr;
-        if (ok) {
-          const int i = R / group, h = g * group + (R - (R / group) * group);
-          src = (const T*)a.q + (long long)b * a.q_sb + (long long)i * a.q_ss + (long long)h * a.q_sh + ch * 8;
-        }
-        cp_async16(sQ + fa_smem_off<kPitchQ>(r, ch), ok ? (const void*)src : a.q, ok ? 16 : 0);
-      }
-      cp_commit();
-    }
+    load_q<kRows>(a, sQ, tid, b, g, r0, rows);  // Q: the tile's packed rows (zero-filled past the last row)
+    // Fast issue path facts: K and V with the same strides (one offset per row), the page mask, the head.
+    [[maybe_unused]] const bool kv_same = a.k_sb == a.v_sb && a.k_ss == a.v_ss && a.k_sh == a.v_sh;
+    [[maybe_unused]] const int pmask = a.page_size - 1;
+    [[maybe_unused]] const long long ghead = (long long)g * a.k_sh;
     // ---- page indices (paged): blocks 0..kStages-1 read here; block t + kStages joins the commit group of block
     // t's K / V copies (4-byte cp.async into the ring), so it lands before block t + kStages is issued ----
-    constexpr int kPgPer = (kBlockN + kThreads - 1) / kThreads;
     auto table_async = [&](int blk) {
-      if (blk >= n_blocks) return;
-      int* pw = ring + (blk % kRing) * kBlockN;
-#pragma unroll
-      for (int t = 0; t < kPgPer; ++t) {
-        const int r = tid + t * kThreads;
-        const int j = (blk0 + blk) * kBlockN + r;
-        if (r < kBlockN && j < key_hi) cp_async4(smem_u32(pw + r), bt + (j >> a.page_shift), 4);
-      }
+      if (blk < n_blocks) ring_load<kRing, true>(a, ring, bt, tid, blk, blk0, key_hi);
     };
     if constexpr (fa_cfg::kPaged) {
 #pragma unroll
       for (int s = 0; s < kStages; ++s)
-#pragma unroll
-        for (int t = 0; t < kPgPer; ++t) {
-          const int r = tid + t * kThreads;
-          const int j = (blk0 + s) * kBlockN + r;
-          if (r < kBlockN && s < n_blocks && j < key_hi) ring[(s % kRing) * kBlockN + r] = bt[j >> a.page_shift];
-        }
+        if (s < n_blocks) ring_load<kRing, false>(a, ring, bt, tid, s, blk0, key_hi);
       __syncthreads();
     }
     // Issues the copies of block `it` (one commit group, empty past the last block).
@@ -197,27 +260,39 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         const int slot = it % kStages;
         const int kn = (blk0 + it) * kBlockN;
         const int* pr = ring + (it % kRing) * kBlockN;
-        load_block<kD, kDPad, kPitchK>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) -> const T* {
-          const int j = kn + r;
-          if (j >= key_hi) return nullptr;
-          if constexpr (fa_cfg::kPaged) {
-            const int p = pr[r];
-            if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;  // outside the pool: never read
-            return kpool + (long long)p * a.k_sb + (long long)(j & (a.page_size - 1)) * a.k_ss + (long long)g * a.k_sh;
-          } else {
-            return kpool + kbase_off + (long long)j * a.k_ss;
+        if constexpr (kFastIssue) {
+          if (kv_same) {
+            // Page indices of the thread's rows first (shared loads back to back, then no shared read between the
+            // copies); one element offset per row serves K and V (same strides); rows past the used length or on a
+            // page outside the pool zero-fill.
+            typedef RowMap<kDPad> M;
+            const int rb = tid / M::kChunks, ch = tid % M::kChunks;
+            const bool col_ok = kDPad == kD || ch * 8 < kD;
+            int pg[M::kIters];
+#pragma unroll
+            for (int i = 0; i < M::kIters; ++i) pg[i] = fa_cfg::kPaged ? pr[rb + i * M::kStep] : 0;
+            const unsigned dk = sK + (unsigned)(slot * kKSlot), dv = sV + (unsigned)(slot * kVSlot);
+#pragma unroll
+            for (int i = 0; i < M::kIters; ++i) {
+              const int r = rb + i * M::kStep;
+              const int j = kn + r;
+              const bool ok = col_ok && j < key_hi && (!fa_cfg::kPaged || (unsigned)pg[i] < (unsigned)a.num_pages);
+              const long long off = fa_cfg::kPaged
+                                        ? (long long)pg[i] * a.k_sb + (long long)(j & pmask) * a.k_ss + ghead + ch * 8
+                                        : kbase_off + (long long)j * a.k_ss + ch * 8;
+              cp_async16(dk + fa_smem_off<kPitchK>(r, ch), ok ? (const void*)(kpool + off) : kpool, ok ? 16 : 0);
+              cp_async16(dv + fa_smem_off<kPitchV>(r, ch), ok ? (const void*)(vpool + off) : vpool, ok ? 16 : 0);
+            }
+            if constexpr (fa_cfg::kPaged) table_async(it + kStages);
+            cp_commit();
+            return;
           }
+        }
+        load_block<kD, kDPad, kPitchK>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) {
+          return kv_row(a, kpool, kbase_off, a.k_sb, a.k_ss, a.k_sh, g, pr, r, kn + r, key_hi);
         });
-        load_block<kDV, kDVPad, kPitchV>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) -> const T* {
-          const int j = kn + r;
-          if (j >= key_hi) return nullptr;
-          if constexpr (fa_cfg::kPaged) {
-            const int p = pr[r];
-            if ((unsigned)p >= (unsigned)a.num_pages) return nullptr;
-            return vpool + (long long)p * a.v_sb + (long long)(j & (a.page_size - 1)) * a.v_ss + (long long)g * a.v_sh;
-          } else {
-            return vpool + vbase_off + (long long)j * a.v_ss;
-          }
+        load_block<kDV, kDVPad, kPitchV>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) {
+          return kv_row(a, vpool, vbase_off, a.v_sb, a.v_ss, a.v_sh, g, pr, r, kn + r, key_hi);
         });
         if constexpr (fa_cfg::kPaged) table_async(it + kStages);
       }
@@ -255,7 +330,16 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       const int slot = it % kStages;
       const int kn = (blk0 + it) * kBlockN;
       cp_wait<kStages - 2>();
-      __syncthreads();
+      // Paged: whether a row of this block (inside the used length) names a page outside the pool, decided by the
+      // block barrier itself (its ring entries landed with an earlier group); blocks without one mask like
+      // contiguous ones (the same bits).
+      int bad = 0;
+      if constexpr (fa_cfg::kPaged) {
+        const int* prm = ring + (it % kRing) * kBlockN;
+        for (int r = tid; r < kBlockN; r += kThreads)
+          if (kn + r < key_hi && (unsigned)prm[r] >= (unsigned)a.num_pages) bad = 1;
+      }
+      const bool blk_bad = fa_cfg::kPaged ? __syncthreads_or(bad) != 0 : (__syncthreads(), false);
       issue(it + kStages - 1);
       if constexpr (kQRegs) {
         if (it == 0) {
@@ -315,7 +399,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         }
       }
       // ---- masking: blocks crossing the band or the used length; pages outside the pool ----
-      const bool need_mask = fa_cfg::kPaged || kn < full_lo || kn + kBlockN > full_hi;
+      const bool need_mask = blk_bad || kn < full_lo || kn + kBlockN > full_hi;
       if (need_mask) {
         const int* pr = ring + (it % kRing) * kBlockN;
 #pragma unroll
@@ -431,6 +515,24 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       }
     }
   }
+}
+
+}  // namespace fa_split
+
+#include "fwd_split_wide.cuh"
+
+extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
+  if constexpr (fa_split::kWide) {
+    // v = the first head_dim_v columns of k (MLA's latent cache): V read from the K tiles, deeper pipeline
+    if constexpr (fa_split::kDV <= fa_split::kD) {
+      if (a.v == a.k && a.v_sb == a.k_sb && a.v_ss == a.k_ss && a.v_sh == a.k_sh) {
+        fa_split::wide_kernel<0, true>(a);
+        return;
+      }
+    }
+    fa_split::wide_kernel<0, false>(a);
+  } else
+    fa_split::narrow_kernel<0>(a);
 }
 
 #endif  // FA_FWD_SPLIT_CUH

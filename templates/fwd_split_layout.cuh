@@ -25,7 +25,32 @@ constexpr int fa_split_slots_bytes(int d, int dv, int bn, int warps, int stages)
   return kv > merge ? kv : merge;
 }
 constexpr int fa_split_ring_bytes(int bn, int stages) { return 2 * stages * bn * 4; }
+// Wide heads (head_dim > 256 or head_dim_v > 256: MLA's 576 / 512): kFaSplitRowsWide packed rows per CTA (four m16
+// tiles), S = Q K^T once per block by all warps (row tile x key half), P (bf16 / fp16) through shared memory, and the
+// warps split head_dim_v for O = P V (warp w owns columns [w dv / warps, (w + 1) dv / warps) of all the rows):
+//   [Q: 64 rows x pitch(d)] [K/V slots: stages x (block_n x pitch(d) + block_n x pitch(dv)), or 4 K tiles]
+//   [P: 64 x pitch(block_n)] [row statistics: 8 x 64 floats] [page ring: 2 x max(stages, 4) x block_n int32]
+constexpr int kFaSplitRowsWide = 64;
+constexpr bool fa_split_wide(int d, int dv) { return d > 256 || dv > 256; }
+constexpr int fa_split_rows(int d, int dv) { return fa_split_wide(d, dv) ? kFaSplitRowsWide : kFaSplitRows; }
+constexpr int fa_split_wide_q_bytes(int d) { return kFaSplitRowsWide * fa_smem_pitch(fa_split_pad16(d)) * 2; }
+constexpr int fa_split_wide_p_bytes(int bn) { return (kFaSplitRowsWide * fa_smem_pitch(bn) * 2 + 127) / 128 * 128; }
+constexpr int fa_split_wide_stat_bytes() { return 8 * kFaSplitRowsWide * 4; }
+// When v is the first head_dim_v columns of k (MLA's latent cache: same pointer and strides), V is read from the K
+// tile and the slots hold kFaSplitWideAliasStages K tiles instead of `stages` K + V pairs (the larger of the two).
+constexpr int kFaSplitWideAliasStages = 4;
+constexpr int fa_split_wide_slots_bytes(int d, int dv, int bn, int stages) {
+  const int kv = stages * (fa_split_kslot_bytes(d, bn) + fa_split_vslot_bytes(dv, bn));
+  const int k_only = kFaSplitWideAliasStages * fa_split_kslot_bytes(d, bn);
+  return kv > k_only ? kv : k_only;
+}
+constexpr int fa_split_wide_ring_stages(int stages) {
+  return stages > kFaSplitWideAliasStages ? stages : kFaSplitWideAliasStages;
+}
 constexpr int fa_split_smem_bytes(int d, int dv, int bn, int warps, int stages) {
+  if (fa_split_wide(d, dv))
+    return fa_split_wide_q_bytes(d) + fa_split_wide_slots_bytes(d, dv, bn, stages) + fa_split_wide_p_bytes(bn) +
+           fa_split_wide_stat_bytes() + fa_split_ring_bytes(bn, fa_split_wide_ring_stages(stages));
   return fa_split_q_bytes(d) + fa_split_slots_bytes(d, dv, bn, warps, stages) + fa_split_ring_bytes(bn, stages);
 }
 

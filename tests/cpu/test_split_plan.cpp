@@ -39,7 +39,42 @@ TEST(SplitPlan, CoversDecodeAndKvCaches) {
   p.has_bias = false;
   p.head_dim = 576;
   p.head_dim_v = 512;
-  EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_ref");  // MLA: the reference serves it
+  EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_split");  // MLA: the wide kernel
+  p.heads_q = 128;
+  p.heads_kv = 1;
+  p.paged = false;
+  EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_split");  // contiguous too, any query length
+  p.has_softcap = true;
+  EXPECT_STREQ(family_name(select_forward(p, 90)), "fwd_ref");  // no softcap / ALiBi on the wide kernel
+}
+
+// MLA decode (128 query heads over one latent KV head, d 576 / dv 512): 64 packed rows per CTA (two row tiles), the
+// wide point only, and a split count that fills the device at batch 1.
+TEST(SplitPlan, WideHeadsTakeTheWidePoint) {
+  ProblemDesc p = decode(1, 4096);
+  p.heads_q = 128;
+  p.heads_kv = 1;
+  p.head_dim = 576;
+  p.head_dim_v = 512;
+  p.paged = true;
+  p.page_size = 64;
+  const Semantic s = select_forward(p, 90);
+  ASSERT_STREQ(family_name(s), "fwd_split");
+  const DeviceLimits lim = limits_for_arch(90);
+  const auto pts = all_valid_points(s, lim);
+  ASSERT_FALSE(pts.empty());
+  for (const Tunables& t : pts) {
+    EXPECT_EQ(t[0], 32);
+    EXPECT_EQ(t[1], 8);
+    EXPECT_EQ(t[2], 2);
+  }
+  const Plan plan = make_plan(s, p);
+  EXPECT_GE(plan.num_splits, 16);
+  LaunchShape sh = launch_shape(p);
+  sh.num_splits = plan.num_splits;
+  const Launch l = s.family->launch(finalize(s, pts[0], p), sh);
+  EXPECT_EQ(l.grid[1], 2u);
+  EXPECT_EQ(l.block, 256u);
 }
 
 TEST(SplitPlan, SplitsWhenTheGridIsSmallAndSizesTheWorkspaceForEveryPoint) {

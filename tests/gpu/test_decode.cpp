@@ -395,6 +395,61 @@ TEST(GpuDecode, RandomUsedLengthsFeaturesAndShapes) {
   std::printf("GPU SUMMARY decode: %d random KV-cache problems, %d failed\n", n, failures);
 }
 
+// MLA decode shapes on the wide kernel (d 576 / dv 512, one latent KV head): 128 query heads (two 64-row tiles) and
+// partial tiles (16 heads, several query tokens), used lengths 0 / 1 / full, causal masks, forced and automatic
+// split counts, paged (page 64 and others) bit for bit against contiguous at the same split count.
+TEST(GpuDecode, MlaWideHeadsMatchTheOracle) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 2106);
+  struct Case { int dtype, batch, sq, cap, hq, mask, splits; };
+  const Case cases[] = {{FA_DTYPE_BF16, 3, 1, 300, 128, FA_MASK_NONE, 0},
+                        {FA_DTYPE_BF16, 2, 1, 1000, 128, FA_MASK_NONE, 1},
+                        {FA_DTYPE_FP16, 3, 5, 200, 16, FA_MASK_CAUSAL, 3},
+                        {FA_DTYPE_BF16, 1, 2, 4100, 128, FA_MASK_CAUSAL, 0},
+                        {FA_DTYPE_BF16, 3, 1, 96, 64, FA_MASK_NONE, 7}};
+  for (const Case& cs : cases) {
+    DecodeSpec s;
+    s.dtype = cs.dtype;
+    s.batch = cs.batch;
+    s.sq = cs.sq;
+    s.cap = cs.cap;
+    s.hq = cs.hq;
+    s.hkv = 1;
+    s.d = 576;
+    s.dv = 512;
+    s.mask = cs.mask;
+    DecodeData x;
+    make_data(rng, s, &x);
+    const std::vector<int> used = random_used(rng, s.batch, s.cap);
+    std::vector<double> o_ref, lse_ref;
+    oracle_of(x, used, {}, &o_ref, &lse_ref);
+    Cache flat;
+    make_contiguous(x, used, &flat);
+    set_used(&flat, used);
+    const Out base = run(x, params_of(x, flat, true, cs.splits == 0 ? 2 : cs.splits));
+    EXPECT_EQ(compare(x, base, o_ref, lse_ref), "") << describe(s) << " contiguous";
+    EXPECT_NE(base.key.find("fwd_split"), std::string::npos) << base.key;
+    const Out plain = run(x, params_of(x, flat, false, cs.splits));
+    if (*std::min_element(used.begin(), used.end()) == s.cap) {
+      EXPECT_EQ(compare(x, plain, o_ref, lse_ref), "") << describe(s) << " contiguous, no used lengths";
+    }
+    for (int ps : {64, 1, 16, 256}) {
+      Cache paged;
+      make_paged(rng, x, used, ps, &paged);
+      set_used(&paged, used);
+      const Out r = run(x, params_of(x, paged, true, cs.splits == 0 ? 2 : cs.splits));
+      ASSERT_TRUE(r.failure.empty()) << r.failure;
+      EXPECT_TRUE(r.o_bytes == base.o_bytes && r.lse_bytes == base.lse_bytes)
+          << describe(s) << " page size " << ps << ": paged differs from contiguous (" << compare(x, r, o_ref, lse_ref)
+          << ")";
+      if (ps == 64) {
+        const Out a = run(x, params_of(x, paged, true, 0));
+        EXPECT_EQ(compare(x, a, o_ref, lse_ref), "") << describe(s) << " paged 64, automatic splits";
+      }
+    }
+  }
+}
+
 TEST(GpuDecode, PagesOutsideThePoolAreMaskedNeverRead) {
   REQUIRE_GPU();
   std::mt19937_64 rng(test_seed() + 2104);

@@ -169,6 +169,28 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
         }
       }
     }
+    // Wide heads (MLA's 576 / 512, and a wide q/k with a narrow v), for the families that take them (their valid()
+    // refuses the others): --full: every valid point of every mask, with and without pages and LSE; --sample: the
+    // first point, unpaged with LSE and paged without, masks rotating.
+    for (const auto& [d, dv] : {std::pair{576, 512}, std::pair{288, 256}})
+      for (int m = 0; m < 3; ++m)
+        for (int v = 0; v < 4; ++v) {
+          if (!full && (v % 3 != 0 || m != (d + v) % 3)) continue;
+          Semantic s;
+          s.family = &f;
+          s.arch = arch;
+          s.dtype = dt;
+          s.head_dim = d;
+          s.head_dim_v = dv;
+          s.mask = m;
+          s.has_lse = f.role != Role::Forward ? true : (v % 2 == 0);
+          if (f.role != Role::Forward || valid_space(s, lim).empty()) continue;
+          s.paged = v >= 2 && reads_pages(f, s);
+          if (v >= 2 && !s.paged) continue;
+          const std::vector<Tunables> points = all_valid_points(s, lim);
+          for (size_t i = 0; i < (full ? points.size() : std::min<size_t>(1, points.size())); ++i)
+            push(KernelConfig{s, points[i]});
+        }
   }
 }
 

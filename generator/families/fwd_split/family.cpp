@@ -4,11 +4,14 @@
 // Coverage (priority 30, above fwd_wgmma and fwd_mma): every paged problem and every problem with seqused_k, and
 // the contiguous decode class: seqlen_q * (heads_q / heads_kv) <= 16 packed rows, i.e. one m16 tile of (query token,
 // query head) pairs per KV head (decode, speculative decoding with a few tokens). A shape class like even_k; the
-// kernel key never holds lengths. Not covered (served by fwd_ref or the prefill families): bias, varlen, unaligned
-// pointers or strides, head dims above 256 (MLA's 576 / 512 runs on fwd_ref).
+// kernel key never holds lengths. Wide heads (head_dim > 256 or head_dim_v > 256, up to 576 / 512: MLA) are covered
+// at any query length by the wide kernel (templates/fwd_split_wide.cuh: 64 packed rows per CTA, one point: block_n
+// 32, 8 warps, 2 stages), without ALiBi or softcap. Not covered (served by fwd_ref or the prefill families): bias,
+// varlen, unaligned pointers or strides, wide heads with ALiBi / softcap.
 // Knobs: block_n {32, 64, 128} keys per pipeline block, warps {2, 4, 8} (each warp takes block_n / warps keys of a
 // block, a multiple of 16), stages {2, 3, 4} (cp.async depth), split_target {1, 2, 3, 4}: how aggressively the
-// heuristic splits the keys: the split count aims at split_target CTAs per SM (see split_count).
+// heuristic splits the keys: the split count aims at split_target CTAs per SM (see split_count; a grid of one wave
+// or less with long splits doubles its split count).
 // Plan: num_splits == 1: one launch writing o directly. num_splits > 1: [fwd_split, fwd_combine] over a float32
 // workspace of partial outputs [num_splits, batch, heads_q, seqlen_q, head_dim_v] (normalized per split) and LSEs
 // [num_splits, batch, heads_q, seqlen_q]; the workspace is sized by the largest split count any knob value could
@@ -31,6 +34,8 @@ constexpr int kMaxRows = kFaSplitRows;   // packed rows per CTA (the contiguous 
 constexpr int kMinBlocksPerSplit = 4;    // the heuristic never gives a split fewer key blocks
 constexpr int kMaxSplits = 128;          // nor more splits than this (the combine reads every split)
 constexpr int kDefaultSms = 132;         // H100 / H200 when the device is unknown
+constexpr int kMaxHeadDimWide = 512;     // head_dim_v of the wide (MLA) kernel
+constexpr int kLongSplitBlocks = 128;    // a grid of one wave or less doubles its splits while each keeps this many
 
 bool fail(std::string* why, const std::string& msg) { return fam::fail(why, "fwd_split", msg); }
 
@@ -42,8 +47,16 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (s.dtype != kFp16 && s.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (s.has_bias) return fail(why, "takes no bias");
   if (s.varlen) return fail(why, "takes no varlen problems");
-  if (s.head_dim > kMaxHeadDimFast || s.head_dim_v > kMaxHeadDimFast)
-    return fail(why, "head dims up to " + std::to_string(kMaxHeadDimFast));
+  if (fa_split_wide(s.head_dim, s.head_dim_v)) {
+    // Wide heads (MLA): 64 rows per CTA, 8 warps splitting head_dim_v for O = P V, 32-key blocks, 2 stages.
+    if (s.head_dim > kMaxHeadDim || s.head_dim_v > kMaxHeadDimWide)
+      return fail(why, "wide head dims up to " + std::to_string(kMaxHeadDim) + " / " + std::to_string(kMaxHeadDimWide));
+    if (round16(s.head_dim_v) % 128 != 0) return fail(why, "wide heads: head_dim_v (padded to 16) a multiple of 128");
+    if (s.has_alibi || s.has_softcap) return fail(why, "wide heads: no ALiBi or softcap");
+    if (t[kBlockN] != 32 || t[kWarps] != 8 || t[kStages] != 2)
+      return fail(why, "wide heads: block_n 32, 8 warps, 2 stages");
+    return true;
+  }
   const int wn = t[kBlockN] / t[kWarps];
   if (wn % 16 != 0) return fail(why, "block_n / warps must be a multiple of 16, got " + std::to_string(wn));
   // Registers per thread: O (dv / 8 n8 tiles x 4) + S (wn / 8 x 4) + Q fragments (d <= 128: d / 16 x 4).
@@ -60,6 +73,7 @@ Tunables defaults(const Semantic& s) {
   // H200 (227 KB per block): d <= 128: 64-key blocks over 4 warps, 3 stages (96 KB at d128: two CTAs per SM, four
   // blocks in flight per SM), two CTAs per SM targeted by the split heuristic. Larger dims: 32 keys over 2 warps,
   // 4 stages (128 KB at d256, one CTA per SM).
+  if (fa_split_wide(s.head_dim, s.head_dim_v)) return Tunables{{32, 8, 2, 1}};
   const int dim = std::max(s.head_dim, s.head_dim_v);
   Tunables t = dim <= 128 ? Tunables{{64, 4, 3, 2}} : Tunables{{32, 2, 4, 1}};
   const DeviceLimits lim = limits_for_arch(s.arch);
@@ -74,9 +88,10 @@ unsigned smem_bytes(const KernelConfig& c) {
                                                    c.t[kStages]));
 }
 
-int row_tiles(int seqlen_q, int group) {
+int row_tiles(int seqlen_q, int group, int d, int dv) {
+  const int per_cta = fa_split_rows(d, dv);
   const long long packed = static_cast<long long>(seqlen_q) * group;
-  return static_cast<int>(std::max<long long>(1, (packed + kMaxRows - 1) / kMaxRows));
+  return static_cast<int>(std::max<long long>(1, (packed + per_cta - 1) / per_cta));
 }
 
 // The split count of problem p at block_n / split_target: p.num_splits when given (at most the key blocks), else
@@ -88,7 +103,8 @@ int split_count(const ProblemDesc& p, int block_n, int split_target) {
   const int nblk = std::max(1, (p.seqlen_k + block_n - 1) / block_n);
   if (p.num_splits > 0) return std::min(p.num_splits, nblk);
   const int sms = p.sm_count > 0 ? p.sm_count : kDefaultSms;
-  const double base = static_cast<double>(p.batch) * p.heads_kv * row_tiles(p.seqlen_q, p.heads_q / p.heads_kv);
+  const double base = static_cast<double>(p.batch) * p.heads_kv *
+                      row_tiles(p.seqlen_q, p.heads_q / p.heads_kv, p.head_dim, p.head_dim_v);
   const double slots = static_cast<double>(split_target) * sms;
   const int cap = std::min(kMaxSplits, std::max(1, nblk / kMinBlocksPerSplit));
   auto eff = [&](int n) {
@@ -97,16 +113,20 @@ int split_count(const ProblemDesc& p, int block_n, int split_target) {
   };
   double best = 0;
   for (int n = 1; n <= cap; ++n) best = std::max(best, eff(n));
-  for (int n = 1; n <= cap; ++n)
-    if (eff(n) >= 0.95 * best) return n;
-  return 1;
+  int n = 1;
+  while (n < cap && eff(n) < 0.95 * best) ++n;
+  // Long splits in one wave or less: twice the CTAs (two waves) balance better as CTAs retire (H200, batch 8 x 128k
+  // keys: 8 splits 0.970 ms, 4 splits 0.986 ms), as long as each split keeps kLongSplitBlocks blocks.
+  if (base * n / slots <= 1.0 && 2 * n <= kMaxSplits && nblk / (2 * n) >= kLongSplitBlocks) n *= 2;
+  return n;
 }
 
 Launch launch(const KernelConfig& c, const LaunchShape& sh) {
   Launch l;
   const int ns = std::max(1, sh.num_splits);
   l.grid[0] = static_cast<unsigned>(ns * sh.heads_kv);
-  l.grid[1] = static_cast<unsigned>(row_tiles(sh.max_seqlen_q, sh.heads_q / std::max(1, sh.heads_kv)));
+  l.grid[1] = static_cast<unsigned>(
+      row_tiles(sh.max_seqlen_q, sh.heads_q / std::max(1, sh.heads_kv), c.s.head_dim, c.s.head_dim_v));
   l.grid[2] = static_cast<unsigned>(sh.batch);
   l.block = static_cast<unsigned>(c.t[kWarps] * 32);
   l.smem = smem_bytes(c);
@@ -120,8 +140,14 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
   if (p.has_bias) return fail(why, "takes no bias");
   if (p.mods != nullptr) return fail(why, "runs no user code (fa_mods) yet");
   if (!p.aligned16) return fail(why, "pointers or strides not 16-byte aligned");
-  if (p.head_dim > kMaxHeadDimFast || p.head_dim_v > kMaxHeadDimFast)
-    return fail(why, "head dims up to " + std::to_string(kMaxHeadDimFast));
+  if (fa_split_wide(p.head_dim, p.head_dim_v)) {
+    // Wide heads (MLA): any query length (64 packed rows per CTA); no ALiBi / softcap (fwd_ref serves those).
+    if (p.head_dim > kMaxHeadDim || p.head_dim_v > kMaxHeadDimWide)
+      return fail(why, "wide head dims up to " + std::to_string(kMaxHeadDim) + " / " + std::to_string(kMaxHeadDimWide));
+    if (round16(p.head_dim_v) % 128 != 0) return fail(why, "wide heads: head_dim_v (padded to 16) a multiple of 128");
+    if (p.has_alibi || p.has_softcap) return fail(why, "wide heads: no ALiBi or softcap");
+    return true;
+  }
   if (p.paged || p.seqused) return true;
   const long long packed = static_cast<long long>(p.seqlen_q) * (p.heads_q / p.heads_kv);
   if (packed > kMaxRows)
@@ -132,8 +158,12 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
 
 // The tuner's space: 16 or 32 keys per warp, every stage count, split targets 1, 2 and 4 (is_valid prunes shared
 // memory per device).
-std::vector<Tunables> space(const Semantic&) {
+std::vector<Tunables> space(const Semantic& s) {
   std::vector<Tunables> out;
+  if (fa_split_wide(s.head_dim, s.head_dim_v)) {
+    for (int sp : {1, 2, 4}) out.push_back(Tunables{{32, 8, 2, sp}});
+    return out;
+  }
   for (int bn : {32, 64, 128})
     for (int w : {2, 4, 8}) {
       const int wn = bn / w;
