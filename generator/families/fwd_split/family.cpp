@@ -133,7 +133,7 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
   return l;
 }
 
-bool covers(const ProblemDesc& p, int arch, std::string* why) {
+bool covers_shape(const ProblemDesc& p, int arch, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (arch < 80) return fail(why, "needs sm_80 or newer, device is sm_" + std::to_string(arch));
   if (p.varlen) return fail(why, "takes no varlen problems");
@@ -153,6 +153,17 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
   if (packed > kMaxRows)
     return fail(why, "contiguous caches only in the decode class: seqlen_q * heads_q / heads_kv <= " +
                          std::to_string(kMaxRows) + ", got " + std::to_string(packed));
+  return true;
+}
+
+// The shape rules above, and a valid default point for the problem's semantic part (head dims whose accumulators
+// exceed every point's register budget, e.g. d 128 / dv 248, go to the next family instead of failing fa_run).
+bool covers(const ProblemDesc& p, int arch, std::string* why) {
+  if (!covers_shape(p, arch, why)) return false;
+  const Semantic s = semantic_for(*find_family("fwd_split"), p, arch);
+  std::string reason;
+  if (!is_valid(KernelConfig{s, defaults(s)}, limits_for_arch(arch), why ? &reason : nullptr))
+    return fail(why, "no valid tile for these head dims: " + reason);
   return true;
 }
 
