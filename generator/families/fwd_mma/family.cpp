@@ -99,6 +99,8 @@ bool valid(const KernelConfig& c, std::string* why) {
   const Semantic& s = c.s;
   const Tunables& t = c.t;
   if (s.dtype != kFp16 && s.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
+  if (s.head_dim > kMaxHeadDimFast || s.head_dim_v > kMaxHeadDimFast)
+    return fail(why, "head dims up to " + std::to_string(kMaxHeadDimFast));
   const int rows_per_warp = t[kBlockM] / t[kWarps];
   if (rows_per_warp != 16 && rows_per_warp != 32)
     return fail(why, "block_m / warps must be 16 or 32, got " + std::to_string(rows_per_warp));

@@ -60,6 +60,8 @@ bool valid(const KernelConfig& c, std::string* why) {
   const Semantic& s = c.s;
   const Tunables& t = c.t;
   if (s.dtype != kFp16 && s.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
+  if (s.head_dim > kMaxHeadDimFast || s.head_dim_v > kMaxHeadDimFast)
+    return fail(why, "head dims up to " + std::to_string(kMaxHeadDimFast));
   if (t[kPingPong] != 0 && t[kConsumers] < 2) return fail(why, "ping_pong needs 2 or 3 consumers");
   if (features(s) && t[kConsumers] == 3) return fail(why, "3 consumers with bias / ALiBi / softcap spill (ptxas)");
   const int dp = std::max(pad64(s.head_dim), pad64(s.head_dim_v));
