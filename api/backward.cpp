@@ -132,7 +132,7 @@ extern "C" FA_API fa_status fa_backward_workspace_size(fa_context c, const fa_bw
     if (out_bytes == nullptr) return invalid("out_bytes", "a non-NULL size_t*", "NULL");
     Prepared P;
     Status st = prepare_plan(c, params, nullptr, &P);
-    if (st.ok()) *out_bytes = P.plan.workspace_bytes;
+    if (st.ok()) *out_bytes = P.plan.reported_workspace();
     return st;
   });
 }

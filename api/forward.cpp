@@ -67,16 +67,6 @@ Status run(fa_context c, const fa_params* in, CUstream stream) {
   return st;
 }
 
-// Compiles and loads every kernel of a plan.
-Status load_plan(fa_context c, const fa::gen::Plan& plan) {
-  for (const auto& step : plan.steps) {
-    std::shared_ptr<Kernel> k;
-    Status st = kernel_for(c, step, true, &k);
-    if (!st.ok()) return st;
-  }
-  return Status::Ok();
-}
-
 Status prepare(fa_context c, const fa_params* in) {
   fa_params p;
   fa::gen::ProblemDesc d;
@@ -85,9 +75,10 @@ Status prepare(fa_context c, const fa_params* in) {
   TuneRequest tune = forward_tune_request(c, p, d, nullptr);
   tune.synchronous = true;  // fa_prepare returns ready: the tuned kernel, never a background job
   fa::gen::Plan plan;
+  std::vector<std::shared_ptr<Kernel>> kernels;  // compiled and loaded (resolve_kernels); not kept
   st = plan_for(c, fa::gen::Role::Forward, d, c->has_device && tunes_on_first_use(c->tune_policy) ? &tune : nullptr,
                 &plan);
-  if (st.ok()) st = load_plan(c, plan);
+  if (st.ok()) st = resolve_kernels(c, plan, true, &kernels);
   if (st.ok() && !d.varlen) {
     // Every shape class of the tuning bucket (tune::bucket_class_lengths), so that no later sequence length in it
     // compiles anything, inside or outside graph capture: the chooser may serve a length with the tuned winner or
@@ -96,7 +87,7 @@ Status prepare(fa_context c, const fa_params* in) {
       fa::gen::ProblemDesc other = d;
       other.seqlen_k = sk;
       st = plan_for(c, fa::gen::Role::Forward, other, nullptr, &plan);
-      if (st.ok()) st = load_plan(c, plan);
+      if (st.ok()) st = resolve_kernels(c, plan, true, &kernels);
       if (!st.ok()) break;
     }
   }
@@ -128,7 +119,7 @@ Status workspace_size(fa_context c, const fa_params* in, size_t* out) {
   fa::gen::Plan plan;
   st = plan_for(c, fa::gen::Role::Forward, d, nullptr, &plan);
   if (!st.ok()) return st;
-  *out = plan.workspace_bytes;
+  *out = plan.reported_workspace();
   return Status::Ok();
 }
 

@@ -72,7 +72,11 @@ struct Knob {
 struct Plan {
   std::vector<KernelConfig> steps;  // launched in order on the caller's stream
   int tuned_step = 0;               // the step whose tunables the chooser picks (the top-level family's own)
-  size_t workspace_bytes = 0;       // total, each region 256-byte aligned
+  size_t workspace_bytes = 0;       // what these launches use, each region 256-byte aligned (0: nothing allocated)
+  // What the workspace size query reports: enough for the plan of every tunable point of the call (a caller sizes
+  // its buffer before tuning may swap another winner in), >= workspace_bytes. 0: workspace_bytes.
+  size_t workspace_reserve_bytes = 0;
+  size_t reported_workspace() const { return workspace_reserve_bytes > workspace_bytes ? workspace_reserve_bytes : workspace_bytes; }
   size_t off_delta = SIZE_MAX, off_dq_accum = SIZE_MAX, off_dk_accum = SIZE_MAX, off_dv_accum = SIZE_MAX;
   long long accum_q_stride_row = 0, accum_kv_stride_row = 0;
   // Split-KV forward plans: the key splits per (batch, kv head) and the float32 partial-output regions

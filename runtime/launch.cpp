@@ -92,25 +92,20 @@ PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args, const FaUser*
   PlanArgs pa{args, sizeof *args, {}};
   pa.user = user;
   args->num_splits = plan.num_splits;
-  if (plan.num_splits > 1)
-    pa.bind_workspace = [args, &plan](char* ws) {
-      args->part_o = reinterpret_cast<float*>(ws + plan.off_part_o);
-      args->part_lse = reinterpret_cast<float*>(ws + plan.off_part_lse);
-    };
   if (plan.off_blk_cls != SIZE_MAX) {
     const long long per_head = static_cast<long long>(plan.blk_mblocks) * plan.blk_nkb;
     args->blk_nkb = plan.blk_nkb;
     args->blk_cls_sh = (plan.blk_shared & 2) ? 0 : per_head;
     args->blk_cls_sb = (plan.blk_shared & 1) ? 0 : per_head * ((plan.blk_shared & 2) ? 1 : args->heads_q);
-    pa.bind_workspace = [args, &plan](char* ws) {
-      if (plan.num_splits > 1) {
-        args->part_o = reinterpret_cast<float*>(ws + plan.off_part_o);
-        args->part_lse = reinterpret_cast<float*>(ws + plan.off_part_lse);
-      }
-      args->blk_cls = reinterpret_cast<unsigned char*>(ws + plan.off_blk_cls);
-      args->blk_list = reinterpret_cast<int*>(ws + plan.off_blk_list);
-    };
   }
+  // One binding for every workspace region the plan has (split partials, block classes and visiting lists).
+  if (plan.workspace_bytes > 0)
+    pa.bind_workspace = [args, &plan](char* ws) {
+      if (plan.off_part_o != SIZE_MAX) args->part_o = reinterpret_cast<float*>(ws + plan.off_part_o);
+      if (plan.off_part_lse != SIZE_MAX) args->part_lse = reinterpret_cast<float*>(ws + plan.off_part_lse);
+      if (plan.off_blk_cls != SIZE_MAX) args->blk_cls = reinterpret_cast<unsigned char*>(ws + plan.off_blk_cls);
+      if (plan.off_blk_list != SIZE_MAX) args->blk_list = reinterpret_cast<int*>(ws + plan.off_blk_list);
+    };
   return pa;
 }
 

@@ -88,9 +88,11 @@ TEST(SplitPlan, SplitsWhenTheGridIsSmallAndSizesTheWorkspaceForEveryPoint) {
       bool first = true;
       for (const Tunables& t : all_valid_points(s, lim)) {
         const Plan plan = make_plan(s, t, p);
-        if (first) ws = plan.workspace_bytes;
+        if (first) ws = plan.reported_workspace();
         first = false;
-        EXPECT_EQ(plan.workspace_bytes, ws) << "the workspace must not depend on the tunables";
+        EXPECT_EQ(plan.reported_workspace(), ws) << "the workspace must not depend on the tunables";
+        EXPECT_LE(plan.workspace_bytes, plan.reported_workspace());
+        EXPECT_EQ(plan.workspace_bytes > 0, plan.num_splits > 1) << "allocated exactly when the point splits";
         const int blocks = (sk + t[0] - 1) / t[0];
         EXPECT_GE(plan.num_splits, 1);
         EXPECT_LE(plan.num_splits, std::max(1, blocks));

@@ -4,10 +4,14 @@
 // FA_ERROR_COMPILE and NVRTC's log counting lines in the user's own snippet.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 
 #include "fa/fa.h"
+#include "generator/family.h"
+#include "generator/problem.h"
+#include "runtime/validate.h"
 
 namespace {
 
@@ -115,6 +119,32 @@ TEST_F(UserMods, MaskModPlanClassifiesBlocks) {
   size_t score_only = 1;
   ASSERT_EQ(fa_forward_workspace_size(ctx, &p, &score_only), FA_OK) << fa_last_error();
   EXPECT_EQ(score_only, 0u);
+}
+
+// A caller sizes its workspace with fa_forward_workspace_size before tuning may swap in another tile: the size must
+// cover the plan of every valid point (smaller tiles mean more tile classes and longer visiting lists).
+TEST_F(UserMods, WorkspaceSizeCoversEveryTunablePoint) {
+  p.seqlen_q = 1000; p.seqlen_k = 1000;
+  const int64_t D = 64;
+  p.q_stride_batch = p.k_stride_batch = p.v_stride_batch = p.o_stride_batch = 1000 * 4 * D;
+  size_t reported = 0;
+  ASSERT_EQ(fa_forward_workspace_size(ctx, &p, &reported), FA_OK) << fa_last_error();
+  fa_params out;
+  fa::gen::ProblemDesc d;
+  ASSERT_TRUE(fa::rt::validate_forward(&p, &out, &d).ok());
+  const fa::gen::Semantic s = fa::gen::select_forward(d, 90);
+  ASSERT_STREQ(fa::gen::family_name(s), "fwd_mma");
+  size_t most = 0;
+  int points = 0;
+  for (const auto& t : fa::gen::all_valid_points(s, fa::gen::limits_for_arch(90))) {
+    const fa::gen::Plan plan = fa::gen::make_plan(s, t, d);
+    EXPECT_LE(plan.workspace_bytes, reported) << fa::gen::tunables_key(s, t);
+    EXPECT_EQ(plan.reported_workspace(), reported) << fa::gen::tunables_key(s, t);
+    most = std::max(most, plan.workspace_bytes);
+    ++points;
+  }
+  EXPECT_GT(points, 1);
+  EXPECT_EQ(most, reported) << "the report is the largest layout, not more";
 }
 
 TEST_F(UserMods, WrongVersion) { m.version = 7; expect_rejected(FA_ERROR_INVALID_VERSION, "mods.version"); }

@@ -193,16 +193,20 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   out.steps.push_back(main);
   out.tuned_step = 0;
   const int ns = split_count(p, main.t[kBlockN], main.t[kSplitTarget]);
-  // The workspace: the largest split count of any knob value (independent of the tunables served).
+  // The workspace: laid out for the largest split count of any knob value, so that its size query does not depend on
+  // the tunables served; allocated only when this point splits.
   int most = 1;
   for (int bn : kBlockNs)
     for (int sp : kSplitTargets) most = std::max(most, split_count(p, bn, sp));
   if (most > 1) {
     const size_t rows = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q;
-    out.off_part_o = 0;
     const size_t o_bytes = fam::align256(static_cast<size_t>(most) * rows * p.head_dim_v * sizeof(float));
-    out.off_part_lse = o_bytes;
-    out.workspace_bytes = o_bytes + fam::align256(static_cast<size_t>(most) * rows * sizeof(float));
+    out.workspace_reserve_bytes = o_bytes + fam::align256(static_cast<size_t>(most) * rows * sizeof(float));
+    if (ns > 1) {
+      out.off_part_o = 0;
+      out.off_part_lse = o_bytes;
+      out.workspace_bytes = out.workspace_reserve_bytes;
+    }
   }
   if (ns > 1) {
     out.num_splits = ns;
