@@ -3,10 +3,11 @@
 
 #include <fmt/format.h>
 
-#include <map>
 #include <memory>
 #include <mutex>
-#include <tuple>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "generator/config.h"
 
@@ -14,11 +15,11 @@ namespace fa::gen {
 
 namespace {
 
-using Content = std::tuple<std::string, std::string, int, std::array<int, kMaxUserBuffers>, std::array<int, kMaxUserBuffers>>;
-
+// Records by content hash (collisions kept side by side). fa_run interns on every call with user code, so a lookup
+// hashes the views and compares against the stored record: no allocation, under a shared lock.
 struct Interned {
-  std::mutex mu;
-  std::map<Content, std::unique_ptr<UserMods>> records;
+  std::shared_mutex mu;
+  std::unordered_map<uint64_t, std::vector<std::unique_ptr<UserMods>>> records;
 };
 
 Interned& interned() {
@@ -26,36 +27,57 @@ Interned& interned() {
   return *table;
 }
 
+uint64_t content_hash(std::string_view mask_mod, std::string_view score_mod, int num_buffers,
+                      const std::array<int, kMaxUserBuffers>& dtype, const std::array<int, kMaxUserBuffers>& rank) {
+  uint64_t h = fnv1a64("fa-user-mods", 12);
+  h = fnv1a64(mask_mod.data(), mask_mod.size(), h);
+  h = fnv1a64("\0", 1, h);
+  h = fnv1a64(score_mod.data(), score_mod.size(), h);
+  h = fnv1a64(&num_buffers, sizeof num_buffers, h);
+  h = fnv1a64(dtype.data(), sizeof dtype, h);
+  return fnv1a64(rank.data(), sizeof rank, h);
+}
+
+const UserMods* find(const std::vector<std::unique_ptr<UserMods>>& same_hash, std::string_view mask_mod,
+                     std::string_view score_mod, int num_buffers, const std::array<int, kMaxUserBuffers>& dtype,
+                     const std::array<int, kMaxUserBuffers>& rank) {
+  for (const auto& m : same_hash)
+    if (m->mask_mod == mask_mod && m->score_mod == score_mod && m->num_buffers == num_buffers &&
+        m->buf_dtype == dtype && m->buf_rank == rank)
+      return m.get();
+  return nullptr;
+}
+
 }  // namespace
 
 const UserMods* intern_user_mods(std::string_view mask_mod, std::string_view score_mod, int num_buffers,
                                  const int* buf_dtype, const int* buf_rank) {
   if (mask_mod.empty() && score_mod.empty() && num_buffers == 0) return nullptr;
-  Content key{std::string(mask_mod), std::string(score_mod), num_buffers, {}, {}};
+  std::array<int, kMaxUserBuffers> dtype{}, rank{};
   for (int n = 0; n < num_buffers && n < kMaxUserBuffers; ++n) {
-    std::get<3>(key)[static_cast<size_t>(n)] = buf_dtype[n];
-    std::get<4>(key)[static_cast<size_t>(n)] = buf_rank[n];
+    dtype[static_cast<size_t>(n)] = buf_dtype[n];
+    rank[static_cast<size_t>(n)] = buf_rank[n];
   }
+  const uint64_t h = content_hash(mask_mod, score_mod, num_buffers, dtype, rank);
   Interned& t = interned();
-  std::lock_guard<std::mutex> lock(t.mu);
-  auto it = t.records.find(key);
-  if (it != t.records.end()) return it->second.get();
+  {
+    std::shared_lock<std::shared_mutex> lock(t.mu);
+    auto it = t.records.find(h);
+    if (it != t.records.end())
+      if (const UserMods* m = find(it->second, mask_mod, score_mod, num_buffers, dtype, rank)) return m;
+  }
+  std::unique_lock<std::shared_mutex> lock(t.mu);
+  auto& same_hash = t.records[h];
+  if (const UserMods* m = find(same_hash, mask_mod, score_mod, num_buffers, dtype, rank)) return m;
   auto m = std::make_unique<UserMods>();
-  m->mask_mod = std::get<0>(key);
-  m->score_mod = std::get<1>(key);
+  m->mask_mod = std::string(mask_mod);
+  m->score_mod = std::string(score_mod);
   m->num_buffers = num_buffers;
-  m->buf_dtype = std::get<3>(key);
-  m->buf_rank = std::get<4>(key);
-  uint64_t h = fnv1a64("fa-user-mods", 12);
-  h = fnv1a64(m->mask_mod.data(), m->mask_mod.size(), h);
-  h = fnv1a64("\0", 1, h);
-  h = fnv1a64(m->score_mod.data(), m->score_mod.size(), h);
-  h = fnv1a64(&m->num_buffers, sizeof m->num_buffers, h);
-  h = fnv1a64(m->buf_dtype.data(), sizeof m->buf_dtype, h);
-  m->hash = fnv1a64(m->buf_rank.data(), sizeof m->buf_rank, h);
-  const UserMods* out = m.get();
-  t.records.emplace(std::move(key), std::move(m));
-  return out;
+  m->buf_dtype = dtype;
+  m->buf_rank = rank;
+  m->hash = h;
+  same_hash.push_back(std::move(m));
+  return same_hash.back().get();
 }
 
 std::string user_mods_tag(const UserMods& m) { return "mod" + hex64(m.hash); }

@@ -11,6 +11,11 @@ uint64_t pack2(int64_t a, int64_t b) { return (static_cast<uint64_t>(static_cast
 
 }  // namespace
 
+// A field added to ProblemDesc changes what a plan depends on: it must enter the signature below (a stale plan would
+// serve another problem). This trips when the struct grows; update the signature, then the size.
+static_assert(sizeof(void*) != 8 || sizeof(gen::ProblemDesc) == 96,
+              "gen::ProblemDesc changed: add its new fields to shape_signature, then update this size");
+
 ShapeSignature shape_signature(gen::Role role, const gen::ProblemDesc& d) {
   ShapeSignature s;
   s.w[0] = pack2(static_cast<int>(role), d.dtype);

@@ -100,17 +100,18 @@ Status validate_mods(const fa_mods& m, const gen::UserMods** out, int* depends) 
   int dtypes[FA_MAX_USER_BUFFERS] = {}, ranks[FA_MAX_USER_BUFFERS] = {};
   for (int n = 0; n < m.num_buffers; ++n) {
     const fa_user_buffer& b = m.buffers[n];
-    const std::string f = fmt::format("mods.buffers[{}]", n);
+    // The field's name is formatted only for an error (this runs on every fa_run with user code).
+    auto field = [n](const char* part) { return fmt::format("mods.buffers[{}].{}", n, part); };
     if (gen::user_dtype_ctype(b.dtype) == nullptr)
-      return invalid((f + ".dtype").c_str(), "an fa_user_dtype (FA_USER_I32 1 .. FA_USER_U8 6)", b.dtype);
-    if (b.rank < 0 || b.rank > 4) return invalid((f + ".rank").c_str(), "0..4", b.rank);
-    if (b.rank > 0 && b.ptr == nullptr) return invalid((f + ".ptr").c_str(), "a device pointer when rank > 0", "NULL");
+      return invalid(field("dtype").c_str(), "an fa_user_dtype (FA_USER_I32 1 .. FA_USER_U8 6)", b.dtype);
+    if (b.rank < 0 || b.rank > 4) return invalid(field("rank").c_str(), "0..4", b.rank);
+    if (b.rank > 0 && b.ptr == nullptr) return invalid(field("ptr").c_str(), "a device pointer when rank > 0", "NULL");
     static constexpr int kSize[] = {0, 4, 8, 4, 2, 2, 1};
     if (reinterpret_cast<uintptr_t>(b.ptr) % kSize[b.dtype])
-      return invalid((f + ".ptr").c_str(), fmt::format("aligned to {} bytes", kSize[b.dtype]), ptr_str(b.ptr));
+      return invalid(field("ptr").c_str(), fmt::format("aligned to {} bytes", kSize[b.dtype]), ptr_str(b.ptr));
     for (int d = 0; d < b.rank; ++d) {
-      if (b.shape[d] < 0) return invalid(fmt::format("{}.shape[{}]", f, d).c_str(), ">= 0", b.shape[d]);
-      if (b.stride[d] < 0) return invalid(fmt::format("{}.stride[{}]", f, d).c_str(), ">= 0", b.stride[d]);
+      if (b.shape[d] < 0) return invalid(field(fmt::format("shape[{}]", d).c_str()).c_str(), ">= 0", b.shape[d]);
+      if (b.stride[d] < 0) return invalid(field(fmt::format("stride[{}]", d).c_str()).c_str(), ">= 0", b.stride[d]);
     }
     dtypes[n] = b.dtype;
     ranks[n] = b.rank;
