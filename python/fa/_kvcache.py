@@ -16,11 +16,8 @@ import torch
 from torch import Tensor
 
 from ._tensor_params import build_params, check_like_q, last_dim_contiguous
+from ._torch_ops import _device_index, _stream
 from .context import default_context
-
-
-def _device_index(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def _check(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor],
@@ -79,7 +76,7 @@ def _kvcache_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Op
     p, keep = _params(q, k_cache, v_cache, o, lse, cache_seqlens, block_table, alibi_slopes, mask, window_left,
                       window_right, softcap, scale, num_splits)
     with torch.cuda.device(q.device):
-        default_context(_device_index(q.device)).run(p, torch.cuda.current_stream(q.device).cuda_stream)
+        default_context(_device_index(q.device)).run(p, _stream(q.device))
     del keep
     return o, lse
 

@@ -21,42 +21,62 @@ from .context import default_context
 from .support import Support
 
 
-def _stream(device: torch.device) -> int:
-    return torch.cuda.current_stream(device).cuda_stream
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the handle without a Stream object
 
 
 def _device_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
-# Host cost: the fixed-length forward without bias or ALiBi (the common case) keeps one filled fa_params per shape
-# signature (shapes, strides, dtype, device, mask, softcap, scale) and per call copies it and sets the five data
-# pointers; no `torch.cuda.device` switch (fa_run binds its own context; the stream names the device).
+def _stream_of(index: int) -> int:
+    """The current stream's handle on device `index`."""
+    return _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+def _stream(device: torch.device) -> int:
+    return _stream_of(_device_index(device))
+
+
+# Host cost: a plain fixed-length forward (no bias, ALiBi, varlen or user code) keeps one filled fa_params per
+# signature of its arguments (shapes, strides, dtype, device, mask, softcap, scale, whether LSE is written); a call of
+# a known signature allocates the outputs, copies the params, sets the data pointers and calls fa_run on the current
+# raw stream. No `torch.cuda.device` switch: fa_run binds its own context and the stream names the device.
 _PARAMS_CACHE: dict = {}
 _PARAMS_CACHE_MAX = 256
 
 
-def _fast_fwd(q, k, v, mask, window_left, window_right, softcap, scale):
-    sig = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device, mask, window_left,
-           window_right, softcap, scale)
-    o = torch.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype, device=q.device)
-    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-    entry = _PARAMS_CACHE.get(sig)
+def _cached_forward(key, q, k, v, want_lse: bool, params_of):
+    """(o, lse or None) of the plain forward of `key`; params_of(o, lse) fills fa_params on the first call of a key
+    (and makes every check there: the key holds all that they read)."""
+    o = torch.empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=q.dtype, device=q.device)
+    lse = (torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+           if want_lse else None)
+    entry = _PARAMS_CACHE.get(key)
     if entry is None:
         if o.numel() == 0:
-            lse.fill_(float("-inf"))
+            if lse is not None:
+                lse.fill_(float("-inf"))
             return o, lse
-        p, _keep = build_params(q, k, v, o, lse, None, None, None, None, 0, 0, mask, window_left, window_right,
-                                softcap, scale)
+        p = params_of(o, lse)
         if len(_PARAMS_CACHE) >= _PARAMS_CACHE_MAX:
             _PARAMS_CACHE.clear()
         entry = (bytes(p), _device_index(q.device))
-        _PARAMS_CACHE[sig] = entry
+        _PARAMS_CACHE[key] = entry
     blob, device = entry
     p = S.Params.from_buffer_copy(blob)
-    p.q, p.k, p.v, p.o, p.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
-    default_context(device).run(p, torch.cuda.current_stream(device).cuda_stream)
+    p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+    if lse is not None:
+        p.lse = lse.data_ptr()
+    default_context(device).run(p, _stream_of(device))
     return o, lse
+
+
+def _fast_fwd(q, k, v, mask, window_left, window_right, softcap, scale):
+    """The op's plain forward (op-level views, LSE always written)."""
+    key = ("op", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device, mask, window_left,
+           window_right, softcap, scale)
+    return _cached_forward(key, q, k, v, True, lambda o, lse: build_params(
+        q, k, v, o, lse, None, None, None, None, 0, 0, mask, window_left, window_right, softcap, scale)[0])
 
 
 def _fwd_impl(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], alibi_slopes: Optional[Tensor],
@@ -254,38 +274,23 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
 # arguments (shapes, strides, dtype, device, mask, softcap, scale, whether lse is wanted). The first call of a key
 # goes through every check and the full path below; later calls allocate the outputs, copy the filled fa_params,
 # set its five pointers and call fa_run on the current raw stream (the C library still validates every call).
-_EAGER_CACHE: dict = {}
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-
-
 def _eager_plain(q, k, v, causal, window, softcap, scale, return_lse):
-    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, causal, tuple(window),
-           softcap, scale, return_lse)
-    entry = _EAGER_CACHE.get(key)
-    if entry is None:
-        if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 or _raw_stream is None:
+    """fa.attention's inference call (eager, no gradient, plain): keyed by the raw arguments, so a known signature
+    skips _op_args' checks; LSE only when asked (fa.prepare readies that kernel too). None: take the full path."""
+    key = ("eager", q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, causal,
+           tuple(window), softcap, scale, return_lse)
+    checked = None
+    if key not in _PARAMS_CACHE:  # a new signature: every check, before anything is allocated
+        if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
             return None
-        q2, k2, v2, rest, _ = _op_args(q, k, v, causal, window, None, None, softcap, scale, "bshd", None, None, None,
-                                       None)
-        o_shape, lse_shape = output_shapes(q2, k2, v2, None)
-        if 0 in o_shape:
-            return None
-        o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
-        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device) if return_lse else None
-        p, _keep = build_params(q2, k2, v2, o, lse, *rest)
-        if len(_EAGER_CACHE) >= _PARAMS_CACHE_MAX:
-            _EAGER_CACHE.clear()
-        entry = (bytes(p), _device_index(q.device), o_shape, lse_shape)
-        _EAGER_CACHE[key] = entry
-    blob, device, o_shape, lse_shape = entry
-    o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
-    p = S.Params.from_buffer_copy(blob)
-    p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
-    lse = None
-    if return_lse:
-        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-        p.lse = lse.data_ptr()
-    default_context(device).run(p, _raw_stream(device))
+        checked = _op_args(q, k, v, causal, window, None, None, softcap, scale, "bshd", None, None, None, None)
+
+    def params_of(o, lse):
+        q2, k2, v2, rest, _ = checked or _op_args(q, k, v, causal, window, None, None, softcap, scale, "bshd", None,
+                                                  None, None, None)
+        return build_params(q2, k2, v2, o, lse, *rest)[0]
+
+    o, lse = _cached_forward(key, q, k, v, return_lse, params_of)
     return (o, lse) if return_lse else o
 
 
