@@ -10,10 +10,12 @@
 #include "fa/fa.h"
 #include "generator/problem.h"
 #include "runtime/validate.h"
+#include "tests/cpu/params_support.h"
 
 namespace {
 
-void* addr(uintptr_t x) { return reinterpret_cast<void*>(x); }
+using fa::test::fake_addr;
+void* addr(uintptr_t x) { return fake_addr(x); }
 
 // A decode problem against a paged cache: batch 2, one query token, 8 query heads over 2 KV heads, d 64, pages of
 // 16 rows, capacity 80 keys (5 pages per sequence), a pool of 12 pages.
@@ -25,14 +27,8 @@ struct KvCache : ::testing::Test {
     ASSERT_EQ(fa_context_options_init(&o), FA_OK);
     o.cache_path = ":memory:";
     ASSERT_EQ(fa_context_create(&o, &ctx), FA_OK) << fa_last_error();
-    fa_params_init(&p);
-    p.dtype = FA_DTYPE_BF16;
-    p.batch = 2; p.seqlen_q = 1; p.seqlen_k = 80; p.heads_q = 8; p.heads_kv = 2; p.head_dim = 64;
-    const int64_t D = 64;
-    p.q = addr(0x10000000); p.q_stride_batch = 8 * D; p.q_stride_seq = 8 * D; p.q_stride_head = D;
-    p.k = addr(0x20000000); p.k_stride_batch = 16 * 2 * D; p.k_stride_seq = 2 * D; p.k_stride_head = D;
-    p.v = addr(0x30000000); p.v_stride_batch = 16 * 2 * D; p.v_stride_seq = 2 * D; p.v_stride_head = D;
-    p.o = addr(0x40000000); p.o_stride_batch = 8 * D; p.o_stride_seq = 8 * D; p.o_stride_head = D;
+    fa::test::fake_bshd_params(&p, 2, 1, 80, 8, 2, 64);
+    p.k_stride_batch = p.v_stride_batch = 16 * 2 * 64;  // paged: the batch stride is the page stride
     p.seqused_k = static_cast<const int32_t*>(addr(0x50000000));
     p.block_table = static_cast<const int32_t*>(addr(0x60000000));
     p.block_table_stride = 5;

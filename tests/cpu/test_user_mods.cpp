@@ -12,10 +12,12 @@
 #include "generator/family.h"
 #include "generator/problem.h"
 #include "runtime/validate.h"
+#include "tests/cpu/params_support.h"
 
 namespace {
 
-void* addr(uintptr_t x) { return reinterpret_cast<void*>(x); }
+using fa::test::fake_addr;
+void* addr(uintptr_t x) { return fake_addr(x); }
 
 struct UserMods : ::testing::Test {
   fa_context ctx = nullptr;
@@ -27,14 +29,7 @@ struct UserMods : ::testing::Test {
     o.cache_path = ":memory:";
     o.tune_policy = FA_TUNE_DEFAULTS_ONLY;
     ASSERT_EQ(fa_context_create(&o, &ctx), FA_OK) << fa_last_error();
-    fa_params_init(&p);
-    p.dtype = FA_DTYPE_BF16;
-    p.batch = 2; p.seqlen_q = 64; p.seqlen_k = 64; p.heads_q = 4; p.heads_kv = 4; p.head_dim = 64;
-    const int64_t D = 64;
-    p.q = addr(0x10000000); p.q_stride_batch = 64 * 4 * D; p.q_stride_seq = 4 * D; p.q_stride_head = D;
-    p.k = addr(0x20000000); p.k_stride_batch = 64 * 4 * D; p.k_stride_seq = 4 * D; p.k_stride_head = D;
-    p.v = addr(0x30000000); p.v_stride_batch = 64 * 4 * D; p.v_stride_seq = 4 * D; p.v_stride_head = D;
-    p.o = addr(0x40000000); p.o_stride_batch = 64 * 4 * D; p.o_stride_seq = 4 * D; p.o_stride_head = D;
+    fa::test::fake_bshd_params(&p, 2, 64, 64, 4, 4, 64);
     ASSERT_EQ(fa_mods_init(&m), FA_OK);
     // A document mask: buffer 0 holds the document id of each key position.
     m.mask_mod = "const int* doc = static_cast<const fa_buf0_t*>(u.buf[0]);\n"

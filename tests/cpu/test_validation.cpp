@@ -12,11 +12,12 @@
 #include "fa/fa.h"
 #include "generator/problem.h"
 #include "runtime/validate.h"
+#include "tests/cpu/params_support.h"
 
 namespace {
 
-// Fake, well-aligned device addresses: validation never dereferences them.
-void* addr(uintptr_t x) { return reinterpret_cast<void*>(x); }
+using fa::test::fake_addr;
+void* addr(uintptr_t x) { return fake_addr(x); }
 
 struct Fixture : ::testing::Test {
   fa_context ctx = nullptr;
@@ -27,14 +28,7 @@ struct Fixture : ::testing::Test {
     ASSERT_EQ(fa_context_options_init(&o), FA_OK);
     o.cache_path = ":memory:";
     ASSERT_EQ(fa_context_create(&o, &ctx), FA_OK) << fa_last_error();
-    fa_params_init(&p);
-    p.dtype = FA_DTYPE_BF16;
-    p.batch = 2; p.seqlen_q = 64; p.seqlen_k = 80; p.heads_q = 8; p.heads_kv = 2; p.head_dim = 64;
-    const int64_t D = 64;
-    p.q = addr(0x10000000); p.q_stride_batch = 64 * 8 * D; p.q_stride_seq = 8 * D; p.q_stride_head = D;
-    p.k = addr(0x20000000); p.k_stride_batch = 80 * 2 * D; p.k_stride_seq = 2 * D; p.k_stride_head = D;
-    p.v = addr(0x30000000); p.v_stride_batch = 80 * 2 * D; p.v_stride_seq = 2 * D; p.v_stride_head = D;
-    p.o = addr(0x40000000); p.o_stride_batch = 64 * 8 * D; p.o_stride_seq = 8 * D; p.o_stride_head = D;
+    fa::test::fake_bshd_params(&p, 2, 64, 80, 8, 2, 64);
     fa_bwd_params_init(&b);
   }
   void TearDown() override { fa_context_destroy(ctx); }
