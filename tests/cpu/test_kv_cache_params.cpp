@@ -10,6 +10,7 @@
 #include "fa/fa.h"
 #include "generator/problem.h"
 #include "runtime/validate.h"
+#include "tests/cpu/context_support.h"
 #include "tests/cpu/params_support.h"
 
 namespace {
@@ -23,10 +24,8 @@ struct KvCache : ::testing::Test {
   fa_context ctx = nullptr;
   fa_params p{};
   void SetUp() override {
-    fa_context_options o;
-    ASSERT_EQ(fa_context_options_init(&o), FA_OK);
-    o.cache_path = ":memory:";
-    ASSERT_EQ(fa_context_create(&o, &ctx), FA_OK) << fa_last_error();
+    ctx = fa::test::make_context(":memory:", -1);
+    ASSERT_NE(ctx, nullptr);
     fa::test::fake_bshd_params(&p, 2, 1, 80, 8, 2, 64);
     p.k_stride_batch = p.v_stride_batch = 16 * 2 * 64;  // paged: the batch stride is the page stride
     p.seqused_k = static_cast<const int32_t*>(addr(0x50000000));

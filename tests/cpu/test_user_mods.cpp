@@ -12,6 +12,7 @@
 #include "generator/family.h"
 #include "generator/problem.h"
 #include "runtime/validate.h"
+#include "tests/cpu/context_support.h"
 #include "tests/cpu/params_support.h"
 
 namespace {
@@ -24,11 +25,8 @@ struct UserMods : ::testing::Test {
   fa_params p{};
   fa_mods m{};
   void SetUp() override {
-    fa_context_options o;
-    ASSERT_EQ(fa_context_options_init(&o), FA_OK);
-    o.cache_path = ":memory:";
-    o.tune_policy = FA_TUNE_DEFAULTS_ONLY;
-    ASSERT_EQ(fa_context_create(&o, &ctx), FA_OK) << fa_last_error();
+    ctx = fa::test::make_context(":memory:", FA_TUNE_DEFAULTS_ONLY);
+    ASSERT_NE(ctx, nullptr);
     fa::test::fake_bshd_params(&p, 2, 64, 64, 4, 4, 64);
     ASSERT_EQ(fa_mods_init(&m), FA_OK);
     // A document mask: buffer 0 holds the document id of each key position.

@@ -12,6 +12,7 @@
 #include "fa/fa.h"
 #include "generator/problem.h"
 #include "runtime/validate.h"
+#include "tests/cpu/context_support.h"
 #include "tests/cpu/params_support.h"
 
 namespace {
@@ -24,10 +25,8 @@ struct Fixture : ::testing::Test {
   fa_params p{};
   fa_bwd_params b{};
   void SetUp() override {
-    fa_context_options o;
-    ASSERT_EQ(fa_context_options_init(&o), FA_OK);
-    o.cache_path = ":memory:";
-    ASSERT_EQ(fa_context_create(&o, &ctx), FA_OK) << fa_last_error();
+    ctx = fa::test::make_context(":memory:", -1);
+    ASSERT_NE(ctx, nullptr);
     fa::test::fake_bshd_params(&p, 2, 64, 80, 8, 2, 64);
     fa_bwd_params_init(&b);
   }

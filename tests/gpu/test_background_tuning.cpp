@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "runtime/context.h"
+#include "tests/cpu/context_support.h"
 #include "tests/gpu/gpu_support.h"
 #include "tuner/chooser.h"
 
@@ -30,16 +31,6 @@ void fill(Case* c, int head_dim, int sq, int sk) {
   c->op.seqlen_k = sk;
 }
 
-fa_context make(const std::string& cache) {
-  fa_context_options o;
-  fa_context_options_init(&o);
-  o.cache_path = cache.c_str();
-  o.tune_policy = FA_TUNE_ON_FIRST_USE;
-  fa_context ctx = nullptr;
-  EXPECT_EQ(fa_context_create(&o, &ctx), FA_OK) << fa_last_error();
-  return ctx;
-}
-
 bool matches(Case& c) {
   const CaseResult r = compare_outputs(c);
   return r.err_o <= tolerance(c.dtype) && r.err_lse <= 2e-3 && r.padding_intact;
@@ -48,9 +39,8 @@ bool matches(Case& c) {
 TEST(GpuBackgroundTuning, FirstCallAndCallsAfterTheSwapMatchTheOracle) {
   Gpu& g = gpu();
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
-  char tmpl[] = "/tmp/fa_background_XXXXXX";
-  const std::string dir = mkdtemp(tmpl) ? tmpl : "/tmp";
-  fa_context ctx = make(dir + "/cache.sqlite");
+  const std::string dir = temp_dir("background");
+  fa_context ctx = make_context(dir + "/cache.sqlite", FA_TUNE_ON_FIRST_USE);
   ASSERT_NE(ctx, nullptr);
   auto* chooser = dynamic_cast<tune::TuningChooser*>(ctx->chooser.get());
   ASSERT_NE(chooser, nullptr);
@@ -105,11 +95,10 @@ TEST(GpuBackgroundTuning, FirstCallAndCallsAfterTheSwapMatchTheOracle) {
 TEST(GpuBackgroundTuning, DestroyWhileTuningReturnsPromptly) {
   Gpu& g = gpu();
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
-  char tmpl[] = "/tmp/fa_background_destroy_XXXXXX";
-  const std::string dir = mkdtemp(tmpl) ? tmpl : "/tmp";
+  const std::string dir = temp_dir("background_destroy");
   std::mt19937_64 rng(test_seed() + 20);
   for (int round = 0; round < 2; ++round) {
-    fa_context ctx = make(dir + "/cache.sqlite");
+    fa_context ctx = make_context(dir + "/cache.sqlite", FA_TUNE_ON_FIRST_USE);
     ASSERT_NE(ctx, nullptr);
     Case c;
     fill(&c, round == 0 ? 64 : 96, 2048, 2048);  // a new key each round
@@ -125,7 +114,7 @@ TEST(GpuBackgroundTuning, DestroyWhileTuningReturnsPromptly) {
     std::printf("GPU SUMMARY background destroy round %d: %.3f s\n", round, s);
   }
   // The cache file is intact: a new context runs.
-  fa_context ctx = make(dir + "/cache.sqlite");
+  fa_context ctx = make_context(dir + "/cache.sqlite", FA_TUNE_ON_FIRST_USE);
   ASSERT_NE(ctx, nullptr);
   Case c;
   fill(&c, 64, 1000, 1000);
