@@ -263,8 +263,9 @@ typedef struct fa_params {
 } fa_params;
 
 FA_API fa_status fa_params_init(fa_params* params);
-/* Bytes of workspace fa_run(params) needs (0 when it needs none: no split-KV and no mask_mod block classification).
- * Same validation as fa_run. */
+/* Bytes of workspace enough for fa_run(params) whichever tunables the tuner picks, now or later (0 when the problem
+ * never needs one: no split-KV and no mask_mod block classification). A call whose chosen kernels need no workspace
+ * (e.g. a decode that does not split) neither reads the caller's nor allocates one. Same validation as fa_run. */
 FA_API fa_status fa_forward_workspace_size(fa_context context, const fa_params* params, size_t* out_bytes);
 
 /* Computes attention on `stream` (a CUstream / cudaStream_t; NULL is the legacy default stream). Returns once the
