@@ -83,10 +83,12 @@ struct Plan {
   // (FaFwdArgs::part_o / part_lse); num_splits == 1: none.
   int num_splits = 1;
   size_t off_part_o = SIZE_MAX, off_part_lse = SIZE_MAX;
-  // Block-sparse forward plans (fwd_mma with a mask_mod: [mask_blocks, fwd_mma]): the tile classes
-  // (FaFwdArgs::blk_cls, [batch or 1][heads_q or 1][query blocks][blk_nkb] bytes; blk_shared as in LaunchShape) and
-  // the forward's visiting lists (blk_list, [batch][heads_q][query blocks][blk_nkb] int32); SIZE_MAX: none.
-  size_t off_blk_cls = SIZE_MAX, off_blk_list = SIZE_MAX;
+  // Block-sparse plans (a mask_mod: fwd_mma's [mask_blocks, fwd_mma], bwd_mma's [bwd_pre, mask_blocks, bwd_mma,
+  // bwd_post]): the tile classes (FaFwdArgs::blk_cls, [batch or 1][heads_q or 1][query blocks][blk_nkb] bytes;
+  // blk_shared as in LaunchShape), in backward plans transposed too (blk_cls_t, key block major), and the kernel's
+  // visiting lists (blk_list, [batch][heads_q][query blocks][blk_nkb] int32); SIZE_MAX: none (families/common.h:
+  // block_workspace).
+  size_t off_blk_cls = SIZE_MAX, off_blk_cls_t = SIZE_MAX, off_blk_list = SIZE_MAX;
   int blk_nkb = 0, blk_mblocks = 0, blk_shared = 0;
 };
 

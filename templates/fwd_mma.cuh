@@ -38,6 +38,7 @@
 #ifndef FA_FWD_MMA_CUH
 #define FA_FWD_MMA_CUH
 
+#include "common/blocks.cuh"
 #include "common/sm80.cuh"
 #include "smem_layout.cuh"
 
@@ -185,14 +186,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       const unsigned char* cls = args.blk_cls + (long long)b * args.blk_cls_sb + (long long)h * args.blk_cls_sh +
                                  (long long)m_block * args.blk_nkb;
       int* list = args.blk_list + (((long long)b * args.heads_q + h) * gridDim.x + m_block) * args.blk_nkb;
-      int count = 0;
-      for (int base = nb_hi - 1; base >= nb_lo; base -= 32) {
-        const int nb = base - lane;
-        const int c = nb >= nb_lo ? (int)cls[nb] : 0;
-        const unsigned vote = __ballot_sync(0xffffffffu, c != 0);
-        if (warp == 0 && c != 0) list[count + __popc(vote & ((1u << lane) - 1u))] = (nb << 1) | (c == 2 ? 1 : 0);
-        count += __popc(vote);
-      }
+      const int count = fa_blk_compact<true>(cls, nb_lo, nb_hi, 0, list, warp == 0, lane);  // common/blocks.cuh
       __syncthreads();  // warp 0's list is visible to the CTA
       n_blocks = count;
       blist = list;

@@ -1,11 +1,13 @@
-// mask_blocks.cuh -- the block classification step of fwd_mma's plan when the problem has a mask_mod (fa_mods):
-// for every (query block of kBlockM rows, key block of kBlockN keys) tile of the forward's grid, whether the mask
-// (the built-in mask, the key range and mask_mod together, exactly as the forward applies them) hides every pair
-// (0: the forward never loads the block), some (1: the forward masks it per element) or none (2: the forward skips
-// the per-element mask). One warp per tile: the lanes walk the tile's (i, j) pairs and vote; rows past the query
-// length take no part (their outputs are never stored), keys past the key length count as hidden.
-// Written to args.blk_cls (layout in fa_args.cuh). Grid: x = ceil(key blocks / 4), y = query blocks, z = batch
-// entries x heads classified (1 where the mask does not depend on them); 4 warps.
+// mask_blocks.cuh -- the block classification step of the fwd_mma and bwd_mma plans when the problem has a mask_mod
+// (fa_mods): for every (query block of kBlockM rows, key block of kBlockN keys) tile of the kernel's grid, whether
+// the mask (the built-in mask, the key range and mask_mod together, exactly as the kernels apply them) hides every
+// pair (0: the tile is never computed), some (1: it is masked per element) or none (2: the per-element mask is
+// skipped). One warp per tile: the lanes walk the tile's (i, j) pairs and vote; rows past the query length take no
+// part (their outputs are never stored; the backward gives them P = 0), keys past the key length count as hidden.
+// Written to args.blk_cls and, for the backward's key-block-major CTAs, transposed to args.blk_cls_t when it is set
+// (layouts in fa_args.cuh). Grid: x = ceil(key blocks / 4), y = query blocks, z = batch entries x heads classified
+// (1 where the mask does not depend on them); 4 warps. A backward plan passes its FaBwdArgs, whose first member
+// is the FaFwdArgs read here.
 // Reads fa_cfg: kVarlen, kMask, kHasMaskMod, kBlockM, kBlockN.
 #ifndef FA_MASK_BLOCKS_CUH
 #define FA_MASK_BLOCKS_CUH
@@ -55,9 +57,12 @@ extern "C" __global__ void __launch_bounds__(128) fa_kernel(const FaFwdArgs args
   } else {
     any = false;
   }
-  if (lane == 0)
-    args.blk_cls[(long long)bb * args.blk_cls_sb + (long long)hh * args.blk_cls_sh + (long long)mb * args.blk_nkb + nb] =
-        (unsigned char)(!any ? 0 : all ? 2 : 1);
+  if (lane == 0) {
+    const long long head = (long long)bb * args.blk_cls_sb + (long long)hh * args.blk_cls_sh;
+    const unsigned char cls = (unsigned char)(!any ? 0 : all ? 2 : 1);
+    args.blk_cls[head + (long long)mb * args.blk_nkb + nb] = cls;
+    if (args.blk_cls_t != nullptr) args.blk_cls_t[head + (long long)nb * args.blk_nmb + mb] = cls;
+  }
 }
 
 #endif  // FA_MASK_BLOCKS_CUH

@@ -77,21 +77,71 @@ namespace fa::gen::fam {
 inline size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
 inline long long rows_q(const ProblemDesc& p) { return p.varlen ? p.total_q : static_cast<long long>(p.batch) * p.seqlen_q; }
 
-// The start of every backward plan: the float32 Delta region [heads_q * rows_q] (indexed like the LSE), and the
-// bwd_pre step at its defaults. Returns the next free offset.
-inline size_t backward_plan_start(const ProblemDesc& p, int arch, Plan* plan) {
-  plan->off_delta = 0;
-  const Family* pre = find_family("bwd_pre");
-  const Semantic s = semantic_for(*pre, p, arch);
-  plan->steps.push_back(KernelConfig{s, pre->defaults(s)});
-  return align256(static_cast<size_t>(rows_q(p)) * static_cast<size_t>(p.heads_q) * sizeof(float));
-}
-
 // A step of family `name` at its defaults for the same problem as `main`.
 inline KernelConfig default_step(const char* name, const ProblemDesc& p, int arch) {
   const Family* f = find_family(name);
   const Semantic s = semantic_for(*f, p, arch);
   return KernelConfig{s, f->defaults(s)};
+}
+// The same for a step that runs no user code (bwd_pre, bwd_post): its key carries no mod tag, so every mod shares it.
+inline KernelConfig plain_step(const char* name, const ProblemDesc& p, int arch) {
+  KernelConfig c = default_step(name, p, arch);
+  c.s.mods = nullptr;
+  return c;
+}
+
+// The start of every backward plan: the float32 Delta region [heads_q * rows_q] (indexed like the LSE), and the
+// bwd_pre step at its defaults. Returns the next free offset.
+inline size_t backward_plan_start(const ProblemDesc& p, int arch, Plan* plan) {
+  plan->off_delta = 0;
+  plan->steps.push_back(plain_step("bwd_pre", p, arch));
+  return align256(static_cast<size_t>(rows_q(p)) * static_cast<size_t>(p.heads_q) * sizeof(float));
+}
+
+// Block skipping (a mask_mod; templates/mask_blocks.cuh, fa_args.cuh): which classifications are shared
+// (LaunchShape::blk_shared: 1 over batch entries, never in varlen, whose lengths differ; 2 over heads), from
+// fa_mods.mask_mod_depends.
+inline int blk_shared(const ProblemDesc& p) {
+  return ((p.mask_mod_depends & 1) == 0 && !p.varlen ? 1 : 0) | ((p.mask_mod_depends & 2) == 0 ? 2 : 0);
+}
+// The workspace of block skipping at a block_m x block_n tile, from offset `off`: the tile classes ([batch or 1]
+// [heads_q or 1][query blocks][key blocks] bytes), for a backward plan (`transposed`) the same classes key block
+// major, then the kernels' visiting lists ([batch][heads_q][query blocks][key blocks] int32: a forward CTA's key
+// blocks, or a backward CTA's query blocks of each head of its group). Fills the plan's block fields; returns the
+// end.
+inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bool transposed, size_t off, Plan* out) {
+  out->blk_shared = blk_shared(p);
+  out->blk_mblocks = std::max(1, (p.seqlen_q + block_m - 1) / block_m);
+  out->blk_nkb = std::max(1, (p.seqlen_k + block_n - 1) / block_n);
+  const size_t tiles = static_cast<size_t>(out->blk_mblocks) * static_cast<size_t>(out->blk_nkb);
+  const size_t batch_c = (out->blk_shared & 1) ? 1 : static_cast<size_t>(p.batch);
+  const size_t heads_c = (out->blk_shared & 2) ? 1 : static_cast<size_t>(p.heads_q);
+  out->off_blk_cls = off;
+  off = align256(off + batch_c * heads_c * tiles);
+  if (transposed) {
+    out->off_blk_cls_t = off;
+    off = align256(off + batch_c * heads_c * tiles);
+  }
+  out->off_blk_list = off;
+  return off + align256(static_cast<size_t>(p.batch) * p.heads_q * tiles * sizeof(int));
+}
+// Appends the mask_blocks step at the tile of `main` (its block_m and block_n knobs) to the plan and lays out its
+// workspace from `off` (block_workspace); the plan reserves the largest layout over main's family's tiles, so that
+// a caller's buffer sized by the size query stays large enough when tuning swaps another winner in. Returns the end.
+inline size_t plan_mask_blocks(const KernelConfig& main, const ProblemDesc& p, bool transposed, size_t off, Plan* out) {
+  const Family& f = *main.s.family;
+  const int km = f.knob_index("block_m"), kn = f.knob_index("block_n");
+  KernelConfig cls = default_step("mask_blocks", p, main.s.arch);
+  cls.t[0] = main.t[km];
+  cls.t[1] = main.t[kn];
+  out->steps.push_back(cls);
+  for (int bm : f.knobs[static_cast<size_t>(km)].values)
+    for (int bn : f.knobs[static_cast<size_t>(kn)].values) {
+      Plan probe;
+      out->workspace_reserve_bytes =
+          std::max(out->workspace_reserve_bytes, block_workspace(p, bm, bn, transposed, off, &probe));
+    }
+  return block_workspace(p, main.t[km], main.t[kn], transposed, off, out);
 }
 
 }  // namespace fa::gen::fam

@@ -1,7 +1,8 @@
 // compile_sweep.cpp -- compiles kernel variants through NVRTC for sm_80 and sm_90a and fails on any compile error
 // or any ptxas spill. --sample: a fixed covering sample (every family, dtype, mask, feature flag, a spread of head
 // dims, every valid tunable point of each family at head dim 128, and of fwd_mma at 64, and the heuristic defaults of
-// fwd_mma and bwd_mma). --full: the whole product.
+// fwd_mma and bwd_mma; user code: runs_user_code). --full: the whole product (each point also with user code where
+// the family runs it).
 // --full --limit N [--seed S]: a random sample of N points of the whole product (it has ~300k points).
 // --family NAME: only that family's kernels.
 // Also checks that the predicate is the only rejection: a point it accepts must compile without spills.
@@ -61,6 +62,36 @@ bool reads_pages(const Family& f, const Semantic& s) {
   return family_covers(f, p, s.arch, nullptr);
 }
 
+// User code (fa_mods) of the families that run it. The forward's two records (fwd_mma, fwd_ref's siblings; the
+// budget of fwd_mma's valid() was measured on them): a document mask read from buffer 0, with and without a small
+// score_mod. The backward's three (bwd_mma, bwd_ref): the document mask; the mask with a relative-bias score_mod
+// reading a float table (buffer 1) and its derivative 1; a softcap-like score_mod alone with its derivative
+// 1 - tanh^2. mask_blocks takes every mask of both.
+bool runs_user_code(const Family& f) {
+  for (const char* n : {"fwd_mma", "mask_blocks", "bwd_mma", "bwd_ref_dq", "bwd_ref_dkdv"})
+    if (f.name == std::string(n)) return true;
+  return false;
+}
+std::vector<const UserMods*> sweep_mods(const Family& f) {
+  const int dtypes[2] = {1, 3}, ranks[2] = {1, 2};
+  const char* doc = "const fa_buf0_t* d0 = static_cast<const fa_buf0_t*>(u.buf[0]);\nreturn d0[i] == d0[j];";
+  const char* rel = "const fa_buf1_t* t = static_cast<const fa_buf1_t*>(u.buf[1]);\n"
+                    "return s + t[h * u.stride[1][0] + min(max(i - j, -32), 32) + 32];";
+  const char* cap = "return u.scalar[0] * tanhf(s / u.scalar[0]);";
+  const char* cap_grad = "const float t = tanhf(s / u.scalar[0]);\nreturn 1.0f - t * t;";
+  std::vector<const UserMods*> fwd = {intern_user_mods(doc, "", 1, dtypes, ranks),
+                                      intern_user_mods(doc, "return s + 0.5f * (float)h;", 1, dtypes, ranks)};
+  std::vector<const UserMods*> bwd = {intern_user_mods(doc, "", 2, dtypes, ranks),
+                                      intern_user_mods(doc, rel, 2, dtypes, ranks, "return 1.0f;"),
+                                      intern_user_mods("", cap, 2, dtypes, ranks, cap_grad)};
+  if (f.role == Role::Forward) return fwd;
+  if (f.name == std::string("mask_blocks")) {  // its masks only (a score_mod does not reach its code)
+    fwd.push_back(bwd[0]);
+    return fwd;
+  }
+  return bwd;
+}
+
 constexpr size_t kSampleAll = 96;  // --sample: points per semantic in the "every valid point" loop
 
 struct Job {
@@ -97,12 +128,19 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
         std::vector<Tunables> space = valid_space(s, lim);
         if (space.empty()) continue;
         if (full) {
+          // each point also with one of the family's user-code records (rotating with the variant)
+          const std::vector<const UserMods*> mods = runs_user_code(f) ? sweep_mods(f) : std::vector<const UserMods*>{};
           for (const Tunables& t : all_valid_points(s, lim)) {
             KernelConfig c{s, t};
             push(c);
             if (!s.varlen && has_shape_class(f)) {
               c.s.even_k = true;
               push(c);
+            }
+            if (!mods.empty()) {
+              KernelConfig mc{s, t};
+              mc.s.mods = mods[static_cast<size_t>(variant) % mods.size()];
+              push(mc);
             }
           }
         } else {
@@ -134,14 +172,12 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
               push(KernelConfig{sd, f.defaults(sd)});
             }
           }
-          if ((d == 64 || d == 128) && (f.name == std::string("fwd_mma") || f.name == std::string("mask_blocks"))) {
-            // user code (fa_mods): a document mask (block skipping: kBlockSparse) with and without a score_mod, at
-            // every valid point of the knobs (fwd_mma's register budget for user code; mask_blocks' tile shapes)
-            const int dtypes[1] = {1}, ranks[1] = {1};
-            const char* mask = "const fa_buf0_t* d0 = static_cast<const fa_buf0_t*>(u.buf[0]);\nreturn d0[i] == d0[j];";
-            for (const char* score : {"", "return s + 0.5f * (float)h;"}) {
+          if ((d == 64 || d == 128) && runs_user_code(f)) {
+            // user code (fa_mods, sweep_mods): masks (block skipping: kBlockSparse) and score_mods, at every valid
+            // point of the knobs (the register budgets for user code; mask_blocks' tile shapes)
+            for (const UserMods* um : sweep_mods(f)) {
               Semantic sm = s;
-              sm.mods = intern_user_mods(mask, score, 1, dtypes, ranks);
+              sm.mods = um;
               // every valid point at d128 fp16, the default elsewhere; both shape classes
               std::vector<Tunables> pts = {f.defaults(sm)};
               if (d == 128 && dt == kFp16) pts = all_valid_points(sm, lim);

@@ -1,7 +1,10 @@
-// mask_blocks -- host side of the block classification step (templates/mask_blocks.cuh): a Step of fwd_mma's plan
-// when the problem has a mask_mod (fa_mods). It classifies the tiles of the forward's own block_m x block_n grid, so
-// its two knobs are copied from the forward's tunables by the plan (never tuned on their own). The classification
-// is shared over batch entries and heads where fa_mods.mask_mod_depends allows it (LaunchShape::blk_shared).
+// mask_blocks -- host side of the block classification step (templates/mask_blocks.cuh): a Step of the fwd_mma and
+// bwd_mma plans when the problem has a mask_mod (fa_mods; families/common.h: plan_mask_blocks). It classifies the
+// tiles of that kernel's own block_m x block_n grid, so its two knobs (the union of both families' tiles) are copied
+// from the kernel's tunables by the plan (never tuned on their own). The classification is shared over batch
+// entries and heads where fa_mods.mask_mod_depends allows it (LaunchShape::blk_shared). In a backward plan it
+// receives the FaBwdArgs (its first member is the FaFwdArgs the kernel reads) and also writes the classes
+// transposed (FaFwdArgs::blk_cls_t).
 #include "../common.h"
 
 namespace fa::gen {
@@ -25,7 +28,7 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
 }
 
 const Family kFamily{.name = "mask_blocks", .template_name = "mask_blocks.cuh", .role = Role::Step,
-                     .tuned_on_first_use = false, .knobs = {fam::block_m({64, 128}), fam::block_n({32, 64, 128})},
+                     .tuned_on_first_use = false, .knobs = {fam::block_m({16, 32, 64, 128}), fam::block_n({32, 64, 128})},
                      .defaults = &defaults, .launch = &launch};
 
 }  // namespace
