@@ -186,23 +186,6 @@ void tune_point(fa_context c, const TuneArgs& a, const TuneOptions& o, Row* row)
   row->device = c->device_ordinal;
 }
 
-// The units a sweep over several GPUs hands out, in grid order: the grid points of one tuning key (semantic and
-// shape bucket) stay together and in order, so each key is tuned once, by one GPU, as a one-GPU sweep tunes it.
-// With --max-candidates the unit is a whole tuning semantic key: which candidates make the cut depends on the
-// winners of that key's earlier buckets (prior_winners_first), so its buckets go in grid order through one GPU.
-std::vector<std::vector<size_t>> shard_units(const std::vector<GridPoint>& grid, int arch, bool by_semantic) {
-  std::vector<std::vector<size_t>> units;
-  std::map<std::string, size_t> unit_of;
-  for (size_t i = 0; i < grid.size(); ++i) {
-    const gen::Semantic s = gen::select_forward(grid[i].desc, arch);
-    const std::string key = by_semantic ? tuning_semantic_key(s) : tuning_key(s, grid[i].desc);
-    auto [it, fresh] = unit_of.emplace(key, units.size());
-    if (fresh) units.emplace_back();
-    units[it->second].push_back(i);
-  }
-  return units;
-}
-
 int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressMode progress_mode, std::FILE* out,
             std::FILE* err) {
   fa_context c = devices.front();
@@ -218,12 +201,12 @@ int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressM
   for (const GridPoint& g : grid) rows.push_back(Row{g, {}, {}, c->device_ordinal});
   Progress progress(err, progress_mode, grid.size(), "tune");
   const auto t0 = std::chrono::steady_clock::now();
-  if (devices.size() == 1) {
+  if (!a.devices_given()) {  // the plain sweep: this thread, grid order
     for (Row& r : rows) {
       tune_point(c, a, o, &r);
       progress.step(r.g.label);
     }
-  } else {
+  } else {  // --devices (one GPU too): a thread per GPU over the shared list of units
     const std::vector<std::vector<size_t>> units = shard_units(grid, c->arch, a.max_candidates > 0);
     std::atomic<size_t> next{0};
     std::vector<std::thread> threads;
@@ -339,6 +322,19 @@ int open_devices(fa_context c, const TuneArgs& a, const fa_context_options& opt,
 }
 
 }  // namespace
+
+std::vector<std::vector<size_t>> shard_units(const std::vector<GridPoint>& grid, int arch, bool by_semantic) {
+  std::vector<std::vector<size_t>> units;
+  std::map<std::string, size_t> unit_of;
+  for (size_t i = 0; i < grid.size(); ++i) {
+    const gen::Semantic s = gen::select_forward(grid[i].desc, arch);
+    const std::string key = by_semantic ? tuning_semantic_key(s) : tuning_key(s, grid[i].desc);
+    auto [it, fresh] = unit_of.emplace(key, units.size());
+    if (fresh) units.emplace_back();
+    units[it->second].push_back(i);
+  }
+  return units;
+}
 
 int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std::FILE* out, std::FILE* err) {
   TuneArgs a;

@@ -50,8 +50,12 @@ def test_zigzag_round_trip_and_balance():
         zigzag_shard(x, 0, 5)
 
 
-def test_merge_attention_reference_matches_one_pass():
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_merge_attention_matches_one_pass(device):
+    """CPU: the reference formula on float64 parts; CUDA: fa_merge_partials on float32 parts."""
     import fa
+    if device == "cuda" and cuda_reason() is not None:
+        pytest.skip(cuda_reason())
     torch.manual_seed(0)
     B, S, H, D, n = 2, 40, 3, 16, 4
     q, k, v = (torch.randn(B, S, H, D, dtype=torch.float64) for _ in range(3))
@@ -69,12 +73,19 @@ def test_merge_attention_reference_matches_one_pass():
         none = torch.isinf(lse_s).permute(0, 2, 1).unsqueeze(-1).expand_as(o_s)
         outs.append(torch.where(none, torch.full_like(o_s, float("nan")), o_s))  # never read
         lses.append(lse_s)
+    if device == "cuda":
+        outs = [o.to(device, torch.float32) for o in outs]
+        lses = [l.to(device, torch.float32) for l in lses]
     o, lse = fa.merge_attention(outs, lses)
+    o, lse = o.cpu(), lse.cpu()
+    tol = 1e-12 if device == "cpu" else 1e-6
     assert not torch.isnan(o).any()
-    assert rel(o, o_full) < 1e-12
-    assert torch.allclose(lse, lse_full, rtol=0, atol=1e-12)
+    assert rel(o, o_full) < tol
+    assert torch.allclose(lse.double(), lse_full, rtol=0, atol=tol * 10)
     # every part -inf: o 0, lse -inf
-    o0, lse0 = fa.merge_attention([torch.full((1, 3, 1, 8), float("nan"))] * 2, [torch.full((1, 1, 3), -math.inf)] * 2)
+    o0, lse0 = fa.merge_attention([torch.full((1, 3, 1, 8), float("nan"), device=device)] * 2,
+                                  [torch.full((1, 1, 3), -math.inf, device=device)] * 2)
+    o0, lse0 = o0.cpu(), lse0.cpu()
     assert torch.equal(o0, torch.zeros_like(o0)) and bool((lse0 == -math.inf).all())
 
 
@@ -135,7 +146,7 @@ def test_gpu_world1_nccl_matches_fa_attention():
     import torch.distributed as dist
     import fa
     torch.manual_seed(3)
-    B, S, H, Hk, D = 2, 1024, 8, 2, 128
+    B, S, H, Hk, D = 2, 1024, 8, 2, 64
     dev = torch.device("cuda", 0)
     q = torch.randn(B, S, H, D, device=dev, dtype=torch.bfloat16)
     k, v = (torch.randn(B, S, Hk, D, device=dev, dtype=torch.bfloat16) for _ in range(2))
@@ -158,7 +169,7 @@ def test_gpu_world1_nccl_matches_fa_attention():
 @pytest.mark.parametrize("causal", [True, False])
 def test_gpu_world2_on_one_gpu_matches_fa_attention(causal):
     torch.manual_seed(4)
-    B, S, H, Hk, D = 1, 2048, 8, 2, 128
+    B, S, H, Hk, D = 1, 2048, 8, 2, 64
     q = torch.randn(B, S, H, D, dtype=torch.bfloat16)
     k, v = (torch.randn(B, S, Hk, D, dtype=torch.bfloat16) for _ in range(2))
     dout = torch.randn(B, S, H, D, dtype=torch.bfloat16)

@@ -9,10 +9,12 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "cache_db/cache_db.h"
 #include "fa/fa.h"
+#include "tuner/bucket.h"
 #include "tuner/fa_tune_args.h"
 #include "tuner/fa_tune_cli.h"
 
@@ -217,6 +219,46 @@ TEST(FaTuneArgs, DevicesParseAndResolve) {
   EXPECT_EQ(got, (std::vector<int>{5}));
   const std::string help = run_cli({"--help"}).out;
   EXPECT_NE(help.find("--devices all|LIST"), std::string::npos) << help;
+}
+
+TEST(FaTuneArgs, ShardUnitsKeepEachTuningKeyTogetherInGridOrder) {
+  tune::TuneArgs a;
+  std::string e;
+  ASSERT_TRUE(tune::parse_tune_args({"--dtypes", "bf16,fp16", "--head-dims", "64,128", "--heads", "8", "--masks",
+                                     "none,causal", "--seqlens", "512,600,700,1024,4096", "--batch-tokens", "512"},
+                                    &a, &e)) << e;
+  const std::vector<tune::GridPoint> grid = tune::expand_grid(a);
+  for (bool by_semantic : {false, true}) {
+    const auto units = tune::shard_units(grid, 90, by_semantic);
+    auto key = [&](size_t i) {
+      const gen::Semantic s = gen::select_forward(grid[i].desc, 90);
+      return by_semantic ? tune::tuning_semantic_key(s) : tune::tuning_key(s, grid[i].desc);
+    };
+    std::vector<int> seen(grid.size(), 0);
+    std::set<std::string> keys;
+    size_t last_first = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      ASSERT_FALSE(units[u].empty());
+      if (u > 0) {
+        EXPECT_GT(units[u].front(), last_first);  // units in grid order of their first point
+      }
+      last_first = units[u].front();
+      EXPECT_TRUE(keys.insert(key(units[u].front())).second) << "a key split over two units";
+      for (size_t k = 0; k < units[u].size(); ++k) {
+        ++seen[units[u][k]];
+        EXPECT_EQ(key(units[u][k]), key(units[u].front()));
+        if (k > 0) {
+          EXPECT_GT(units[u][k], units[u][k - 1]);
+        }
+      }
+    }
+    for (int n : seen) EXPECT_EQ(n, 1);
+    if (by_semantic) {
+      EXPECT_EQ(units.size(), 8u);  // 2 dtypes x 2 head dims x 2 masks
+    } else {
+      EXPECT_GT(units.size(), 8u);  // lengths in several buckets
+    }
+  }
 }
 
 // An ordinal past the host's GPUs is a command-line error naming it (exit 2) where a GPU is present; without one
