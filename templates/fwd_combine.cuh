@@ -1,17 +1,19 @@
 // fwd_combine.cuh -- the combine step of split-KV plans (fwd_split, num_splits > 1): merges the splits' normalized
 // float32 partial outputs and natural-log LSEs (part_o / part_lse, layout in fa_args.cuh) exactly, with the shared
 // merge of common/combine.cuh: lse = log(sum_s exp(lse_s)), o = sum_s exp(lse_s - lse) o_s (all -inf: o = 0,
-// lse = -inf). One warp per output row (b, h, i) of the fixed-length problem: the lanes read the splits' LSEs
-// (strided by 32), merge them across the warp, then each lane sums 4-column groups of the splits' rows with their
-// weights and writes o (dtype) and, when asked, lse.
+// lse = -inf). Also the kernel of fa_merge_partials (api/merge.cpp: the parts of a context-parallel attention). One
+// warp per output row (b, h, i) of the fixed-length problem: the lanes read the splits' LSEs (strided by 32), merge
+// them across the warp, then each lane sums 4-column groups of the splits' rows with their weights and writes o
+// (dtype) and, when asked, lse.
 // Grid: x = ceil(heads_q * seqlen_q / kWarps), y = batch (32-bit row arithmetic: a 64-bit division is a call with a
-// stack frame that ptxas reports as spills). Reads fa_cfg: kDtype, kHeadDimV, kHasLse, kWarps.
+// stack frame that ptxas reports as spills; so does leaving out minBlocksPerSM = 1, whose register-occupancy targets
+// make ptxas spill a few bytes). Reads fa_cfg: kDtype, kHeadDimV, kHasLse, kWarps.
 #ifndef FA_FWD_COMBINE_CUH
 #define FA_FWD_COMBINE_CUH
 
 #include "common/combine.cuh"
 
-extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(const FaFwdArgs a) {
+extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
   typedef FaElem<fa_cfg::kDtype> E;
   typedef typename E::T T;
   constexpr int kDV = fa_cfg::kHeadDimV;
@@ -39,6 +41,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
     acc = fa_lse_merge_join(acc, other);
   }
   const float total = fa_lse_merge_total(acc);
+  const FaLseWeights weights = fa_lse_merge_weights(acc);
   const int i = (int)(r % (unsigned)a.seqlen_q);
   const int h = (int)(r / (unsigned)a.seqlen_q);
   T* o = (T*)a.o + (long long)b * a.o_sb + (long long)i * a.o_ss + (long long)h * a.o_sh;
@@ -48,7 +51,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
       for (int s = 0; s < ns; ++s) {
         const float lse_s = part_lse[(long long)s * rows];
         if (lse_s == -INFINITY) continue;
-        const float w = fa_lse_merge_weight(lse_s, total);
+        const float w = fa_lse_merge_weight(weights, lse_s);
         const float4 v = *(const float4*)(part_o + (long long)s * o_stride + c4 * 4);
         x0 += w * v.x; x1 += w * v.y; x2 += w * v.z; x3 += w * v.w;
       }

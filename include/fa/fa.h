@@ -313,6 +313,40 @@ FA_API fa_status fa_backward_workspace_size(fa_context context, const fa_bwd_par
 FA_API fa_status fa_run_backward(fa_context context, const fa_bwd_params* params, void* stream);
 FA_API fa_status fa_prepare_backward(fa_context context, const fa_bwd_params* params);
 
+/* ---- merging partial results (context parallelism, key ranges computed apart) ---------------------------------
+ * Given num_parts partial results of one attention problem over DISJOINT sets of keys -- part s holds, for every
+ * query row, the normalized output o_s over its keys and their natural-log LSE lse_s, as fa_run writes them
+ * (lse_s = -inf: the part saw no key for that row; its o_s is then never read) -- fa_merge_partials writes what
+ * one pass over the union of the keys gives:
+ *   lse = log(sum_s exp(lse_s)),   o = sum_s exp(lse_s - lse) o_s        (every lse_s = -inf: o = 0, lse = -inf)
+ * in float32 with the largest lse_s factored out first (the merge of fa's split-KV decode): never NaN for -inf
+ * parts. LSE values must be finite or -inf. The parts are float32 in one buffer (the rows of the split-KV
+ * workspace): part_o [num_parts, batch, heads, seqlen, head_dim] and part_lse [num_parts, batch, heads, seqlen],
+ * both contiguous; a part computed in fp16 / bf16 is converted into its slot by the caller. o (dtype, any strides
+ * with a contiguous last dim, [batch, seqlen, heads, head_dim] like fa_params.o) and lse ([batch, heads, seqlen]
+ * contiguous, as fa_params.lse; NULL: not written) must not overlap the parts. o of dtype FA_DTYPE_FP32 may be the
+ * slot of a later merge (a running merge). Enqueued on `stream`, never synchronizes; the first call for a (dtype,
+ * head_dim) compiles its kernel (a call while `stream` is captured before that fails with FA_ERROR_STREAM_CAPTURING:
+ * merge once before capture). */
+#define FA_MERGE_PARAMS_VERSION 1
+typedef struct fa_merge_params {
+  uint32_t struct_size;  /* sizeof(fa_merge_params) */
+  uint32_t version;      /* FA_MERGE_PARAMS_VERSION */
+  int32_t dtype;         /* fa_dtype of o */
+  int32_t num_parts;     /* 1..65536 */
+  int32_t batch;         /* 1..65535 */
+  int32_t heads;         /* >= 1 */
+  int32_t seqlen;        /* query rows per (batch, head), >= 1; heads * seqlen < 2^31 */
+  int32_t head_dim;      /* of o: a multiple of 8 in [8, 512] */
+  const float* part_o;   /* float32 [num_parts, batch, heads, seqlen, head_dim], contiguous, 16-byte aligned */
+  const float* part_lse; /* float32 [num_parts, batch, heads, seqlen], contiguous, 4-byte aligned */
+  void* o; int64_t o_stride_batch, o_stride_seq, o_stride_head;  /* elements, >= 0 */
+  float* lse;            /* optional float32 [batch, heads, seqlen], contiguous */
+} fa_merge_params;
+
+FA_API fa_status fa_merge_params_init(fa_merge_params* params);
+FA_API fa_status fa_merge_partials(fa_context context, const fa_merge_params* params, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

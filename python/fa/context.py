@@ -99,6 +99,10 @@ class Context:
         return int(out.value)
 
 
+    def merge_partials(self, params: S.MergeParams, stream: int | None = None) -> None:
+        _lib.check(self._lib.fa_merge_partials(self.handle, ctypes.byref(params), ctypes.c_void_p(stream or None)))
+
+
 _TUNE_NAMES = {"first_use": S.FA_TUNE_ON_FIRST_USE, "defaults": S.FA_TUNE_DEFAULTS_ONLY,
                "require": S.FA_TUNE_REQUIRE_TUNED}
 
