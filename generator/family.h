@@ -47,6 +47,8 @@ struct Launch {
   unsigned block = 32;
   unsigned smem = 0;                 // dynamic shared memory bytes
   unsigned cluster[3] = {1, 1, 1};   // thread-block cluster (sm_90+); {1, 1, 1}: no cluster
+  bool dependent = false;            // programmatic dependent launch (sm_90+, templates/common/pdl.cuh): may start
+                                     // before the stream's previous kernel ends; the kernel waits before any access
 };
 
 struct DeviceLimits {

@@ -423,17 +423,27 @@ namespace {
 Status launch_pushed(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelParams& params, CUstream stream) {
   if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) return Status::Ok();  // nothing to do
   CUresult r;
-  if (l.cluster[0] * l.cluster[1] * l.cluster[2] == 1) {
+  const bool cluster = l.cluster[0] * l.cluster[1] * l.cluster[2] != 1;
+  if (!cluster && !l.dependent) {
     r = c->drv->cuLaunchKernel(k.function, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.smem, stream,
                                params.ptrs, nullptr);
     if (r != CUDA_SUCCESS) return error(FA_ERROR_LAUNCH, driver_error(*c->drv, "cuLaunchKernel", r) + " for kernel " + k.key);
     return Status::Ok();
   }
-  CUlaunchAttribute attr{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim.x = l.cluster[0];
-  attr.value.clusterDim.y = l.cluster[1];
-  attr.value.clusterDim.z = l.cluster[2];
+  CUlaunchAttribute attrs[2]{};
+  unsigned n_attrs = 0;
+  if (cluster) {
+    CUlaunchAttribute& attr = attrs[n_attrs++];
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = l.cluster[0];
+    attr.value.clusterDim.y = l.cluster[1];
+    attr.value.clusterDim.z = l.cluster[2];
+  }
+  if (l.dependent) {
+    CUlaunchAttribute& attr = attrs[n_attrs++];
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+  }
   CUlaunchConfig cfg{};
   cfg.gridDimX = l.grid[0];
   cfg.gridDimY = l.grid[1];
@@ -443,8 +453,8 @@ Status launch_pushed(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelP
   cfg.blockDimZ = 1;
   cfg.sharedMemBytes = l.smem;
   cfg.hStream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = n_attrs;
   r = c->drv->cuLaunchKernelEx(&cfg, k.function, params.ptrs, nullptr);
   if (r != CUDA_SUCCESS) return error(FA_ERROR_LAUNCH, driver_error(*c->drv, "cuLaunchKernelEx", r) + " for kernel " + k.key);
   return Status::Ok();

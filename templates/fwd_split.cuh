@@ -36,6 +36,7 @@
 #ifndef FA_FWD_SPLIT_CUH
 #define FA_FWD_SPLIT_CUH
 
+#include "common/pdl.cuh"
 #include "common/sm80.cuh"
 #include "fwd_split_layout.cuh"
 
@@ -522,6 +523,9 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
 #include "fwd_split_wide.cuh"
 
 extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
+  // The combine step (sm_90) may be scheduled once every CTA of this grid has started: it waits for this grid's
+  // completion before it reads, and its CTAs take the SM slots that the last wave leaves idle.
+  fa_pdl_launch_dependents();
   if constexpr (fa_split::kWide) {
     // v = the first head_dim_v columns of k (MLA's latent cache): V read from the K tiles, deeper pipeline
     if constexpr (fa_split::kDV <= fa_split::kD) {
