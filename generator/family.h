@@ -121,11 +121,12 @@ struct KernelParams {
 };
 
 // What a family's bind() may use: the common argument struct the runtime filled (FaFwdArgs for forward families,
-// FaBwdArgs for backward ones: the role says which), the launch, the device, the loaded kernel's registers, and
+// FaBwdArgs for backward ones: the role says which), the user code's values (kernels with fa_mods), the launch, the device, the loaded kernel's registers, and
 // the runtime's tensor-map encoder.
 struct BindInput {
   void* args = nullptr;        // FaFwdArgs* or FaBwdArgs*; a family may adjust fields before they are copied
   size_t args_size = 0;
+  const void* user = nullptr;  // FaUser* (fa_args.cuh): the second parameter of kernels with user code (Semantic::mods)
   LaunchShape shape;
   Launch launch;
   DeviceLimits limits;

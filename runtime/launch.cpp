@@ -271,6 +271,7 @@ Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std:
     gen::BindInput in;
     in.args = a.args;
     in.args_size = a.size;
+    in.user = a.user;
     in.shape = shape;
     in.launch = f.launch(step, shape);
     in.limits = c->limits;

@@ -9,6 +9,7 @@
 
 #include "generator/family.h"
 #include "generator/problem.h"
+#include "generator/user_mods.h"
 
 namespace fa::gen::fam {
 
@@ -26,7 +27,7 @@ inline bool fail(std::string* why, const char* family, const std::string& msg) {
 
 // The prefill families' common limits (fwd_mma, fwd_wgmma): contiguous k / v without used lengths (the KV-cache
 // fields are fwd_split's and fwd_ref's), head dims up to kMaxHeadDimFast. User code (fa_mods) is each family's own
-// call: fwd_mma runs it, fwd_wgmma not yet.
+// call: fwd_mma and fwd_wgmma run it (block_sparse_plan below).
 inline bool contiguous_kv_fast_dims(const ProblemDesc& p, const char* family, std::string* why) {
   if (p.paged) return fail(why, family, "reads no paged KV cache");
   if (p.seqused) return fail(why, family, "takes no seqused_k");
@@ -92,6 +93,53 @@ inline KernelConfig default_step(const char* name, const ProblemDesc& p, int arc
   const Family* f = find_family(name);
   const Semantic s = semantic_for(*f, p, arch);
   return KernelConfig{s, f->defaults(s)};
+}
+
+}  // namespace fa::gen::fam
+
+namespace fa::gen::fam {
+
+// Block skipping with a mask_mod (fa_mods): the workspace of a forward whose tile is block_m x block_n: the tile
+// classes (shared over batch entries / heads where fa_mods.mask_mod_depends allows it: blk_shared bits 1 / 2), then,
+// with `lists`, the forward's per-CTA visiting lists (fwd_mma's blk_list). Fills the plan's block fields; returns
+// the bytes.
+inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, int blk_shared, bool lists, Plan* out) {
+  out->blk_shared = blk_shared;
+  out->blk_mblocks = std::max(1, (p.seqlen_q + block_m - 1) / block_m);
+  out->blk_nkb = std::max(1, (p.seqlen_k + block_n - 1) / block_n);
+  const size_t tiles = static_cast<size_t>(out->blk_mblocks) * static_cast<size_t>(out->blk_nkb);
+  const size_t batch_c = (blk_shared & 1) ? 1 : static_cast<size_t>(p.batch);
+  const size_t heads_c = (blk_shared & 2) ? 1 : static_cast<size_t>(p.heads_q);
+  out->off_blk_cls = 0;
+  const size_t cls_bytes = align256(batch_c * heads_c * tiles);
+  if (!lists) return cls_bytes;
+  out->off_blk_list = cls_bytes;
+  return cls_bytes + align256(static_cast<size_t>(p.batch) * p.heads_q * tiles * sizeof(int));
+}
+
+// The plan of a forward (`main`, its tile block_m x block_n) with a mask_mod: [mask_blocks at that tile, main] over
+// the block-sparse workspace (per batch entry in varlen, whose lengths differ). Its size query reports the largest
+// layout over the family's tiles (block_ms x block_ns), so that a caller's buffer stays large enough when tuning
+// swaps another winner in. Without a mask_mod: the plan of one.
+inline Plan block_sparse_plan(const KernelConfig& main, const ProblemDesc& p, int block_m, int block_n,
+                              const std::vector<int>& block_ms, const std::vector<int>& block_ns, bool lists) {
+  Plan out;
+  if (main.s.mods != nullptr && !main.s.mods->mask_mod.empty()) {
+    KernelConfig cls = default_step("mask_blocks", p, main.s.arch);
+    cls.t[0] = block_m;
+    cls.t[1] = block_n;
+    out.steps.push_back(cls);
+    const int shared = ((p.mask_mod_depends & 1) == 0 && !p.varlen ? 1 : 0) | ((p.mask_mod_depends & 2) == 0 ? 2 : 0);
+    for (int bm : block_ms)
+      for (int bn : block_ns) {
+        Plan probe;
+        out.workspace_reserve_bytes = std::max(out.workspace_reserve_bytes, block_workspace(p, bm, bn, shared, lists, &probe));
+      }
+    out.workspace_bytes = block_workspace(p, block_m, block_n, shared, lists, &out);
+  }
+  out.steps.push_back(main);
+  out.tuned_step = static_cast<int>(out.steps.size()) - 1;
+  return out;
 }
 
 }  // namespace fa::gen::fam

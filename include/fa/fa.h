@@ -152,9 +152,10 @@ FA_API int fa_context_has_device(fa_context context);
  * GPU with the caller's privileges, as any kernel the caller launches; it must be pure (no writes, no
  * synchronization) and total (defined for every b, h, i, j in range). A body that does not compile fails the call
  * with FA_ERROR_COMPILE and NVRTC's log, its lines counted in the user's own snippet ("mask_mod(3): error: ...").
- * Block skipping (fwd_mma, the tensor-core forward): with a mask_mod, each call first classifies every (query block,
- * key block) tile on the device with the mask (built-in mask, key range and mask_mod together): key blocks the mask
- * hides wholly are never loaded, blocks it hides nowhere skip the per-element mask. The classification is per
+ * Block skipping (the tensor-core forwards: the Hopper one on sm_90, the mma one elsewhere): with a mask_mod, each
+ * call first classifies every (query block, key block) tile on the device with the mask (built-in mask, key range and
+ * mask_mod together): key blocks the mask hides wholly are never loaded, blocks it hides nowhere skip the per-element
+ * mask. The classification is per
  * (b, h) unless mask_mod_depends (version 2) says the mask ignores h or b: then it is computed once and shared.
  * Forward only for now (the backward rejects mods). */
 #define FA_MODS_VERSION 2

@@ -1,20 +1,19 @@
-// test_block_sparse.cpp -- block skipping with a mask_mod (fwd_mma's [mask_blocks, fwd_mma] plan) against the
-// float64 oracle: document masks of 1, 2 and 8 documents (ids per batch entry: the mask depends on b), prefix-LM,
-// sinks + window, chunked, masks that hide whole rows and whole query blocks, a mask that depends on h, and the
-// FA_MOD_DEPENDS_* sharing (classification once for every head / batch entry). Lengths span several 128-row query
-// blocks and key blocks, ragged and even; outputs poisoned beforehand (materialize).
+// test_block_sparse.cpp -- block skipping with a mask_mod (the plans [mask_blocks, fwd_mma] and [mask_blocks,
+// fwd_wgmma]) against the float64 oracle: document masks of 1, 2 and 8 documents (ids per batch entry: the mask
+// depends on b), prefix-LM, sinks + window, chunked, masks that hide whole rows and whole query blocks, a mask that
+// depends on h, and the FA_MOD_DEPENDS_* sharing (classification once for every head / batch entry). Each case runs
+// through fa_run (the selected family) and through the plan of every tensor-core forward that covers it on this GPU
+// (fwd_wgmma and fwd_mma on sm_90). Lengths span several query blocks and key blocks, ragged and even; outputs
+// poisoned before every run. Every tunable point of each family with user code: test_tunables_agree.cpp.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
+#include <memory>
 
-#include "generator/family.h"
-#include "generator/problem.h"
-#include "runtime/launch.h"
-#include "runtime/validate.h"
 #include "tests/gpu/gpu_support.h"
+#include "tests/gpu/plan_support.h"
 
 namespace fa::test {
 namespace {
@@ -29,7 +28,6 @@ struct SparseCase {
 // A fixed-length case of s x s under mask (the oracle's callback), LSE wanted, aligned strides, materialized.
 void sparse_case(std::mt19937_64& rng, const std::string& desc, int dtype, int batch, int s, int hq, int hkv, int d,
                  std::function<bool(int, int, int, int)> mask, Case* c) {
-  c->desc = desc;
   c->dtype = dtype;
   c->op.batch = batch;
   c->op.seqlen_q = s;
@@ -42,6 +40,7 @@ void sparse_case(std::mt19937_64& rng, const std::string& desc, int dtype, int b
   c->want_lse = true;
   c->force_aligned = true;
   materialize(rng, c);
+  c->desc = desc;  // the case's name (materialize writes the problem's)
 }
 
 TEST(GpuBlockSparse, MasksMatchTheOracle) {
@@ -101,24 +100,27 @@ TEST(GpuBlockSparse, MasksMatchTheOracle) {
          &d1},
         {{"nothing visible", "return false;", 0, [](int, int, int, int) { return false; }}, &d1},
     };
+    // every case first (oracle results), then every plan compiled in parallel, then the runs one by one
+    struct Run {
+      Case c;
+      fa_mods m;
+    };
+    std::vector<std::unique_ptr<Run>> runs;
     for (auto& [sc, buf] : cases)
       for (int d : {64, 128}) {
-        Case c;
-        sparse_case(rng, fmt::format("{} s {} d {}", sc.name, s, d), FA_DTYPE_BF16, kB, s, kHq, kHkv, d, sc.mask, &c);
-        fa_mods m;
-        fa_mods_init(&m);
-        m.mask_mod = sc.mask_mod;
-        m.mask_mod_depends = sc.depends;
-        m.num_buffers = 1;
-        m.buffers[0] = fa_user_buffer{buf->get(), FA_USER_I32, 2, {kB, s}, {s, 1}};
-        c.params.mods = &m;
-        const CaseResult r = check_case(c);
-        const double tol = tolerance(FA_DTYPE_BF16);
-        const bool ok = r.failure.empty() && r.err_o <= tol && r.err_lse <= 1e-3 && r.padding_intact;
-        if (!ok) ++failures;
-        std::printf("  %-34s %s err_o %.2e err_lse %.2e %s\n", c.desc.c_str(), ok ? "ok  " : "FAIL", r.err_o,
-                    r.err_lse, r.failure.c_str());
+        auto r = std::make_unique<Run>();
+        sparse_case(rng, fmt::format("{} s {} d {}", sc.name, s, d), FA_DTYPE_BF16, kB, s, kHq, kHkv, d, sc.mask, &r->c);
+        fa_mods_init(&r->m);
+        r->m.mask_mod = sc.mask_mod;
+        r->m.mask_mod_depends = sc.depends;
+        r->m.num_buffers = 1;
+        r->m.buffers[0] = fa_user_buffer{buf->get(), FA_USER_I32, 2, {kB, s}, {s, 1}};
+        r->c.params.mods = &r->m;
+        runs.push_back(std::move(r));
       }
+    std::vector<Case*> all;
+    for (auto& r : runs) all.push_back(&r->c);
+    failures += check_every_family(all);
   }
   EXPECT_EQ(failures, 0);
 }
@@ -148,68 +150,6 @@ TEST(GpuBlockSparse, CallerWorkspaceAndSizes) {
   EXPECT_TRUE(r.failure.empty()) << r.failure;
   EXPECT_LE(r.err_o, tolerance(FA_DTYPE_FP16));
   EXPECT_LE(r.err_lse, 1e-3);
-}
-
-// Tunables never change results with block skipping: every valid fwd_mma point (the knobs' whole product, spread to
-// at most 48) runs through its own plan ([mask_blocks at that tile, fwd_mma]) against the oracle, for a document
-// mask with per-head sharing off and on, ragged and even key lengths.
-TEST(GpuBlockSparse, EveryValidPointGivesTheSameAnswer) {
-  Gpu& g = gpu();
-  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
-  std::mt19937_64 rng(test_seed() + 2224);
-  int failures = 0, runs = 0;
-  for (int s : {512, 449})
-    for (int d : {64, 128}) {
-      std::vector<int> ids(static_cast<size_t>(s));
-      for (int j = 0; j < s; ++j) ids[size_t(j)] = (j * 5) / s;  // 5 documents
-      DevBuf dids(ids.size() * 4);
-      dids.upload(ids.data(), ids.size() * 4);
-      Case c;
-      sparse_case(rng, fmt::format("document 5 s {} d {}", s, d), FA_DTYPE_BF16, 2, s, 2, 1, d,
-                  [&ids](int, int, int i, int j) { return j <= i && ids[size_t(i)] == ids[size_t(j)]; }, &c);
-      fa_mods m;
-      fa_mods_init(&m);
-      m.mask_mod = "const int* d = static_cast<const int*>(u.buf[0]);\nreturn j <= i && d[i] == d[j];";
-      m.num_buffers = 1;
-      m.buffers[0] = fa_user_buffer{dids.get(), FA_USER_I32, 1, {s}, {1}};
-      m.mask_mod_depends = s % 2 ? FA_MOD_DEPENDS_HEAD : 0;
-      c.params.mods = &m;
-      fa_params p;
-      gen::ProblemDesc pd;
-      ASSERT_TRUE(rt::validate_forward(&c.params, &p, &pd).ok());
-      const gen::Family* f = gen::find_family("fwd_mma");
-      const gen::Semantic sem = gen::semantic_for(*f, pd, g.ctx->arch);
-      const std::vector<gen::Tunables> all = gen::all_valid_points(sem, g.ctx->limits);
-      const size_t step = std::max<size_t>(1, (all.size() + 47) / 48);
-      std::vector<gen::Tunables> pts;
-      for (size_t n = 0; n < all.size(); n += step) pts.push_back(all[n]);
-      parallel_for(pts.size(), [&](size_t n) {  // compile in parallel, then launch serially
-        for (const gen::KernelConfig& k : gen::make_plan(sem, pts[n], pd).steps) {
-          std::shared_ptr<rt::Kernel> kk;
-          rt::kernel_for(g.ctx, k, true, &kk);
-        }
-      });
-      for (size_t n = 0; n < pts.size(); ++n) {
-        const gen::Plan plan = gen::make_plan(sem, pts[n], pd);
-        std::vector<uint8_t> poison(c.o_n * 2, 0xff);
-        c.d_o.upload(poison.data(), poison.size());
-        FaFwdArgs args = rt::make_fwd_args(p, pd);
-        const FaUser user = rt::make_user_args(p);
-        rt::Status st = rt::enqueue_plan(g.ctx, plan, gen::launch_shape(pd), rt::forward_plan_args(plan, &args, &user), true,
-                                         g.stream, nullptr, 0);
-        g.d->cuStreamSynchronize(g.stream);
-        const CaseResult r = st.ok() ? compare_outputs(c) : CaseResult{0, 0, true, st.message};
-        const bool ok = r.failure.empty() && r.err_o <= tolerance(FA_DTYPE_BF16) && r.err_lse <= 1e-3;
-        ++runs;
-        if (!ok) {
-          ++failures;
-          std::printf("  %s %s: FAIL err_o %.2e err_lse %.2e %s\n", c.desc.c_str(),
-                      gen::tunables_key(sem, pts[n]).c_str(), r.err_o, r.err_lse, r.failure.c_str());
-        }
-      }
-    }
-  std::printf("  %d plans checked\n", runs);
-  EXPECT_EQ(failures, 0);
 }
 
 }  // namespace

@@ -1,14 +1,18 @@
 // test_user_mods.cpp -- user code (fa_mods) on the GPU against the float64 oracle given the same functions as
 // callbacks: a document mask read from a buffer, prefix-LM, sinks + window, chunked local attention, a relative
 // bias table (score_mod reading a float buffer), and mods that restate a built-in (causal, window, softcap, ALiBi),
-// whose results must agree with the built-in's. Fresh random inputs each run, outputs poisoned beforehand.
+// whose results must agree with the built-in's. The ready mods run through fa_run (the selected family: fwd_wgmma on
+// sm_90) and through the plan of every tensor-core forward covering them (fwd_mma too). Fresh random inputs each
+// run, outputs poisoned before every run.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include <cmath>
+#include <memory>
 
 #include "tests/gpu/gpu_support.h"
+#include "tests/gpu/plan_support.h"
 
 namespace fa::test {
 namespace {
@@ -68,11 +72,18 @@ TEST(GpuUserMods, ReadyModsMatchTheOracle) {
          return s + static_cast<double>(rel[size_t(h * 129 + r)]);
        }},
   };
-  int failures = 0;
+  // every case first (oracle results), then every family's plan compiled in parallel, then the runs one by one
+  struct Run {
+    Case c;
+    fa_mods m;
+  };
+  std::vector<std::unique_ptr<Run>> runs;
   for (const ModCase& mc : cases)
     for (int dtype : {FA_DTYPE_FP16, FA_DTYPE_BF16}) {
-      Case c;
-      c.desc = fmt::format("{} dtype {}", mc.name, dtype);
+      runs.push_back(std::make_unique<Run>());
+      Case& c = runs.back()->c;
+      fa_mods& m = runs.back()->m;
+
       c.dtype = dtype;
       c.op.batch = 2;
       c.op.seqlen_q = kSq;
@@ -87,7 +98,7 @@ TEST(GpuUserMods, ReadyModsMatchTheOracle) {
       c.want_lse = true;
       c.force_aligned = true;
       materialize(rng, &c);
-      fa_mods m;
+      c.desc = fmt::format("{} dtype {}", mc.name, dtype);  // after materialize, which names the problem
       fa_mods_init(&m);
       m.mask_mod = mc.mask_mod;
       m.score_mod = mc.score_mod;
@@ -99,13 +110,10 @@ TEST(GpuUserMods, ReadyModsMatchTheOracle) {
       m.iscalars[2] = window;
       m.iscalars[3] = chunk;
       c.params.mods = &m;
-      const CaseResult r = check_case(c);
-      const double tol = tolerance(dtype);
-      const bool ok = r.failure.empty() && r.err_o <= tol && r.err_lse <= 1e-3 && r.padding_intact;
-      if (!ok) ++failures;
-      std::printf("  %-24s %s err_o %.2e err_lse %.2e %s\n", c.desc.c_str(), ok ? "ok  " : "FAIL", r.err_o, r.err_lse,
-                  r.failure.c_str());
     }
+  std::vector<Case*> all;
+  for (auto& r : runs) all.push_back(&r->c);
+  const int failures = check_every_family(all);
   EXPECT_EQ(failures, 0);
 }
 
@@ -114,10 +122,6 @@ TEST(GpuUserMods, RestatedBuiltinsAgreeWithTheBuiltins) {
   Gpu& g = gpu();
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
   std::mt19937_64 rng(test_seed() + 23);
-  std::vector<float> slopes(kHq);
-  for (int h = 0; h < kHq; ++h) slopes[size_t(h)] = std::exp2(-8.0f * float(h + 1) / kHq);
-  DevBuf d_slopes(slopes.size() * 4);
-  d_slopes.upload(slopes.data(), slopes.size() * 4);
   struct Restated {
     const char* name;
     int mask;
@@ -135,12 +139,20 @@ TEST(GpuUserMods, RestatedBuiltinsAgreeWithTheBuiltins) {
       {"alibi", FA_MASK_NONE, -1, -1, false, true, nullptr,
        "const float* sl = static_cast<const float*>(u.buf[0]);\nreturn s - sl[h] * fabsf((float)(i + u.iscalar[0] - j));"},
   };
-  int failures = 0;
+  // Every case first: the built-in problem and, on the same inputs, the mod instead of the built-in feature (the
+  // oracle's answer stays the same); both prepared (compiled) in parallel, then run one by one.
+  struct Run {
+    Case c;
+    fa_mods m;
+    fa_params builtin, mod;
+    DevBuf slopes;
+  };
+  std::vector<std::unique_ptr<Run>> runs;
   for (const Restated& rc : cases)
     for (int sk : {300, 417}) {
-      // The built-in problem, then the same inputs with the mod instead of the built-in feature.
-      Case c;
-      c.desc = fmt::format("{} sk {}", rc.name, sk);
+      runs.push_back(std::make_unique<Run>());
+      Run& r = *runs.back();
+      Case& c = r.c;
       c.dtype = FA_DTYPE_BF16;
       c.op.batch = 2;
       c.op.seqlen_q = 300;
@@ -157,47 +169,63 @@ TEST(GpuUserMods, RestatedBuiltinsAgreeWithTheBuiltins) {
       c.want_lse = true;
       c.force_aligned = true;
       materialize(rng, &c);
-      if (rc.alibi) {  // the built-in's slopes are the buffer's (materialize drew its own: use them)
+      c.desc = fmt::format("{} sk {}", rc.name, sk);  // after materialize, which names the problem
+      // the slopes buffer holds the built-in's slopes (materialize drew them)
+      std::vector<float> slopes(kHq, 0.0f);
+      if (rc.alibi)
         for (int h = 0; h < kHq; ++h) slopes[size_t(h)] = c.alibi_f[size_t(h)];
-        d_slopes.upload(slopes.data(), slopes.size() * 4);
-      }
-      const CaseResult builtin = check_case(c);
-      std::vector<uint8_t> o_builtin(c.o_n * 2);
-      c.d_o.download(o_builtin.data(), o_builtin.size());
-      // Now the mod: the built-in feature off in the params (the oracle's answer stays the same).
-      fa_mods m;
-      fa_mods_init(&m);
-      m.mask_mod = rc.mask_mod;
-      m.score_mod = rc.score_mod;
-      m.num_buffers = 1;
-      m.buffers[0] = fa_user_buffer{d_slopes.get(), FA_USER_F32, 1, {kHq}, {1}};
-      m.iscalars[0] = sk - 300;
-      m.scalars[0] = 30.0f;
-      c.params.mods = &m;
-      c.params.mask = FA_MASK_NONE;
-      c.params.window_left = c.params.window_right = -1;
-      c.params.softcap = 0.0f;
-      c.params.alibi_slopes = nullptr;
-      {  // poison o and lse again: the mod's run must write every element itself
-        std::vector<uint8_t> poison(c.o_n * 2, 0xff);
-        c.d_o.upload(poison.data(), poison.size());
-        std::vector<float> nan_lse(c.lse_n, std::nanf(""));
-        if (c.lse_n) c.d_lse.upload(nan_lse.data(), c.lse_n * 4);
-      }
-      const CaseResult mod = check_case(c);
-      std::vector<uint8_t> o_mod(c.o_n * 2);
-      c.d_o.download(o_mod.data(), o_mod.size());
-      double diff = 0;
-      const std::vector<double> a = decode(FA_DTYPE_BF16, o_builtin), b = decode(FA_DTYPE_BF16, o_mod);
-      for (size_t e = 0; e < a.size(); ++e)
-        if (c.o_valid[e]) diff = std::max(diff, std::fabs(a[e] - b[e]));
-      const double tol = tolerance(FA_DTYPE_BF16);
-      const bool ok = builtin.failure.empty() && mod.failure.empty() && builtin.err_o <= tol && mod.err_o <= tol &&
-                      mod.err_lse <= 1e-3 && diff <= tol && !std::isnan(diff);
-      if (!ok) ++failures;
-      std::printf("  %-18s %s built-in err %.2e, mod err %.2e, |mod - built-in| %.2e %s%s\n", c.desc.c_str(),
-                  ok ? "ok  " : "FAIL", builtin.err_o, mod.err_o, diff, builtin.failure.c_str(), mod.failure.c_str());
+      r.slopes = DevBuf(slopes.size() * 4);
+      r.slopes.upload(slopes.data(), slopes.size() * 4);
+      fa_mods_init(&r.m);
+      r.m.mask_mod = rc.mask_mod;
+      r.m.score_mod = rc.score_mod;
+      r.m.num_buffers = 1;
+      r.m.buffers[0] = fa_user_buffer{r.slopes.get(), FA_USER_F32, 1, {kHq}, {1}};
+      r.m.iscalars[0] = sk - 300;
+      r.m.scalars[0] = 30.0f;
+      r.builtin = c.params;
+      r.mod = c.params;
+      r.mod.mods = &r.m;
+      r.mod.mask = FA_MASK_NONE;
+      r.mod.window_left = r.mod.window_right = -1;
+      r.mod.softcap = 0.0f;
+      r.mod.alibi_slopes = nullptr;
     }
+  parallel_for(2 * runs.size(), [&](size_t n) {
+    fa_prepare(g.ctx, n % 2 ? &runs[n / 2]->mod : &runs[n / 2]->builtin);
+  });
+  int failures = 0;
+  for (auto& run : runs) {
+    Case& c = run->c;
+    c.params = run->builtin;
+    const CaseResult builtin = check_case(c);
+    std::vector<uint8_t> o_builtin(c.o_n * 2);
+    c.d_o.download(o_builtin.data(), o_builtin.size());
+    c.params = run->mod;  // the mod: the built-in feature off in the params
+    {  // poison o and lse again: the mod's run must write every element itself
+      std::vector<uint8_t> poison(c.o_n * 2, 0xff);
+      c.d_o.upload(poison.data(), poison.size());
+      std::vector<float> nan_lse(c.lse_n, std::nanf(""));
+      if (c.lse_n) c.d_lse.upload(nan_lse.data(), c.lse_n * 4);
+    }
+    const CaseResult mod = check_case(c);
+    std::vector<uint8_t> o_mod(c.o_n * 2);
+    c.d_o.download(o_mod.data(), o_mod.size());
+    double diff = 0;
+    const std::vector<double> a = decode(FA_DTYPE_BF16, o_builtin), b = decode(FA_DTYPE_BF16, o_mod);
+    for (size_t e = 0; e < a.size(); ++e)
+      if (c.o_valid[e]) diff = std::max(diff, std::fabs(a[e] - b[e]));
+    const double tol = tolerance(FA_DTYPE_BF16);
+    const bool ok = builtin.failure.empty() && mod.failure.empty() && builtin.err_o <= tol && mod.err_o <= tol &&
+                    mod.err_lse <= 1e-3 && diff <= tol && !std::isnan(diff);
+    if (!ok) ++failures;
+    char key[256] = "?";
+    fa_problem_key(g.ctx, &c.params, key, sizeof key);
+    const std::string family = std::string(key).substr(0, std::string(key).find('.'));  // which forward ran the mod
+    std::printf("  %-18s %s %s: built-in err %.2e, mod err %.2e, |mod - built-in| %.2e %s%s\n", c.desc.c_str(),
+                ok ? "ok  " : "FAIL", family.c_str(), builtin.err_o, mod.err_o, diff, builtin.failure.c_str(),
+                mod.failure.c_str());
+  }
   EXPECT_EQ(failures, 0);
 }
 

@@ -62,6 +62,42 @@ bool reads_pages(const Family& f, const Semantic& s) {
 }
 
 constexpr size_t kSampleAll = 96;  // --sample: points per semantic in the "every valid point" loop
+constexpr size_t kSampleMods = 32;  // --sample: points per semantic and kind of user code
+
+// Whether family f runs user code (fa_mods): the forwards that cover a problem with it, and their plans' steps.
+bool takes_user_code(const Family& f, int arch) {
+  if (f.name == std::string("mask_blocks")) return true;
+  if (f.role != Role::Forward) return false;
+  static const int dtypes[1] = {1}, ranks[1] = {1};
+  ProblemDesc p;
+  p.aligned16 = p.tma_ok = true;
+  p.mods = intern_user_mods("return true;", "", 1, dtypes, ranks);
+  return family_covers(f, p, arch, nullptr);
+}
+
+// The user code of the sweep, the heaviest of the ready mods (python/fa/mods.py): kind 0 the document mask over
+// per-batch ids (two int32 [B, S] buffers, 64-bit strides: block skipping), 1 the relative-position bias (a float32
+// table read per element), 2 both.
+const UserMods* sweep_mods(int kind) {
+  static const int dtypes[3] = {1, 1, 3}, ranks[3] = {2, 2, 2};
+  const char* mask =
+      "const fa_buf0_t* d0 = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
+      "const fa_buf1_t* d1 = static_cast<const fa_buf1_t*>(u.buf[1]);\n"
+      "return d0[b * u.stride[0][0] + i * u.stride[0][1]] == d1[b * u.stride[1][0] + j * u.stride[1][1]] && j <= i;";
+  const char* score =
+      "const float* t = static_cast<const float*>(u.buf[2]);\n"
+      "const int r = min(max(i - j, -u.iscalar[0]), u.iscalar[0]) + u.iscalar[0];\n"
+      "return s + t[h * u.stride[2][0] + r * u.stride[2][1]];";
+  return intern_user_mods(kind == 1 ? "" : mask, kind == 0 ? "" : score, 3, dtypes, ranks);
+}
+
+// At most n of `points`, evenly spread.
+std::vector<Tunables> spread(const std::vector<Tunables>& points, size_t n) {
+  std::vector<Tunables> out;
+  const size_t step = std::max<size_t>(1, (points.size() + n - 1) / n);
+  for (size_t i = 0; i < points.size(); i += step) out.push_back(points[i]);
+  return out;
+}
 
 struct Job {
   KernelConfig c;
@@ -97,12 +133,18 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
         std::vector<Tunables> space = valid_space(s, lim);
         if (space.empty()) continue;
         if (full) {
-          for (const Tunables& t : all_valid_points(s, lim)) {
-            KernelConfig c{s, t};
-            push(c);
-            if (!s.varlen && has_shape_class(f)) {
-              c.s.even_k = true;
+          // with user code too where the family runs it (its kind rotating with the variant)
+          for (bool mods : {false, true}) {
+            if (mods && !takes_user_code(f, arch)) continue;
+            Semantic sv = s;
+            if (mods) sv.mods = sweep_mods(v % 3);
+            for (const Tunables& t : all_valid_points(sv, lim)) {
+              KernelConfig c{sv, t};
               push(c);
+              if (!s.varlen && has_shape_class(f)) {
+                c.s.even_k = true;
+                push(c);
+              }
             }
           }
         } else {
@@ -134,17 +176,17 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
               push(KernelConfig{sd, f.defaults(sd)});
             }
           }
-          if ((d == 64 || d == 128) && (f.name == std::string("fwd_mma") || f.name == std::string("mask_blocks"))) {
-            // user code (fa_mods): a document mask (block skipping: kBlockSparse) with and without a score_mod, at
-            // every valid point of the knobs (fwd_mma's register budget for user code; mask_blocks' tile shapes)
-            const int dtypes[1] = {1}, ranks[1] = {1};
-            const char* mask = "const fa_buf0_t* d0 = static_cast<const fa_buf0_t*>(u.buf[0]);\nreturn d0[i] == d0[j];";
-            for (const char* score : {"", "return s + 0.5f * (float)h;"}) {
+          if ((d == 64 || d == 128) && takes_user_code(f, arch) && !f.reference) {
+            // user code (fa_mods): a document mask (block skipping) alone and with a score_mod at every valid point
+            // of the knobs (at most kSampleMods, evenly spread: the forwards' register budgets for user code;
+            // mask_blocks' tile shapes), a score_mod alone at the default
+            for (int kind : {0, 2, 1}) {
               Semantic sm = s;
-              sm.mods = intern_user_mods(mask, score, 1, dtypes, ranks);
+              sm.mods = sweep_mods(kind);
+              if (kind == 1 && f.role != Role::Forward) continue;  // no mask_mod: no classification step
               // every valid point at d128 fp16, the default elsewhere; both shape classes
               std::vector<Tunables> pts = {f.defaults(sm)};
-              if (d == 128 && dt == kFp16) pts = all_valid_points(sm, lim);
+              if (d == 128 && dt == kFp16 && kind != 1) pts = spread(all_valid_points(sm, lim), kSampleMods);
               for (const Tunables& t : pts)
                 for (bool ek : {false, true}) {
                   if (ek && (sm.varlen || !has_shape_class(f))) continue;

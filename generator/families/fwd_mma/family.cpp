@@ -162,41 +162,12 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
   return fam::contiguous_kv_fast_dims(p, "fwd_mma", why);
 }
 
-// The block-sparse workspace at a block_m x block_n tile: the tile classes (shared over batch entries / heads where
-// fa_mods.mask_mod_depends allows it) then the forward's per-CTA visiting lists. Fills the plan's block fields.
-size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, int blk_shared, Plan* out) {
-  out->blk_shared = blk_shared;
-  out->blk_mblocks = std::max(1, (p.seqlen_q + block_m - 1) / block_m);
-  out->blk_nkb = std::max(1, (p.seqlen_k + block_n - 1) / block_n);
-  const size_t tiles = static_cast<size_t>(out->blk_mblocks) * static_cast<size_t>(out->blk_nkb);
-  const size_t batch_c = (blk_shared & 1) ? 1 : static_cast<size_t>(p.batch);
-  const size_t heads_c = (blk_shared & 2) ? 1 : static_cast<size_t>(p.heads_q);
-  out->off_blk_cls = 0;
-  out->off_blk_list = fam::align256(batch_c * heads_c * tiles);
-  return out->off_blk_list + fam::align256(static_cast<size_t>(p.batch) * p.heads_q * tiles * sizeof(int));
-}
-
-// With a mask_mod (fa_mods): [mask_blocks at this block_m x block_n, fwd_mma] over the block-sparse workspace
-// (per batch entry in varlen, whose lengths differ); its size query reports the largest layout of any tile, so that
-// a caller's buffer stays large enough when tuning swaps another winner in. Without: the plan of one.
+// With a mask_mod (fa_mods): [mask_blocks at this block_m x block_n, fwd_mma] over the classes and the per-CTA
+// visiting lists (common.h); without: the plan of one.
 Plan plan(const KernelConfig& main, const ProblemDesc& p) {
-  Plan out;
-  if (main.s.mods != nullptr && !main.s.mods->mask_mod.empty()) {
-    KernelConfig cls = fam::default_step("mask_blocks", p, main.s.arch);
-    cls.t[0] = main.t[kBlockM];
-    cls.t[1] = main.t[kBlockN];
-    out.steps.push_back(cls);
-    const int shared = ((p.mask_mod_depends & 1) == 0 && !p.varlen ? 1 : 0) | ((p.mask_mod_depends & 2) == 0 ? 2 : 0);
-    for (int bm : main.s.family->knobs[kBlockM].values)
-      for (int bn : main.s.family->knobs[kBlockN].values) {
-        Plan probe;
-        out.workspace_reserve_bytes = std::max(out.workspace_reserve_bytes, block_workspace(p, bm, bn, shared, &probe));
-      }
-    out.workspace_bytes = block_workspace(p, main.t[kBlockM], main.t[kBlockN], shared, &out);
-  }
-  out.steps.push_back(main);
-  out.tuned_step = static_cast<int>(out.steps.size()) - 1;
-  return out;
+  const Family& f = *main.s.family;
+  return fam::block_sparse_plan(main, p, main.t[kBlockM], main.t[kBlockN], f.knobs[kBlockM].values,
+                                f.knobs[kBlockN].values, true);
 }
 
 // even_k: fixed-length and seqlen_k a multiple of block_n (no key-boundary predicates).
