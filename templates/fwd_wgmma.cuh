@@ -16,7 +16,7 @@
 // softmax under P_j V_j, then wait, rescale O and re-pack P (no wgmma is in flight during the rescale).
 // kPingPong (kConsumers >= 2): consumers take turns issuing their GEMMs (named barriers 4.., round robin), so one
 // warpgroup's softmax runs under another's GEMMs. kPersistent: grid = min(tiles, SMs) CTAs loop over the tiles
-// (static round robin, t = (b * heads_q + h) * mblocks + x); Q is double-buffered when shared memory allows, so the
+// (static round robin over t: (b, h)-major unmasked, query-block-major and longest first masked); Q is double-buffered when shared memory allows, so the
 // next tile's Q and first K/V blocks land while the current tile finishes. Masks are bottom-right aligned: key j is
 // visible to query i iff lo(i) <= j < hi(i), lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq +
 // win_right + 1 (win_right >= 0); K/V blocks wholly outside the band are never loaded; masking code runs only on
@@ -139,14 +139,24 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
   const int total = kPersist ? mblocks * args.heads_q * args.batch : 1;
   const int t_first = kPersist ? (int)blockIdx.x : 0, t_step = kPersist ? (int)gridDim.x : 1;
   // Work tile t: (query block, head, batch). Non-persistent: the block's own coordinates (x reversed for masked
-  // problems: the longest blocks first). Persistent: t = (b * heads_q + h) * mblocks + x, x reversed likewise.
+  // problems: the longest blocks first). Persistent: unmasked t = (b * heads_q + h) * mblocks + x (a head's query
+  // blocks run side by side and share its K/V in L2); masked t = x * heads_q * batch + b * heads_q + h, x reversed:
+  // the tile loop deals the longest query blocks of every head first and each CTA's stride of t meets every length
+  // alike, so the CTAs finish together (the (b, h)-major order gave some CTAs only the long blocks of a causal band).
   // n_blocks is the band's block count; kSparse tiles then count their visited blocks (count_visits, warp-wide).
   auto tile_at = [&](int t) {
     FaTile T;
     int xb, h, b;
     if constexpr (kPersist) {
-      xb = t % mblocks;
-      const int hb = t / mblocks;
+      int hb;
+      if constexpr (fa_cfg::kMask != 0) {
+        const int heads_batch = args.heads_q * args.batch;
+        xb = t / heads_batch;
+        hb = t - xb * heads_batch;
+      } else {
+        xb = t % mblocks;
+        hb = t / mblocks;
+      }
       h = hb % args.heads_q;
       b = hb / args.heads_q;
     } else {
