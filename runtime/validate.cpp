@@ -300,6 +300,8 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
              tma_stride(p.k_stride_head, p.heads_kv) && tma_stride(p.k_stride_batch, tma_b) &&
              tma_stride(p.v_stride_seq, tma_k) && tma_stride(p.v_stride_head, p.heads_kv) &&
              tma_stride(p.v_stride_batch, tma_b);
+  d.v_in_k = p.v == p.k && p.head_dim_v <= p.head_dim && p.v_stride_batch == p.k_stride_batch &&
+             p.v_stride_seq == p.k_stride_seq && p.v_stride_head == p.k_stride_head;
   *out = p;
   *desc = d;
   return Status::Ok();

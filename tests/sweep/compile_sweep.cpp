@@ -56,6 +56,7 @@ bool reads_pages(const Family& f, const Semantic& s) {
   p.has_softcap = s.has_softcap;
   p.has_lse = s.has_lse;
   p.aligned16 = true;
+  p.v_in_k = s.head_dim_v <= s.head_dim;  // MLA's latent cache where the dims allow it (fwd_mla needs it)
   p.paged = true;
   p.page_size = 16;
   return family_covers(f, p, s.arch, nullptr);
