@@ -112,6 +112,8 @@ PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args, const FaUser*
 Status stream_capturing(fa_context c, CUstream stream, bool* capturing) {
   *capturing = false;
   if (!c->has_device) return Status::Ok();
+  CtxGuard g(c);  // a caller's thread may have no current context (the legacy stream needs one)
+  if (!g.status().ok()) return g.status();
   CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
   CUresult r = c->drv->cuStreamIsCapturing(stream, &cs);
   if (r != CUDA_SUCCESS) return error(FA_ERROR_DRIVER, driver_error(*c->drv, "cuStreamIsCapturing", r));

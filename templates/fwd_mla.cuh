@@ -45,6 +45,7 @@
 #ifndef FA_FWD_MLA_CUH
 #define FA_FWD_MLA_CUH
 
+#include "common/pdl.cuh"
 #include "common/sm80.cuh"
 #include "common/sm90.cuh"
 #include "common/split.cuh"
@@ -393,6 +394,7 @@ FA_DEVICE void consume(const FaFwdArgs& a, const Cta& c, int tid) {
 extern "C" __global__ void __launch_bounds__(384, 1) fa_kernel(const FaFwdArgs a) {
   using namespace fa_mla;
   extern __shared__ __align__(1024) unsigned char fa_smem_raw[];
+  fa_pdl_launch_dependents();  // the combine step may be scheduled under this grid's tail (it waits before reading)
   const int tid = (int)threadIdx.x;
   const int ns = a.num_splits;
   Cta c;

@@ -149,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
     int xb, h, b;
     if constexpr (kPersist) {
       int hb;
-      if constexpr (fa_cfg::kMask != 0) {
+      if constexpr (kMasked) {
         const int heads_batch = args.heads_q * args.batch;
         xb = t / heads_batch;
         hb = t - xb * heads_batch;
