@@ -56,6 +56,19 @@ extern "C" FA_API fa_status fa_bwd_params_init(fa_bwd_params* p) {
   return finish(Status::Ok());
 }
 
+extern "C" FA_API fa_status fa_merge_params_init(fa_merge_params* p) {
+  if (p == nullptr) return finish(invalid("params", "a non-NULL fa_merge_params*", "NULL"));
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  p->version = FA_MERGE_PARAMS_VERSION;
+  p->dtype = FA_DTYPE_FP16;
+  p->num_parts = 1;
+  p->batch = 1;
+  p->heads = 1;
+  p->seqlen = 1;
+  return finish(Status::Ok());
+}
+
 static Status parse_policy(const char* text, int* out) {
   if (!std::strcmp(text, "first_use") || !std::strcmp(text, "0")) *out = FA_TUNE_ON_FIRST_USE;
   else if (!std::strcmp(text, "defaults") || !std::strcmp(text, "1")) *out = FA_TUNE_DEFAULTS_ONLY;

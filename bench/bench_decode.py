@@ -187,8 +187,8 @@ def main():
     bw0 = copy_bandwidth()
     print(f"device {dev}; copy bandwidth {bw0:.3f} TB/s; fa {_lib.library_path()}", flush=True)
     rows = []
-    for b in [int(x) for x in args.batches.split(",")]:
-        for sk in [int(x) for x in args.keys.split(",")]:
+    for b in [int(x) for x in args.batches.split(",") if x]:
+        for sk in [int(x) for x in args.keys.split(",") if x]:
             q = torch.randn(b, 1, HQ, D, dtype=torch.bfloat16, device="cuda")
             k = torch.randn(b, sk, HKV, D, dtype=torch.bfloat16, device="cuda")
             v = torch.randn(b, sk, HKV, D, dtype=torch.bfloat16, device="cuda")

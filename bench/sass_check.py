@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 
+HOPPER_FAMILIES = ("fwd_wgmma", "fwd_mla")  # the families whose kernels must run on HGMMA
+
 
 def main(db, subs):
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -32,7 +34,7 @@ def main(db, subs):
             ld = len(re.findall(r"\b(LDL|STL)\b", sass))
             syncs = len(re.findall(r"\bSYNCS\b", sass))
             n += 1
-            no_hgmma += hg == 0 and key.startswith("fwd_wgmma")
+            no_hgmma += hg == 0 and key.startswith(HOPPER_FAMILIES)
             local += ld > 0
             print(f"HGMMA {hg:4d}  LDL/STL {ld:3d}  SYNCS {syncs:3d}  {key}")
     print(f"SASS SUMMARY: {n} kernels, {no_hgmma} Hopper-family kernels without HGMMA, {local} with local memory")

@@ -23,6 +23,7 @@ struct ProblemDesc {
                            // multiples of 16 bytes: vectorised and cp.async paths allowed
   bool tma_ok = false;     // aligned16, and q/k/v describable as TMA tensors: every dimension of extent > 1 has a
                            // positive byte stride below 2^40
+  bool v_in_k = false;     // v is k's first head_dim_v columns (the same pointer and strides: MLA's latent cache)
   bool backward = false;
   bool deterministic = false;
   // KV cache (fa_params version 2)

@@ -100,7 +100,8 @@ const char* user_dtype_ctype(int dtype) {
 
 std::string render_user_mods(const UserMods* m) {
   std::string src = "// user code (fa_mods)\n";
-  src += m != nullptr ? "#define FA_USER_PARAM , const FaUser fa_user_args\n#define FA_USER_ARGS fa_user_args\n"
+  src += m != nullptr ? "#define FA_USER_PARAM , const __grid_constant__ FaUser fa_user_args\n"
+                        "#define FA_USER_ARGS fa_user_args\n"
                       : "#define FA_USER_PARAM\n#define FA_USER_ARGS FaUser{}\n";
   for (int n = 0; n < kMaxUserBuffers; ++n) {
     const char* t = m != nullptr && n < m->num_buffers ? user_dtype_ctype(m->buf_dtype[static_cast<size_t>(n)]) : nullptr;

@@ -121,6 +121,8 @@ PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args, const FaUser*
 Status stream_capturing(fa_context c, CUstream stream, bool* capturing) {
   *capturing = false;
   if (!c->has_device) return Status::Ok();
+  CtxGuard g(c);  // a caller's thread may have no current context (the legacy stream needs one)
+  if (!g.status().ok()) return g.status();
   CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
   CUresult r = c->drv->cuStreamIsCapturing(stream, &cs);
   if (r != CUDA_SUCCESS) return error(FA_ERROR_DRIVER, driver_error(*c->drv, "cuStreamIsCapturing", r));
@@ -280,6 +282,7 @@ Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std:
     gen::BindInput in;
     in.args = a.args;
     in.args_size = a.size;
+    in.user = a.user;
     in.shape = shape;
     in.launch = f.launch(step, shape);
     in.limits = c->limits;
@@ -288,16 +291,16 @@ Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std:
     in.encode_tensor_map = &encode_tensor_map;
     gen::KernelParams params;
     std::string why;
-    // The family's parameters (its bind, or the common args struct), then, for a kernel with user code, its FaUser
-    // (the last parameter: fa_kernel(args FA_USER_PARAM)).
+    // The family's bind places every parameter, FaUser included (in.user; fwd_wgmma: fa_kernel(args FA_USER_PARAM,
+    // tma)); without one: the common args struct, then, for a kernel with user code, its FaUser (fa_kernel(args
+    // FA_USER_PARAM)). One path each, so the user parameter is never passed twice.
     if (f.bind != nullptr) {
       if (!f.bind(step, in, &params, &why))
         st = error(FA_ERROR_INTERNAL, "binding the arguments of " + kernels[i]->key + ": " + why);
-    } else if (!params.add(a.args, a.size, 16)) {
-      st = error(FA_ERROR_INTERNAL, "the arguments of " + kernels[i]->key + " do not fit");
+    } else if (!params.add(a.args, a.size, 16) ||
+               (step.s.mods != nullptr && (a.user == nullptr || !params.add(a.user, sizeof(FaUser), 16)))) {
+      st = error(FA_ERROR_INTERNAL, "the arguments of " + kernels[i]->key + " do not fit (or its user code's are missing)");
     }
-    if (st.ok() && step.s.mods != nullptr && (a.user == nullptr || !params.add(a.user, sizeof(FaUser), 16)))
-      st = error(FA_ERROR_INTERNAL, "the user code's arguments of " + kernels[i]->key + " are missing or do not fit");
     if (st.ok()) st = launch_pushed(c, *kernels[i], in.launch, params, stream);
   }
   if (owned) c->drv->cuMemFreeAsync(ws, stream);
@@ -435,17 +438,27 @@ namespace {
 Status launch_pushed(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelParams& params, CUstream stream) {
   if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) return Status::Ok();  // nothing to do
   CUresult r;
-  if (l.cluster[0] * l.cluster[1] * l.cluster[2] == 1) {
+  const bool cluster = l.cluster[0] * l.cluster[1] * l.cluster[2] != 1;
+  if (!cluster && !l.dependent) {
     r = c->drv->cuLaunchKernel(k.function, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.smem, stream,
                                params.ptrs, nullptr);
     if (r != CUDA_SUCCESS) return error(FA_ERROR_LAUNCH, driver_error(*c->drv, "cuLaunchKernel", r) + " for kernel " + k.key);
     return Status::Ok();
   }
-  CUlaunchAttribute attr{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim.x = l.cluster[0];
-  attr.value.clusterDim.y = l.cluster[1];
-  attr.value.clusterDim.z = l.cluster[2];
+  CUlaunchAttribute attrs[2]{};
+  unsigned n_attrs = 0;
+  if (cluster) {
+    CUlaunchAttribute& attr = attrs[n_attrs++];
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = l.cluster[0];
+    attr.value.clusterDim.y = l.cluster[1];
+    attr.value.clusterDim.z = l.cluster[2];
+  }
+  if (l.dependent) {
+    CUlaunchAttribute& attr = attrs[n_attrs++];
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+  }
   CUlaunchConfig cfg{};
   cfg.gridDimX = l.grid[0];
   cfg.gridDimY = l.grid[1];
@@ -455,8 +468,8 @@ Status launch_pushed(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelP
   cfg.blockDimZ = 1;
   cfg.sharedMemBytes = l.smem;
   cfg.hStream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = n_attrs;
   r = c->drv->cuLaunchKernelEx(&cfg, k.function, params.ptrs, nullptr);
   if (r != CUDA_SUCCESS) return error(FA_ERROR_LAUNCH, driver_error(*c->drv, "cuLaunchKernelEx", r) + " for kernel " + k.key);
   return Status::Ok();

@@ -50,8 +50,8 @@ FaUser make_user_args(const fa_params& p);
 
 // Enqueues every step of `plan` on `stream`: kernels (allow_compile as in kernel_for), the workspace (the caller's
 // `ws` of `ws_size` bytes, or a stream-ordered allocation freed on the stream after the last step), each step's
-// parameters (the family's bind, default: the common args; then a.user for a step with user code), the launch
-// (with the family's cluster dims).
+// parameters (the family's bind, which places a.user itself; default: the common args, then a.user for a step with
+// user code), the launch (with the family's cluster dims and dependent-launch flag).
 // Never synchronizes.
 Status enqueue_plan(fa_context c, const gen::Plan& plan, const gen::LaunchShape& shape, const PlanArgs& a,
                     bool allow_compile, CUstream stream, void* ws, size_t ws_size);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace fa::rt {
@@ -312,6 +313,69 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
              tma_stride(p.k_stride_head, p.heads_kv) && tma_stride(p.k_stride_batch, tma_b) &&
              tma_stride(p.v_stride_seq, tma_k) && tma_stride(p.v_stride_head, p.heads_kv) &&
              tma_stride(p.v_stride_batch, tma_b);
+  d.v_in_k = p.v == p.k && p.head_dim_v <= p.head_dim && p.v_stride_batch == p.k_stride_batch &&
+             p.v_stride_seq == p.k_stride_seq && p.v_stride_head == p.k_stride_head;
+  *out = p;
+  *desc = d;
+  return Status::Ok();
+}
+
+Status validate_merge(const fa_merge_params* in, fa_merge_params* out, gen::ProblemDesc* desc) {
+  if (in == nullptr) return invalid("params", "a non-NULL fa_merge_params*", "NULL");
+  if (in->version != FA_MERGE_PARAMS_VERSION)
+    return error(FA_ERROR_INVALID_VERSION, fmt::format("merge.version: expected {} (call fa_merge_params_init), got {}",
+                                                       FA_MERGE_PARAMS_VERSION, in->version));
+  if (in->struct_size != sizeof(fa_merge_params))
+    return error(FA_ERROR_INVALID_VERSION, fmt::format("merge.struct_size: expected {} (call fa_merge_params_init), got {}",
+                                                       sizeof(fa_merge_params), in->struct_size));
+  const fa_merge_params& p = *in;
+  if (p.dtype != FA_DTYPE_FP16 && p.dtype != FA_DTYPE_BF16 && p.dtype != FA_DTYPE_FP32)
+    return invalid("dtype", "FA_DTYPE_FP16 (1), FA_DTYPE_BF16 (2) or FA_DTYPE_FP32 (3)", p.dtype);
+  if (p.num_parts < 1 || p.num_parts > 65536) return invalid("num_parts", "1..65536", p.num_parts);
+  if (p.batch < 1 || p.batch > 65535) return invalid("batch", "1..65535", p.batch);
+  if (p.heads < 1) return invalid("heads", ">= 1", p.heads);
+  if (p.seqlen < 1) return invalid("seqlen", ">= 1", p.seqlen);
+  const int64_t rows_bh = int64_t(p.heads) * p.seqlen;  // one batch entry's rows (the kernel's 32-bit row index)
+  if (rows_bh >= (int64_t(1) << 31))
+    return invalid("seqlen", fmt::format("heads * seqlen < 2^31 (heads {})", p.heads), p.seqlen);
+  if (!gen::head_dim_ok(p.head_dim, gen::kMaxHeadDimV))
+    return invalid("head_dim", fmt::format("a multiple of 8 in [8, {}]", gen::kMaxHeadDimV), p.head_dim);
+  if (p.part_o == nullptr) return invalid("part_o", "a device pointer", "NULL");
+  if (!aligned16(p.part_o)) return invalid("part_o", "a 16-byte aligned pointer", ptr_str(p.part_o));
+  if (p.part_lse == nullptr) return invalid("part_lse", "a device pointer", "NULL");
+  if (reinterpret_cast<uintptr_t>(p.part_lse) % 4) return invalid("part_lse", "4-byte aligned", ptr_str(p.part_lse));
+  const int64_t rows = int64_t(p.batch) * rows_bh;  // of one part
+  const int64_t part_lse_bytes = int64_t(p.num_parts) * rows * 4;
+  const int64_t part_o_bytes = part_lse_bytes * p.head_dim;
+  if (overlaps(p.part_o, part_o_bytes, p.part_lse, part_lse_bytes))
+    return invalid("part_lse", "memory not overlapping part_o", ptr_str(p.part_lse));
+  const size_t es = dtype_size(p.dtype);
+  int64_t span_o = 0;
+  Status st = check_tensor("o", p.o, es, {{"o_stride_batch", {p.batch, p.o_stride_batch}},
+                                          {"o_stride_seq", {p.seqlen, p.o_stride_seq}},
+                                          {"o_stride_head", {p.heads, p.o_stride_head}}}, p.head_dim, &span_o);
+  if (!st.ok()) return st;
+  const int64_t bo = span_o * static_cast<int64_t>(es);
+  if (overlaps(p.o, bo, p.part_o, part_o_bytes)) return invalid("o", "memory not overlapping part_o", ptr_str(p.o));
+  if (overlaps(p.o, bo, p.part_lse, part_lse_bytes)) return invalid("o", "memory not overlapping part_lse", ptr_str(p.o));
+  if (p.lse != nullptr) {
+    if (reinterpret_cast<uintptr_t>(p.lse) % 4) return invalid("lse", "4-byte aligned", ptr_str(p.lse));
+    const int64_t lse_bytes = rows * 4;
+    if (overlaps(p.lse, lse_bytes, p.o, bo)) return invalid("lse", "memory not overlapping o", ptr_str(p.lse));
+    if (overlaps(p.lse, lse_bytes, p.part_o, part_o_bytes))
+      return invalid("lse", "memory not overlapping part_o", ptr_str(p.lse));
+    if (overlaps(p.lse, lse_bytes, p.part_lse, part_lse_bytes))
+      return invalid("lse", "memory not overlapping part_lse", ptr_str(p.lse));
+  }
+  gen::ProblemDesc d;
+  d.dtype = p.dtype;
+  d.batch = p.batch;
+  d.seqlen_q = d.seqlen_k = p.seqlen;
+  d.heads_q = d.heads_kv = p.heads;
+  d.head_dim = d.head_dim_v = p.head_dim;
+  d.total_q = d.total_k = static_cast<int>(std::min<int64_t>(rows, std::numeric_limits<int>::max()));
+  d.has_lse = p.lse != nullptr;
+  d.num_splits = p.num_parts;
   *out = p;
   *desc = d;
   return Status::Ok();

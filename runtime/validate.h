@@ -23,6 +23,10 @@ struct BwdView {
 };
 Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc* desc);
 
+// fa_merge_params checked (sizes, alignment, strides, no output overlapping an input); *desc: the problem of the
+// merge's kernel (fwd_combine): dtype, batch, heads_q = heads_kv = heads, seqlen_q, head_dim = head_dim_v.
+Status validate_merge(const fa_merge_params* in, fa_merge_params* out, gen::ProblemDesc* desc);
+
 size_t dtype_size(int dtype);
 
 }  // namespace fa::rt

@@ -31,7 +31,7 @@
 // tiles hide the pairs mask_mod refuses. Block skipping (kBlockSparse, set with a mask_mod; the plan's mask_blocks
 // step classified every tile at this kernel's block_m x block_n, args.f.blk_cls / blk_cls_t, fa_args.cuh): warp 0
 // compacts the CTA's column of classes of every head of its group into its visiting list (args.f.blk_list,
-// common/blocks.cuh; the other warps count it), the tile loop walks that list (cyclically from an entry rotated by
+// common/blk_visit.cuh; the other warps count it), the tile loop walks that list (cyclically from an entry rotated by
 // the key block, or in order in the deterministic mode): query blocks the mask hides wholly are never loaded, tiles
 // it hides nowhere skip the masking code. In the deterministic mode a tile's dQ' ticket is then its key block's rank
 // among the visible key blocks of its row (args.f.blk_cls). Without classes (blk_cls_t null) every tile of the band
@@ -43,7 +43,7 @@
 #define FA_BWD_MMA_CUH
 
 #include "bwd_mma_tiling.cuh"
-#include "common/blocks.cuh"
+#include "common/blk_visit.cuh"
 #include "common/sm80.cuh"
 #include "smem_layout.cuh"
 
@@ -338,7 +338,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   const int nm = max(0, m_hi - m_lo);
   int total = nm * a.group;
   // Block skipping: the visiting list of this CTA, the query blocks of every head of its group in order, from the
-  // classes (common/blocks.cuh: entries ((hl * blk_nmb + m) << 1) | full for query head g * group + hl).
+  // classes (common/blk_visit.cuh: entries ((hl * blk_nmb + m) << 1) | full for query head g * group + hl).
   const int* blist = nullptr;
   if constexpr (kBlockSparse) {
     if (a.blk_cls_t != nullptr) {
@@ -347,7 +347,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       for (int hl = 0; hl < a.group; ++hl) {
         const unsigned char* col = a.blk_cls_t + (long long)b * a.blk_cls_sb +
                                    (long long)(g * a.group + hl) * a.blk_cls_sh + (long long)nb * a.blk_nmb;
-        count += fa_blk_compact<false>(col, m_lo, m_hi, hl * a.blk_nmb, list + count, warp == 0, lane);
+        count += fa_blk_list<false>(col, m_lo, m_hi, hl * a.blk_nmb, list + count, warp == 0);
       }
       __syncthreads();  // warp 0's list is visible to the CTA
       blist = list;
@@ -649,7 +649,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
           if (kBlockSparse && blist != nullptr && warp == 0) {  // the rank among the row's visible key blocks
             const unsigned char* row = a.blk_cls + (long long)cta_coord(mailbox, 2) * a.blk_cls_sb +
                                        (long long)h * a.blk_cls_sh + (long long)m * a.blk_nkb;
-            ticket = fa_blk_compact<false>(row, 0, cta_coord(mailbox, 0), 0, nullptr, false, lane);
+            ticket = fa_blk_count(row, 0, cta_coord(mailbox, 0));
           }
           if (tid == 0)
             while (ld_acquire(sem) != ticket) {

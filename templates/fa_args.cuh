@@ -20,9 +20,10 @@
 
 // What user code (fa_mods: mask_mod / score_mod) may read: buffers (typed by the rendered fa_buf<n>_t), their
 // shapes and strides (elements), and scalars. Values only: they never enter a kernel key. A kernel whose config
-// carries user code (Semantic::mods) takes it as a second parameter: templates declare their entry point as
-// fa_kernel(const FaFwdArgs a FA_USER_PARAM) and pass FA_USER_ARGS to fa_user_mask / fa_user_score (both rendered
-// by generator/user_mods.cpp; without user code the parameter is absent, so other launches carry none of it).
+// carries user code (Semantic::mods) takes it as a second parameter (__grid_constant__: read in place, never copied
+// to local memory): templates declare their entry point as fa_kernel(const FaFwdArgs a FA_USER_PARAM[, further
+// parameters]) and pass FA_USER_ARGS to fa_user_mask / fa_user_score (both rendered by generator/user_mods.cpp;
+// without user code the parameter is absent, so other launches carry none of it).
 struct FaUser {
   const void* buf[4];
   long long shape[4][4];

@@ -4,8 +4,7 @@
 //   common/warp.cuh      reductions across a warp and across aligned lane groups
 //   common/seq.cuh       sequence geometry (FaSeq, varlen offsets) and the mask band (fa_key_range)
 //   common/dq_accum.cuh  the 8 x 8 tiled layout of the backward's float32 dQ accumulator (fa_dq_accum_off)
-// common/sm80.cuh (the PTX wrappers of the tensor-core kernels) and common/blocks.cuh (block skipping's visiting
-// lists) are included by the kernels that use them.
+// common/sm80.cuh (the PTX wrappers of the tensor-core kernels) is included by those kernels themselves.
 #ifndef FA_COMMON_CUH
 #define FA_COMMON_CUH
 

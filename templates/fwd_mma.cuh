@@ -24,12 +24,13 @@
 // registers; on smaller tiles they cost 5-10% (H200, scratch/h2c/NOTES.md), so those keep the straight-line code.
 // Grid: x = query block (reversed for masked problems: the longest blocks first), y = query head, z = batch.
 // User code (fa_mods): score_mod runs after ALiBi on the feature path (natural units, in-range i, j); mask_mod hides
-// keys where it returns false. Block skipping (kBlockSparse, set with a mask_mod): the plan's mask_blocks step has
-// classified every (query block, key block) tile (args.blk_cls, fa_args.cuh); each CTA first compacts its row of
-// classes, from the last key block to the first, into its visiting list (args.blk_list: warp 0 writes it, every
-// warp counts it), then the pipeline walks that list (prefetching list[it + kStages - 1]): blocks the mask hides
-// wholly are never loaded, and blocks it hides nowhere skip the masking step. Without classes (blk_cls null) every
-// block of the band is visited and masked.
+// keys where it returns false (both per element in common/fwd_score.cuh, shared with fwd_wgmma). Block skipping
+// (kBlockSparse, set with a mask_mod): the plan's mask_blocks step has classified every (query block, key block)
+// tile (args.blk_cls, fa_args.cuh); each CTA first compacts its row of classes, from the last key block to the
+// first, into its visiting list (args.blk_list: warp 0 writes it, every warp counts it; the votes of
+// common/blk_visit.cuh), then the pipeline walks that list (prefetching list[it + kStages - 1]): blocks the mask
+// hides wholly are never loaded, and blocks it hides nowhere skip the masking step. Without classes (blk_cls null)
+// every block of the band is visited and masked.
 // Reads fa_cfg: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasMaskMod, kHasScoreMod,
 // kVarlen, kEvenK, kHasLse,
 // kBlockM, kBlockN, kWarps, kStages (1: no prefetch; >= 2: blocks j+1..j+kStages-1 in flight), kQInRegs
@@ -38,8 +39,9 @@
 #ifndef FA_FWD_MMA_CUH
 #define FA_FWD_MMA_CUH
 
-#include "common/blocks.cuh"
 #include "common/sm80.cuh"
+#include "common/fwd_score.cuh"
+#include "common/blk_visit.cuh"
 #include "smem_layout.cuh"
 
 namespace fa_mma {
@@ -84,8 +86,6 @@ static_assert(kRowsPerWarp % 16 == 0 && (kQueryTiles == 1 || kQueryTiles == 2),
 static_assert(kBlockN % 16 == 0, "fwd_mma: block_n multiple of 16");
 static_assert(kStages >= 1 && kStages <= 4, "fwd_mma: 1..4 stages");
 static_assert(kD % 8 == 0 && kDV % 8 == 0 && kD <= 256 && kDV <= 256, "fwd_mma: head dims");
-
-FA_DEVICE float elem_to_float(unsigned short x) { return FaElem<fa_cfg::kDtype>::to_float(x); }
 
 // Copies a [rows x cols] tile (cols a multiple of 8 elements, padded to pcols) from global to shared memory with
 // 16-byte cp.async; rows >= nrows and columns >= cols are zero-filled. Row layout from PITCH (smem_layout.cuh).
@@ -186,7 +186,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       const unsigned char* cls = args.blk_cls + (long long)b * args.blk_cls_sb + (long long)h * args.blk_cls_sh +
                                  (long long)m_block * args.blk_nkb;
       int* list = args.blk_list + (((long long)b * args.heads_q + h) * gridDim.x + m_block) * args.blk_nkb;
-      const int count = fa_blk_compact<true>(cls, nb_lo, nb_hi, 0, list, warp == 0, lane);  // common/blocks.cuh
+      const int count = fa_blk_list<true>(cls, nb_lo, nb_hi, 0, list, warp == 0);  // common/blk_visit.cuh
       __syncthreads();  // warp 0's list is visible to the CTA
       n_blocks = count;
       blist = list;
@@ -318,18 +318,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const int j = kn + n * 8 + tq * 2 + e;
-                float x = s[mt][n][hh * 2 + e] * args.scale;
-                if constexpr (fa_cfg::kHasSoftcap) x = args.softcap * fa_tanh(x * args.inv_softcap);
-                if constexpr (fa_cfg::kHasBias) {
-                  if (i < sq && j < sk) x += elem_to_float(bias_g[(long long)i * args.bias_sq + (long long)j * args.bias_sk]);
-                }
-                x *= 1.4426950408889634f;
-                if constexpr (fa_cfg::kHasAlibi) x -= slope * fabsf((float)(i + sk - sq - j));
-                if constexpr (fa_cfg::kHasScoreMod) {  // user code sees natural units, in-range (i, j) only
-                  if (i < sq && j < sk)
-                    x = fa_user_score(x * 0.6931471805599453f, b, h, i, j, FA_USER_ARGS) * 1.4426950408889634f;
-                }
-                s[mt][n][hh * 2 + e] = x;
+                s[mt][n][hh * 2 + e] = fa_feature_score(s[mt][n][hh * 2 + e], args, bias_g, slope, b, h, i, j, sq, sk,
+                                                        FA_USER_ARGS);  // common/fwd_score.cuh
               }
           }
       }
@@ -359,10 +349,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const int j = kn + n * 8 + tq * 2 + e;
-                bool hidden = j < lo || j >= hi;
-                if constexpr (fa_cfg::kHasMaskMod)  // user code for in-range (i, j) only (j < hi <= sk here)
-                  hidden = hidden || i >= sq || !fa_user_mask(b, h, i, j, FA_USER_ARGS);
-                if (hidden) s[mt][n][hh * 2 + e] = FA_MMA_NEG_INF;
+                // user code for in-range (i, j) only (j < hi <= sk once the band test passed)
+                if (j < lo || j >= hi || fa_user_hides(b, h, i, j, sq, FA_USER_ARGS)) s[mt][n][hh * 2 + e] = FA_MMA_NEG_INF;
               }
           }
       }

@@ -36,7 +36,9 @@
 #ifndef FA_FWD_SPLIT_CUH
 #define FA_FWD_SPLIT_CUH
 
+#include "common/pdl.cuh"
 #include "common/sm80.cuh"
+#include "common/split.cuh"
 #include "fwd_split_layout.cuh"
 
 namespace fa_split {
@@ -110,40 +112,6 @@ FA_DEVICE void load_block(unsigned sdst, int tid, const void* dummy, RowSrc row_
   }
 }
 
-// What a CTA of ROWS packed rows at tile r0 works on: its sequence's used lengths, its rows, the keys seen by some
-// row [key_lo, key_hi) and by every row [full_lo, full_hi), and its split's run of key blocks [blk0, blk0 + n_blocks)
-// (both kernels; `rows` <= 0: the tile is past the packed rows and the CTA returns).
-struct SplitWork {
-  int sq, sk, rows, key_lo, key_hi, full_lo, full_hi, blk0, n_blocks;
-};
-template <int ROWS>
-FA_DEVICE SplitWork split_work(const FaFwdArgs& a, int b, int r0, int split, int ns) {
-  SplitWork w;
-  const FaSeq seq = fa_seq_used(a, b);
-  w.sq = seq.sq;
-  w.sk = seq.sk;
-  const int group = a.group, sq = w.sq, sk = w.sk;
-  w.rows = min(ROWS, sq * group - r0);
-  const int i_first = r0 / group, i_last = (r0 + max(w.rows, 1) - 1) / group;
-  w.key_lo = 0, w.key_hi = sk, w.full_lo = 0, w.full_hi = sk;
-  if constexpr (fa_cfg::kMask != 0) {
-    if (a.win_left >= 0) {
-      w.key_lo = max(0, i_first + sk - sq - a.win_left);
-      w.full_lo = max(0, i_last + sk - sq - a.win_left);
-    }
-    if (a.win_right >= 0) {
-      w.key_hi = min(sk, i_last + sk - sq + a.win_right + 1);
-      w.full_hi = min(sk, i_first + sk - sq + a.win_right + 1);
-    }
-  }
-  const int nb_lo = w.key_lo / kBlockN;
-  const int nb_hi = w.key_hi > w.key_lo ? (w.key_hi + kBlockN - 1) / kBlockN : nb_lo;
-  const int per_split = (nb_hi - nb_lo + ns - 1) / ns;
-  w.blk0 = nb_lo + split * per_split;
-  w.n_blocks = max(0, min(nb_hi, w.blk0 + per_split) - w.blk0);
-  return w;
-}
-
 // Copies the tile's ROWS packed rows of Q (zero-filled past `rows` and past head_dim) into sQ (pitch kPitchQ) and
 // commits them as one group.
 template <int ROWS>
@@ -213,7 +181,7 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
   const int b = (int)blockIdx.z;
   const int group = a.group;
   const int r0 = (int)blockIdx.y * kRows;  // first packed row of the tile
-  const SplitWork w = split_work<kRows>(a, b, r0, split, ns);
+  const FaSplitWork w = fa_split_work<kRows, kBlockN>(a, b, r0, split, ns);
   if (w.rows <= 0) return;
   const int sq = w.sq, sk = w.sk, rows = w.rows, packed = sq * group;
   const int key_hi = w.key_hi, full_lo = w.full_lo, full_hi = w.full_hi, blk0 = w.blk0, n_blocks = w.n_blocks;
@@ -522,6 +490,9 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
 #include "fwd_split_wide.cuh"
 
 extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
+  // The combine step (sm_90) may be scheduled once every CTA of this grid has started: it waits for this grid's
+  // completion before it reads, and its CTAs take the SM slots that the last wave leaves idle.
+  fa_pdl_launch_dependents();
   if constexpr (fa_split::kWide) {
     // v = the first head_dim_v columns of k (MLA's latent cache): V read from the K tiles, deeper pipeline
     if constexpr (fa_split::kDV <= fa_split::kD) {

@@ -45,7 +45,7 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
   const int b = (int)blockIdx.z;
   const int group = a.group;
   const int r0 = (int)blockIdx.y * kR;
-  const SplitWork w = split_work<kR>(a, b, r0, split, ns);
+  const FaSplitWork w = fa_split_work<kR, kBlockN>(a, b, r0, split, ns);
   if (w.rows <= 0) return;
   const int sq = w.sq, sk = w.sk, rows = w.rows;
   const int key_hi = w.key_hi, full_lo = w.full_lo, full_hi = w.full_hi, blk0 = w.blk0, n_blocks = w.n_blocks;

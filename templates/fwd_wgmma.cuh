@@ -16,7 +16,7 @@
 // softmax under P_j V_j, then wait, rescale O and re-pack P (no wgmma is in flight during the rescale).
 // kPingPong (kConsumers >= 2): consumers take turns issuing their GEMMs (named barriers 4.., round robin), so one
 // warpgroup's softmax runs under another's GEMMs. kPersistent: grid = min(tiles, SMs) CTAs loop over the tiles
-// (static round robin, t = (b * heads_q + h) * mblocks + x); Q is double-buffered when shared memory allows, so the
+// (static round robin over t: (b, h)-major unmasked, query-block-major and longest first masked); Q is double-buffered when shared memory allows, so the
 // next tile's Q and first K/V blocks land while the current tile finishes. Masks are bottom-right aligned: key j is
 // visible to query i iff lo(i) <= j < hi(i), lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq +
 // win_right + 1 (win_right >= 0); K/V blocks wholly outside the band are never loaded; masking code runs only on
@@ -25,19 +25,30 @@
 // rows give O = 0, lse = -inf. Head dims are padded to 64 columns in shared memory by TMA zero fill. Epilogue: O is
 // staged in the warpgroup's rows of its Q buffer and written with 16-byte stores (single-buffered persistent:
 // straight from the accumulators with 4-byte stores).
-// Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kVarlen,
-// kEvenK (seqlen_k % kBlockN == 0, fixed length only), kHasLse, and the tunables kBlockM (= 64 * kConsumers), kBlockN
-// (16..256, multiple of 16), kStages (2..4), kConsumers (1..3), kPingPong, kIntraOverlap, kPersistent.
+// User code (fa_mods, common/fwd_score.cuh as in fwd_mma): score_mod runs on the feature path after ALiBi (natural
+// units, in-range i, j); mask_mod hides keys per element. Block skipping (kSparse, with a mask_mod): the plan's
+// mask_blocks step has classified every (query block, key block) tile (args.blk_cls); the producer warp and every
+// consumer warp walk the tile's row of classes themselves (common/blk_visit.cuh: one ballot per 32 blocks, the same
+// visiting order in every warp, no list in memory), so key blocks the mask hides wholly are never loaded nor
+// computed, and blocks it hides nowhere skip every mask. With kSparse the whole producer warp walks the classes and
+// its lane 0 issues the copies. Without classes (blk_cls null) every block of the band is visited and masked.
+// Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasMaskMod,
+// kHasScoreMod, kVarlen, kEvenK (seqlen_k % kBlockN == 0, fixed length only), kHasLse, and the tunables kBlockM
+// (= 64 * kConsumers), kBlockN (16..256, multiple of 16), kStages (2..4), kConsumers (1..3), kPingPong,
+// kIntraOverlap, kPersistent.
+// Parameters: (FaFwdArgs, FaUser with user code (FA_USER_PARAM), FaFwdTma).
 // Launch (host): block = 128 * (kConsumers + 1) threads; grid = (ceil(seqlen_q / kBlockM), heads_q, batch), or
 // (min(ceil(seqlen_q / kBlockM) * heads_q * batch, SM count), 1, 1) when kPersistent; dynamic shared memory =
 // fa_wg::kSmemBytes = nQ * R0 + kStages * kBlockN * (Dp + DVp) * 2 + 8 * (4 + 4 * kStages) + 1024 with
 // R0 = kBlockM * max(Dp, DVp) * 2, Dp = ceil64(head_dim), DVp = ceil64(head_dim_v), nQ = 2 if kPersistent and the
-// total with nQ = 2 is <= 232448, else 1 (the kernel traps if launched with less). Parameters: (FaFwdArgs, FaFwdTma).
+// total with nQ = 2 is <= 232448, else 1 (the kernel traps if launched with less).
 #ifndef FA_FWD_WGMMA_CUH
 #define FA_FWD_WGMMA_CUH
 
 #include "fa_tma_args.cuh"
 #include "common/sm90.cuh"
+#include "common/fwd_score.cuh"
+#include "common/blk_visit.cuh"
 
 namespace fa_wg {
 
@@ -73,7 +84,9 @@ constexpr int kOffK = kQBuf * kR0;
 constexpr int kOffV = kOffK + kStages * kKBytes;
 constexpr int kOffBar = kOffV + kStages * kVBytes;
 constexpr int kSmemBytes = kOffBar + kBarBytes + 1024;  // + slack to align the base to 1024
-constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap;
+constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap || fa_cfg::kHasScoreMod;
+constexpr bool kSparse = fa_cfg::kHasMaskMod;  // visit the key blocks mask_blocks classified (block skipping)
+constexpr bool kMasked = fa_cfg::kMask != 0 || fa_cfg::kHasMaskMod;  // query blocks in reverse: longest first
 constexpr bool kIsBf16 = fa_cfg::kDtype == 2;
 #define FA_WG_NEG_INF __int_as_float(0xff800000)
 
@@ -107,15 +120,16 @@ FA_DEVICE uint4 ld_shared_v4(unsigned addr) {
 
 // Geometry of one work tile (query block, head, batch).
 struct FaTile {
-  int m0, h, b, g, bt;       // first query row, query head, batch, kv head, TMA batch coordinate
+  int m0, mb, h, b, g, bt;   // first query row, query block, query head, batch, kv head, TMA batch coordinate
   int sq, sk, base_q, base_k;
-  int diag0, nb_hi, n_blocks;  // diagonal offset of row m0, K/V blocks [nb_hi - n_blocks, nb_hi)
+  int diag0, nb_lo, nb_hi, n_blocks;  // diagonal offset of row m0, the band's K/V blocks [nb_lo, nb_hi), visited
+  const unsigned char* cls;  // kSparse: the query block's row of block classes (null: none, every block masked)
 };
 
 }  // namespace fa_wg
 
 extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
-    fa_kernel(const __grid_constant__ FaFwdArgs args, const __grid_constant__ FaFwdTma tma) {
+    fa_kernel(const __grid_constant__ FaFwdArgs args FA_USER_PARAM, const __grid_constant__ FaFwdTma tma) {
   using namespace fa_wg;
   extern __shared__ __align__(1024) unsigned char fa_smem_raw[];
   typedef unsigned short E;
@@ -125,20 +139,31 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
   const int total = kPersist ? mblocks * args.heads_q * args.batch : 1;
   const int t_first = kPersist ? (int)blockIdx.x : 0, t_step = kPersist ? (int)gridDim.x : 1;
   // Work tile t: (query block, head, batch). Non-persistent: the block's own coordinates (x reversed for masked
-  // problems: the longest blocks first). Persistent: t = (b * heads_q + h) * mblocks + x, x reversed likewise.
+  // problems: the longest blocks first). Persistent: unmasked t = (b * heads_q + h) * mblocks + x (a head's query
+  // blocks run side by side and share its K/V in L2); masked t = x * heads_q * batch + b * heads_q + h, x reversed:
+  // the tile loop deals the longest query blocks of every head first and each CTA's stride of t meets every length
+  // alike, so the CTAs finish together (the (b, h)-major order gave some CTAs only the long blocks of a causal band).
+  // n_blocks is the band's block count; kSparse tiles then count their visited blocks (count_visits, warp-wide).
   auto tile_at = [&](int t) {
     FaTile T;
     int xb, h, b;
     if constexpr (kPersist) {
-      xb = t % mblocks;
-      const int hb = t / mblocks;
+      int hb;
+      if constexpr (kMasked) {
+        const int heads_batch = args.heads_q * args.batch;
+        xb = t / heads_batch;
+        hb = t - xb * heads_batch;
+      } else {
+        xb = t % mblocks;
+        hb = t / mblocks;
+      }
       h = hb % args.heads_q;
       b = hb / args.heads_q;
     } else {
       xb = (int)blockIdx.x; h = (int)blockIdx.y; b = (int)blockIdx.z;
     }
-    const int m_block = fa_cfg::kMask != 0 ? mblocks - 1 - xb : xb;
-    T.h = h; T.b = b; T.m0 = m_block * kBM;
+    const int m_block = kMasked ? mblocks - 1 - xb : xb;
+    T.h = h; T.b = b; T.mb = m_block; T.m0 = m_block * kBM;
     if constexpr (fa_cfg::kVarlen) {
       const int q0 = args.cu_seqlens_q[b], k0 = args.cu_seqlens_k[b];
       T.sq = args.cu_seqlens_q[b + 1] - q0;
@@ -158,10 +183,22 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
       if (args.win_left >= 0) key_lo = max(0, T.diag0 - args.win_left);
       if (args.win_right >= 0) key_hi = min(T.sk, last_row + T.sk - T.sq + args.win_right + 1);
     }
-    const int nb_lo = key_lo / kBN;
-    T.nb_hi = key_hi > key_lo ? (key_hi + kBN - 1) / kBN : nb_lo;
-    T.n_blocks = T.m0 < T.sq ? T.nb_hi - nb_lo : 0;
+    T.nb_lo = key_lo / kBN;
+    T.nb_hi = key_hi > key_lo ? (key_hi + kBN - 1) / kBN : T.nb_lo;
+    T.n_blocks = T.m0 < T.sq ? T.nb_hi - T.nb_lo : 0;
+    T.cls = nullptr;
+    if constexpr (kSparse) {
+      if (args.blk_cls != nullptr)
+        T.cls = args.blk_cls + (long long)b * args.blk_cls_sb + (long long)h * args.blk_cls_sh +
+                (long long)m_block * args.blk_nkb;
+    }
     return T;
+  };
+  // kSparse: the visited blocks of the band (common/blk_visit.cuh; warp-collective, the same count in every warp).
+  auto count_visits = [&](FaTile& T) {
+    if constexpr (kSparse) {
+      if (T.n_blocks > 0) T.n_blocks = fa_blk_count(T.cls, T.nb_lo, T.nb_hi);
+    }
   };
   if constexpr (!kPersist) {
     if (tile_at(0).m0 >= tile_at(0).sq) return;  // uniform: the whole CTA leaves
@@ -200,48 +237,72 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
   if (wg == 0) {
     // ---------------- producer warpgroup: one thread issues every TMA copy ----------------
     fa_setmaxnreg_dec<kRegP>();
-    if (tid == 0) {
-      fa_tma_prefetch(&tma.q);
-      fa_tma_prefetch(&tma.k);
-      fa_tma_prefetch(&tma.v);
+    // kSparse: the whole first warp walks the classes (ballots), its lane 0 issues; else thread 0 alone.
+    if (kSparse ? tid < 32 : tid == 0) {
+      const bool lead = !kSparse || tid == 0;
+      if (lead) {
+        fa_tma_prefetch(&tma.q);
+        fa_tma_prefetch(&tma.k);
+        fa_tma_prefetch(&tma.v);
+      }
       int ks = 0, vs = 0;  // K / V ring positions and phases, continued across tiles
       unsigned kph = 0, vph = 0;
       int qn = 0;  // tiles whose Q was loaded: buffer qn % kQBuf, phase (qn / kQBuf) & 1
       for (int t = t_first; t < total; t += t_step) {
-        const FaTile T = tile_at(t);
+        FaTile T = tile_at(t);
+        count_visits(T);
         if (T.n_blocks == 0) continue;
         const int qb = qn % kQBuf;
         const unsigned qph = (unsigned)(qn / kQBuf) & 1u;
         ++qn;
         if constexpr (kPersist) fa_mbar_wait(q_empty(qb), qph ^ 1u);  // every consumer warp is done with it
-        fa_mbar_arrive_expect_tx(q_full(qb), (unsigned)kQBytes);
-#pragma unroll
-        for (int c = 0; c < kDp / 64; ++c)
-          fa_tma_load_4d(sQ + (unsigned)(qb * kR0 + c * kBM * 128), &tma.q, q_full(qb), c * 64, T.base_q + T.m0, T.h,
-                         T.bt);
-        // K of block it+1 is issued before V of block it: the consumers need K_{j+1} (S = Q K^T) before V_j.
-        auto load_k = [&](int it) {
-          const int kn = T.base_k + (T.nb_hi - 1 - it) * kBN;
-          fa_mbar_wait(k_empty(ks), kph ^ 1u);
-          fa_mbar_arrive_expect_tx(k_full(ks), (unsigned)kKBytes);
+        if (lead) {
+          fa_mbar_arrive_expect_tx(q_full(qb), (unsigned)kQBytes);
 #pragma unroll
           for (int c = 0; c < kDp / 64; ++c)
-            fa_tma_load_4d(sK + (unsigned)(ks * kKBytes + c * kBN * 128), &tma.k, k_full(ks), c * 64, kn, T.g, T.bt);
+            fa_tma_load_4d(sQ + (unsigned)(qb * kR0 + c * kBM * 128), &tma.q, q_full(qb), c * 64, T.base_q + T.m0,
+                           T.h, T.bt);
+        }
+        // K of block it+1 is issued before V of block it: the consumers need K_{j+1} (S = Q K^T) before V_j.
+        auto load_k = [&](int nb) {
+          const int kn = T.base_k + nb * kBN;
+          fa_mbar_wait(k_empty(ks), kph ^ 1u);
+          if (lead) {
+            fa_mbar_arrive_expect_tx(k_full(ks), (unsigned)kKBytes);
+#pragma unroll
+            for (int c = 0; c < kDp / 64; ++c)
+              fa_tma_load_4d(sK + (unsigned)(ks * kKBytes + c * kBN * 128), &tma.k, k_full(ks), c * 64, kn, T.g, T.bt);
+          }
           if (++ks == kStages) { ks = 0; kph ^= 1u; }
         };
-        auto load_v = [&](int it) {
-          const int kn = T.base_k + (T.nb_hi - 1 - it) * kBN;
+        auto load_v = [&](int nb) {
+          const int kn = T.base_k + nb * kBN;
           fa_mbar_wait(v_empty(vs), vph ^ 1u);
-          fa_mbar_arrive_expect_tx(v_full(vs), (unsigned)kVBytes);
+          if (lead) {
+            fa_mbar_arrive_expect_tx(v_full(vs), (unsigned)kVBytes);
 #pragma unroll
-          for (int c = 0; c < kDVp / 64; ++c)
-            fa_tma_load_4d(sV + (unsigned)(vs * kVBytes + c * kBN * 128), &tma.v, v_full(vs), c * 64, kn, T.g, T.bt);
+            for (int c = 0; c < kDVp / 64; ++c)
+              fa_tma_load_4d(sV + (unsigned)(vs * kVBytes + c * kBN * 128), &tma.v, v_full(vs), c * 64, kn, T.g, T.bt);
+          }
           if (++vs == kStages) { vs = 0; vph ^= 1u; }
         };
-        load_k(0);
+        // The key block of visit it: the band from its last block down, or the next classified one (kSparse).
+        FaBlkCursor cur;
+        if constexpr (kSparse) cur.start(T.cls, T.nb_lo, T.nb_hi);
+        auto block_of = [&](int it) {
+          if constexpr (kSparse) return cur.next() >> 1;
+          return T.nb_hi - 1 - it;
+        };
+        int nb = block_of(0);
+        load_k(nb);
         for (int it = 0; it < T.n_blocks; ++it) {
-          if (it + 1 < T.n_blocks) load_k(it + 1);
-          load_v(it);
+          int nb_next = 0;
+          if (it + 1 < T.n_blocks) {
+            nb_next = block_of(it + 1);
+            load_k(nb_next);
+          }
+          load_v(nb);
+          nb = nb_next;
         }
       }
     }
@@ -277,8 +338,9 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
     auto adv_v = [&]() { if (++vst == kStages) { vst = 0; vph ^= 1u; } };
 
     for (int t = t_first; t < total; t += t_step) {
-      const FaTile T = tile_at(t);
+      FaTile T = tile_at(t);
       if (T.m0 >= T.sq) continue;
+      count_visits(T);
       const int m0 = T.m0, sq = T.sq, sk = T.sk, h = T.h, b = T.b;
       const int qb = qn % kQBuf;  // this tile's Q buffer (valid when n_blocks > 0)
       const unsigned qph = (unsigned)(qn / kQBuf) & 1u;
@@ -291,6 +353,14 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
 
       if (T.n_blocks > 0) {
         const int n_blocks = T.n_blocks, nb_hi = T.nb_hi, diag0 = T.diag0;
+        // The entry (n_block << 1) | full of visit it: the band from its last block down (full never set: the
+        // geometry decides the masking), or the next classified block (kSparse; common/blk_visit.cuh).
+        FaBlkCursor cur;
+        if constexpr (kSparse) cur.start(T.cls, T.nb_lo, nb_hi);
+        auto entry_of = [&](int it) {
+          if constexpr (kSparse) return cur.next();
+          return (nb_hi - 1 - it) << 1;
+        };
         float slope = 0.f;
         if constexpr (fa_cfg::kHasAlibi) slope = args.alibi[h] * 1.4426950408889634f;
         const E* bias_g = nullptr;
@@ -320,7 +390,9 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           fa_wg_commit();
         };
         // Scores -> probabilities in place (base 2), running max / sum, rescale factors of O.
-        auto softmax = [&](float (&s)[kBN / 2], int kn, float (&corr)[2]) {
+        // entry: (n_block << 1) | full (entry_of).
+        auto softmax = [&](float (&s)[kBN / 2], int entry, float (&corr)[2]) {
+          const int kn = (entry >> 1) * kBN;
           if constexpr (kFeat) {
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
@@ -330,23 +402,20 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                   const int j = kn + jt * 8 + tq * 2 + e;
-                  float x = s[jt * 4 + hh * 2 + e] * args.scale;
-                  if constexpr (fa_cfg::kHasSoftcap) x = args.softcap * fa_tanh(x * args.inv_softcap);
-                  if constexpr (fa_cfg::kHasBias) {
-                    if (i < sq && j < sk)
-                      x += FaElem<fa_cfg::kDtype>::to_float(
-                          bias_g[(long long)i * args.bias_sq + (long long)j * args.bias_sk]);
-                  }
-                  x *= 1.4426950408889634f;
-                  if constexpr (fa_cfg::kHasAlibi) x -= slope * fabsf((float)(i + sk - sq - j));
-                  s[jt * 4 + hh * 2 + e] = x;
+                  s[jt * 4 + hh * 2 + e] = fa_feature_score(s[jt * 4 + hh * 2 + e], args, bias_g, slope, b, h, i, j,
+                                                            sq, sk, FA_USER_ARGS);  // common/fwd_score.cuh
                 }
             }
           }
-          bool need_mask = !fa_cfg::kEvenK && kn + kBN > sk;
-          if constexpr (fa_cfg::kMask != 0) {
-            if (args.win_left >= 0) need_mask |= kn < m0 + kBM - 1 + sk - sq - args.win_left;
-            if (args.win_right >= 0) need_mask |= kn + kBN - 1 > diag0 + args.win_right;
+          bool need_mask;
+          if constexpr (kSparse) {
+            need_mask = (entry & 1) == 0;  // a classified block: full ones skip every mask (built-in, keys, user)
+          } else {
+            need_mask = !fa_cfg::kEvenK && kn + kBN > sk;
+            if constexpr (fa_cfg::kMask != 0) {
+              if (args.win_left >= 0) need_mask |= kn < m0 + kBM - 1 + sk - sq - args.win_left;
+              if (args.win_right >= 0) need_mask |= kn + kBN - 1 > diag0 + args.win_right;
+            }
           }
           if (need_mask) {
 #pragma unroll
@@ -359,13 +428,23 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
               }
               lo -= kn + tq * 2;  // compare the column offset inside the block
               hi -= kn + tq * 2;
+              if constexpr (fa_cfg::kHasMaskMod) {
+                // user code in a rolled loop (common/fwd_score.cuh), for in-range (i, j) only; then the bits
+                const auto hidden = fa_user_hidden_bits<kBN / 4>(b, h, i, kn + tq * 2, lo, hi, sq, FA_USER_ARGS);
 #pragma unroll
-              for (int jt = 0; jt < kBN / 8; ++jt)
+                for (int jt = 0; jt < kBN / 8; ++jt)
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const int jj = jt * 8 + e;
-                  if (jj < lo || jj >= hi) s[jt * 4 + hh * 2 + e] = FA_WG_NEG_INF;
-                }
+                  for (int e = 0; e < 2; ++e)
+                    if ((hidden >> (jt * 2 + e)) & 1u) s[jt * 4 + hh * 2 + e] = FA_WG_NEG_INF;
+              } else {
+#pragma unroll
+                for (int jt = 0; jt < kBN / 8; ++jt)
+#pragma unroll
+                  for (int e = 0; e < 2; ++e) {
+                    const int jj = jt * 8 + e;
+                    if (jj < lo || jj >= hi) s[jt * 4 + hh * 2 + e] = FA_WG_NEG_INF;
+                  }
+              }
             }
           }
 #pragma unroll
@@ -434,10 +513,10 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           release(k_empty(kst));
           adv_k();
           if (n_blocks == 1) release_q();
-          softmax(s, (nb_hi - 1) * kBN, corr);
+          softmax(s, entry_of(0), corr);
           convert(p, s);
           for (int it = 1; it < n_blocks; ++it) {
-            const int kn = (nb_hi - 1 - it) * kBN;
+            const int entry = entry_of(it);
             fa_mbar_wait(k_full(kst), kph);
             pp_sync();
             gemm_s(s, kst);
@@ -449,7 +528,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
             release(k_empty(kst));
             adv_k();
             if (it == n_blocks - 1) release_q();
-            softmax(s, kn, corr);
+            softmax(s, entry, corr);
             // ptxas hoists wait_group 0 to the top of the basic block holding the softmax (SASS: every MUFU.EX2
             // after the WARPGROUP.DEPBAR), which serialises the softmax behind P_j V_j. The wait loop for the next
             // K block (needed next anyway) ends that basic block, so the softmax stays under P_j V_j.
@@ -471,7 +550,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           adv_v();
         } else {
           for (int it = 0; it < n_blocks; ++it) {
-            const int kn = (nb_hi - 1 - it) * kBN;
+            const int entry = entry_of(it);
             fa_mbar_wait(k_full(kst), kph);
             pp_sync();
             gemm_s(s, kst);
@@ -481,7 +560,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
             release(k_empty(kst));
             adv_k();
             if (it == n_blocks - 1) release_q();
-            softmax(s, kn, corr);
+            softmax(s, entry, corr);
             rescale_o(corr);
             convert(p, s);
             fa_mbar_wait(v_full(vst), vph);

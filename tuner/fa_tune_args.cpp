@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <functional>
@@ -178,6 +179,53 @@ bool parse_seqlens(const std::string& text, std::vector<int>* out, std::string* 
   return true;
 }
 
+bool parse_devices(const std::string& text, bool* all, std::vector<int>* out, std::string* why) {
+  *all = false;
+  out->clear();
+  if (text == "all") {
+    *all = true;
+    return true;
+  }
+  for (const std::string& item : split(text, ',')) {
+    long long v = 0;
+    if (!parse_int(item, 0, 1023, &v)) {
+      *why = fmt::format("expected 'all' or device ordinals in [0, 1023] separated by commas, got '{}'", item);
+      return false;
+    }
+    if (std::find(out->begin(), out->end(), static_cast<int>(v)) != out->end()) {
+      *why = fmt::format("device {} is listed twice", v);
+      return false;
+    }
+    out->push_back(static_cast<int>(v));
+  }
+  return true;
+}
+
+bool resolve_devices(const TuneArgs& a, int count, int fallback, std::vector<int>* out, std::string* why) {
+  out->clear();
+  if (!a.devices_given()) {
+    out->push_back(fallback);
+    return true;
+  }
+  if (count < 1) {
+    *why = "no GPU is present";
+    return false;
+  }
+  if (a.all_devices) {
+    for (int d = 0; d < count; ++d) out->push_back(d);
+    return true;
+  }
+  for (int d : a.devices) {
+    if (d >= count) {
+      *why = fmt::format("device {} does not exist (this host has {} GPU{}: 0..{})", d, count, count == 1 ? "" : "s",
+                         count - 1);
+      return false;
+    }
+    out->push_back(d);
+  }
+  return true;
+}
+
 std::string preset_names() {
   std::string s;
   for (const Preset& p : presets()) s += (s.empty() ? "" : ", ") + std::string(p.name);
@@ -212,6 +260,9 @@ std::string usage_text() {
       "  --max-candidates N     try at most N candidates per kernel besides the default\n"
       "  --force                re-tune keys that already have results\n"
       "  --no-verify            skip the reference check of winners\n"
+      "  --devices all|LIST     tune on these GPUs at once (all, or ordinals such as 0,1,3): the grid's tuning keys\n"
+      "                         are shared out among them, one thread and context per GPU, all writing one cache;\n"
+      "                         the GPUs must be of one model (default: device 0)\n"
       "  --json FILE            write the results as JSON\n"
       "  --cache PATH           the cache file (default $FA_CACHE_PATH or ~/.cache/fa/cache.sqlite)\n"
       "  --list                 list tuning rows and cubins (stale ones marked)\n"
@@ -260,6 +311,11 @@ bool parse_tune_args(const std::vector<std::string>& argv, TuneArgs* out, std::s
          *error = fmt::format("{}: unknown preset '{}' (known: {})", f, v, preset_names());
          return false; }},
       {"--json", [&](const std::string&, const std::string& v) { a.json_path = v; return true; }},
+      {"--devices", [&](const std::string& f, const std::string& v) {
+         std::string why;
+         if (parse_devices(v, &a.all_devices, &a.devices, &why)) return true;
+         *error = f + ": " + why;
+         return false; }},
       {"--export", [&](const std::string&, const std::string& v) { a.export_path = v; return true; }},
       {"--import", [&](const std::string&, const std::string& v) { a.import_path = v; return true; }},
       {"--cache", [&](const std::string&, const std::string& v) { a.cache_path = v; return true; }},
@@ -338,6 +394,10 @@ bool parse_tune_args(const std::vector<std::string>& argv, TuneArgs* out, std::s
   if (!set_bt && p) a.batch_tokens = p->batch_tokens;
   if (!set_masks) parse_masks(p ? p->masks : "none,causal", &a.masks, &ignored);
   if (!set_features) parse_features(p ? p->features : "none", &a.features, &ignored);
+  if (a.devices_given() && (!a.grid_given || a.dry_run)) {
+    *error = "--devices: applies to tuning a grid on GPUs (give a grid or --preset; not with --dry-run)";
+    return false;
+  }
   for (int hq : a.heads)
     for (int hk : a.kv_heads)
       if (hq % hk != 0) {

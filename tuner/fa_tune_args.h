@@ -41,6 +41,10 @@ struct TuneArgs {
   int threads = 0;                   // compile threads; 0: automatic
   int max_candidates = 0;            // > 0: cap per semantic (quick runs)
   int progress = -1;                 // -1: a bar when stderr is a terminal, else a line per item; 0: none; 1: bar
+  // --devices: the GPUs the grid's tuning keys are sharded over (a thread and a context per GPU, one database).
+  bool all_devices = false;          // --devices all
+  std::vector<int> devices;          // --devices 0,2,...: distinct ordinals in the order given; empty: not given
+  bool devices_given() const { return all_devices || !devices.empty(); }
 };
 
 struct GridPoint {
@@ -61,5 +65,10 @@ std::string usage_text();
 bool parse_int(const std::string& text, long long lo, long long hi, long long* out);
 // "512:16384" -> 512, 1024, ..., 16384; "1000" -> 1000; lists are comma-separated.
 bool parse_seqlens(const std::string& text, std::vector<int>* out, std::string* why);
+// "all" -> *all = true; "0,2,3" -> distinct ordinals in [0, 1023]. false with *why on anything else.
+bool parse_devices(const std::string& text, bool* all, std::vector<int>* out, std::string* why);
+// The GPUs a sweep uses: --devices all (every one of `count`), the ordinals given (each < count), or `fallback` (the
+// context's device) when --devices was not given. false with *why naming the bad ordinal and the count.
+bool resolve_devices(const TuneArgs& a, int count, int fallback, std::vector<int>* out, std::string* why);
 
 }  // namespace fa::tune

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "cache_db/cache_db.h"
 #include "generator/family.h"
@@ -165,35 +166,64 @@ struct Row {
   GridPoint g;
   TuneOutcome o;
   std::string error;
+  int device = 0;  // the GPU that tuned it
 };
 
-int do_tune(fa_context c, const TuneArgs& a, ProgressMode progress_mode, std::FILE* out, std::FILE* err) {
+// One grid point tuned (or found in the cache) on context c.
+void tune_point(fa_context c, const TuneArgs& a, const TuneOptions& o, Row* row) {
+  std::unique_ptr<DeviceProblem> dp;
+  rt::Status st = DeviceProblem::create(c, row->g, &dp);
+  fa_params vp;
+  gen::ProblemDesc vd;
+  if (st.ok()) st = rt::validate_forward(&dp->params(), &vp, &vd);
+  if (st.ok()) {
+    const gen::Semantic s = gen::select_forward(vd, c->arch);
+    rt::TuneRequest req = dp->request(vp, vd);
+    if (a.no_verify) req.verify = nullptr;
+    st = tune(c, s, vd, req, o, &row->o);
+  }
+  if (!st.ok()) row->error = st.message;
+  row->device = c->device_ordinal;
+}
+
+int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressMode progress_mode, std::FILE* out,
+            std::FILE* err) {
+  fa_context c = devices.front();
   const std::vector<GridPoint> grid = expand_grid(a);
   TuneOptions o;
   o.budget_ms = a.budget_ms;
   o.threads = a.threads;
+  if (o.threads == 0 && devices.size() > 1)  // the host's compile threads shared out among the GPUs
+    o.threads = std::max(1, default_compile_threads() / static_cast<int>(devices.size()));
   o.use_cache = !a.force;
   o.max_candidates = a.max_candidates;
   std::vector<Row> rows;
+  for (const GridPoint& g : grid) rows.push_back(Row{g, {}, {}, c->device_ordinal});
   Progress progress(err, progress_mode, grid.size(), "tune");
-  for (const GridPoint& g : grid) {
-    Row row{g, {}, {}};
-    std::unique_ptr<DeviceProblem> dp;
-    rt::Status st = DeviceProblem::create(c, g, &dp);
-    fa_params vp;
-    gen::ProblemDesc vd;
-    if (st.ok()) st = rt::validate_forward(&dp->params(), &vp, &vd);
-    if (st.ok()) {
-      const gen::Semantic s = gen::select_forward(vd, c->arch);
-      rt::TuneRequest req = dp->request(vp, vd);
-      if (a.no_verify) req.verify = nullptr;
-      st = tune(c, s, vd, req, o, &row.o);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!a.devices_given()) {  // the plain sweep: this thread, grid order
+    for (Row& r : rows) {
+      tune_point(c, a, o, &r);
+      progress.step(r.g.label);
     }
-    if (!st.ok()) row.error = st.message;
-    rows.push_back(std::move(row));
-    progress.step(g.label);
+  } else {  // --devices (one GPU too): a thread per GPU over the shared list of units
+    const std::vector<std::vector<size_t>> units = shard_units(grid, c->arch, a.max_candidates > 0);
+    std::atomic<size_t> next{0};
+    std::vector<std::thread> threads;
+    for (fa_context dc : devices) {
+      threads.emplace_back([&, dc] {
+        for (size_t u = next++; u < units.size(); u = next++) {
+          for (size_t i : units[u]) {
+            tune_point(dc, a, o, &rows[i]);
+            progress.step(fmt::format("{} [gpu {}]", rows[i].g.label, dc->device_ordinal));
+          }
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
   }
   progress.finish();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   fmt::print(out, "{:<44} {:<24} {:>9} {:>8} {:>9} {:>8} {:>7} {:>7}  {}\n", "problem", "winner", "ms", "TFLOP/s",
              "default", "TFLOP/s", "speedup", "tried", "source");
@@ -210,19 +240,25 @@ int do_tune(fa_context c, const TuneArgs& a, ProgressMode progress_mode, std::FI
     fmt::print(out, "{:<44} {:<24} {:>9} {:>8} {:>9} {:>8} {:>7} {:>3}/{:<3}  {}{}\n", r.g.label,
                gen::tunables_key(r.o.semantic, r.o.winner), fmt_ms(r.o.winner_ms), fmt_tf(r.o.winner_tflops), fmt_ms(r.o.default_ms),
                fmt_tf(r.o.default_tflops), std::isfinite(speedup) ? fmt::format("{:.2f}x", speedup) : "-", timed,
-               r.o.candidates.size(), r.o.from_cache ? "cache" : "tuned",
+               r.o.candidates.size(),
+               fmt::format("{}{}", r.o.from_cache ? "cache" : "tuned", devices.size() > 1 ? fmt::format(" gpu{}", r.device) : ""),
                r.o.verified ? fmt::format(" (verified, err {:.1e})", r.o.verify_error)
                             : (r.o.from_cache ? "" : " (" + r.o.verify_note + ")"));
   }
+  std::string ordinals;
+  for (fa_context dc : devices) ordinals += fmt::format("{}{}", ordinals.empty() ? "" : ",", dc->device_ordinal);
+  fmt::print(out, "{} problems on {} GPU{} ({}) in {:.1f} s\n", rows.size(), devices.size(),
+             devices.size() == 1 ? "" : "s", ordinals, wall);
   if (!a.json_path.empty()) {
-    std::string j = fmt::format("{{\"mode\":\"tune\",\"gpu\":{},\"sm_count\":{},\"arch\":{},\"results\":[",
-                                json_str(c->gpu_name), c->sm_count, c->arch);
+    std::string j = fmt::format("{{\"mode\":\"tune\",\"gpu\":{},\"sm_count\":{},\"arch\":{},\"devices\":[{}],"
+                                "\"wall_s\":{},\"results\":[",
+                                json_str(c->gpu_name), c->sm_count, c->arch, ordinals, json_num(wall));
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      j += fmt::format("{}{{\"problem\":{},\"semantic_key\":{},\"bucket\":{},\"error\":{},\"from_cache\":{},"
+      j += fmt::format("{}{{\"problem\":{},\"device\":{},\"semantic_key\":{},\"bucket\":{},\"error\":{},\"from_cache\":{},"
                        "\"winner\":{},\"winner_ms\":{},\"winner_tflops\":{},\"default\":{},\"default_ms\":{},"
                        "\"default_tflops\":{},\"verified\":{},\"verify_error\":{},\"candidates\":[",
-                       i ? "," : "", json_str(r.g.label), json_str(r.o.semantic_key), json_str(r.o.bucket),
+                       i ? "," : "", json_str(r.g.label), r.device, json_str(r.o.semantic_key), json_str(r.o.bucket),
                        json_str(r.error), r.o.from_cache ? "true" : "false", json_str(gen::tunables_key(r.o.semantic, r.o.winner)),
                        json_num(r.o.winner_ms), json_num(r.o.winner_tflops), json_str(gen::tunables_key(r.o.semantic, r.o.defaults)),
                        json_num(r.o.default_ms), json_num(r.o.default_tflops), r.o.verified ? "true" : "false",
@@ -240,7 +276,65 @@ int do_tune(fa_context c, const TuneArgs& a, ProgressMode progress_mode, std::FI
   return failures ? 1 : 0;
 }
 
+// The contexts of the GPUs --devices names (c itself for c's device; others created with c's options on their
+// ordinal). Returns 0, or the exit code after printing why: 2 for a device that does not exist or GPUs of different
+// models (each model's rows are keyed apart in the cache: tune them in separate runs), 1 when a context fails.
+int open_devices(fa_context c, const TuneArgs& a, const fa_context_options& opt, const CliHooks& hooks,
+                 std::vector<fa_context>* devices, std::vector<std::unique_ptr<ContextHolder>>* more, std::FILE* err) {
+  int count = 0;
+  if (c->drv == nullptr || c->drv->cuDeviceGetCount(&count) != CUDA_SUCCESS) count = 0;
+  std::vector<int> ordinals;
+  std::string why;
+  if (!resolve_devices(a, count, c->device_ordinal, &ordinals, &why)) {
+    fmt::print(err, "fa-tune: --devices: {}\n", why);
+    return 2;
+  }
+  for (int d : ordinals) {
+    if (d == c->device_ordinal) {
+      devices->push_back(c);
+      continue;
+    }
+    fa_context_options o = opt;
+    o.device_ordinal = d;
+    more->push_back(std::unique_ptr<ContextHolder>(new ContextHolder{hooks}));
+    if (hooks.context_create(&o, &more->back()->c) != FA_OK) {
+      fmt::print(err, "fa-tune: --devices: cannot create an fa context on device {}: {}\n", d, fa_last_error());
+      return 1;
+    }
+    fa_context dc = more->back()->c;
+    if (!dc->has_device) {
+      fmt::print(err, "fa-tune: --devices: device {} is not usable: {}\n", d, dc->no_device_reason);
+      return 1;
+    }
+    devices->push_back(dc);
+  }
+  for (fa_context dc : *devices) {
+    const fa_context first = devices->front();
+    if (dc->gpu_name != first->gpu_name || dc->sm_count != first->sm_count || dc->arch != first->arch) {
+      fmt::print(err, "fa-tune: --devices: device {} is a {} ({} SMs, sm_{}) and device {} a {} ({} SMs, sm_{}): tune "
+                      "one GPU model per run (the cache keeps each model's results apart)\n",
+                 first->device_ordinal, first->gpu_name, first->sm_count, first->arch, dc->device_ordinal,
+                 dc->gpu_name, dc->sm_count, dc->arch);
+      return 2;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
+
+std::vector<std::vector<size_t>> shard_units(const std::vector<GridPoint>& grid, int arch, bool by_semantic) {
+  std::vector<std::vector<size_t>> units;
+  std::map<std::string, size_t> unit_of;
+  for (size_t i = 0; i < grid.size(); ++i) {
+    const gen::Semantic s = gen::select_forward(grid[i].desc, arch);
+    const std::string key = by_semantic ? tuning_semantic_key(s) : tuning_key(s, grid[i].desc);
+    auto [it, fresh] = unit_of.emplace(key, units.size());
+    if (fresh) units.emplace_back();
+    units[it->second].push_back(i);
+  }
+  return units;
+}
 
 int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std::FILE* out, std::FILE* err) {
   TuneArgs a;
@@ -319,7 +413,10 @@ int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std
                  c->arch);
       return 2;
     }
-    rc = std::max(rc, do_tune(c, a, progress, out, err));
+    std::vector<std::unique_ptr<ContextHolder>> more;  // the other GPUs' contexts (on the same cache file)
+    std::vector<fa_context> devices;
+    if (const int code = open_devices(c, a, opt, hooks, &devices, &more, err); code != 0) return code;
+    rc = std::max(rc, do_tune(devices, a, progress, out, err));
   }
   if (a.prune) {
     const int n = db->prune_stale();

@@ -9,6 +9,7 @@
 
 #include "generator/family.h"
 #include "generator/problem.h"
+#include "generator/user_mods.h"
 
 namespace fa::gen::fam {
 
@@ -26,7 +27,7 @@ inline bool fail(std::string* why, const char* family, const std::string& msg) {
 
 // The prefill families' common limits (fwd_mma, fwd_wgmma): contiguous k / v without used lengths (the KV-cache
 // fields are fwd_split's and fwd_ref's), head dims up to kMaxHeadDimFast. User code (fa_mods) is each family's own
-// call: fwd_mma runs it, fwd_wgmma not yet.
+// call: fwd_mma and fwd_wgmma run it (block_sparse_plan below).
 inline bool contiguous_kv_fast_dims(const ProblemDesc& p, const char* family, std::string* why) {
   if (p.paged) return fail(why, family, "reads no paged KV cache");
   if (p.seqused) return fail(why, family, "takes no seqused_k");
@@ -104,12 +105,23 @@ inline size_t backward_plan_start(const ProblemDesc& p, int arch, Plan* plan) {
 inline int blk_shared(const ProblemDesc& p) {
   return ((p.mask_mod_depends & 1) == 0 && !p.varlen ? 1 : 0) | ((p.mask_mod_depends & 2) == 0 ? 2 : 0);
 }
+
+// How a kernel skips blocks: its tile, every tile its family may choose (the size query reserves the largest
+// layout, so that a caller's buffer stays large enough when tuning swaps another winner in), and which regions it
+// reads beside the tile classes: the classes transposed (key block major: the backward's CTAs) and visiting lists
+// (fwd_mma's and bwd_mma's; fwd_wgmma's warps walk the classes themselves).
+struct BlockSkipping {
+  int block_m = 0, block_n = 0;
+  std::vector<int> block_ms, block_ns;
+  bool transposed = false, lists = false;
+};
+
 // The workspace of block skipping at a block_m x block_n tile, from offset `off`: the tile classes ([batch or 1]
-// [heads_q or 1][query blocks][key blocks] bytes), for a backward plan (`transposed`) the same classes key block
-// major, then the kernels' visiting lists ([batch][heads_q][query blocks][key blocks] int32: a forward CTA's key
-// blocks, or a backward CTA's query blocks of each head of its group). Fills the plan's block fields; returns the
-// end.
-inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bool transposed, size_t off, Plan* out) {
+// [heads_q or 1][query blocks][key blocks] bytes), with `transposed` the same classes key block major, with `lists`
+// the kernels' visiting lists ([batch][heads_q][query blocks][key blocks] int32: a forward CTA's key blocks, or a
+// backward CTA's query blocks of each head of its group). Fills the plan's block fields; returns the end.
+inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bool transposed, bool lists, size_t off,
+                              Plan* out) {
   out->blk_shared = blk_shared(p);
   out->blk_mblocks = std::max(1, (p.seqlen_q + block_m - 1) / block_m);
   out->blk_nkb = std::max(1, (p.seqlen_k + block_n - 1) / block_n);
@@ -122,26 +134,36 @@ inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bo
     out->off_blk_cls_t = off;
     off = align256(off + batch_c * heads_c * tiles);
   }
+  if (!lists) return off;
   out->off_blk_list = off;
   return off + align256(static_cast<size_t>(p.batch) * p.heads_q * tiles * sizeof(int));
 }
-// Appends the mask_blocks step at the tile of `main` (its block_m and block_n knobs) to the plan and lays out its
-// workspace from `off` (block_workspace); the plan reserves the largest layout over main's family's tiles, so that
-// a caller's buffer sized by the size query stays large enough when tuning swaps another winner in. Returns the end.
-inline size_t plan_mask_blocks(const KernelConfig& main, const ProblemDesc& p, bool transposed, size_t off, Plan* out) {
-  const Family& f = *main.s.family;
-  const int km = f.knob_index("block_m"), kn = f.knob_index("block_n");
+
+// Appends the mask_blocks step at the kernel's tile (main's block skipping `b`) to the plan and lays out its
+// workspace from `off` (block_workspace), reserving the largest layout over b's tiles. Returns the end.
+inline size_t plan_mask_blocks(const KernelConfig& main, const ProblemDesc& p, const BlockSkipping& b, size_t off,
+                               Plan* out) {
   KernelConfig cls = default_step("mask_blocks", p, main.s.arch);
-  cls.t[0] = main.t[km];
-  cls.t[1] = main.t[kn];
+  cls.t[0] = b.block_m;
+  cls.t[1] = b.block_n;
   out->steps.push_back(cls);
-  for (int bm : f.knobs[static_cast<size_t>(km)].values)
-    for (int bn : f.knobs[static_cast<size_t>(kn)].values) {
+  for (int bm : b.block_ms)
+    for (int bn : b.block_ns) {
       Plan probe;
       out->workspace_reserve_bytes =
-          std::max(out->workspace_reserve_bytes, block_workspace(p, bm, bn, transposed, off, &probe));
+          std::max(out->workspace_reserve_bytes, block_workspace(p, bm, bn, b.transposed, b.lists, off, &probe));
     }
-  return block_workspace(p, main.t[km], main.t[kn], transposed, off, out);
+  return block_workspace(p, b.block_m, b.block_n, b.transposed, b.lists, off, out);
+}
+
+// The plan of a forward (`main`) with a mask_mod: [mask_blocks at its tile, main] over the block-sparse workspace
+// (plan_mask_blocks; per batch entry in varlen, whose lengths differ). Without a mask_mod: the plan of one.
+inline Plan block_sparse_plan(const KernelConfig& main, const ProblemDesc& p, const BlockSkipping& b) {
+  Plan out;
+  if (main.s.mods != nullptr && !main.s.mods->mask_mod.empty()) out.workspace_bytes = plan_mask_blocks(main, p, b, 0, &out);
+  out.steps.push_back(main);
+  out.tuned_step = static_cast<int>(out.steps.size()) - 1;
+  return out;
 }
 
 }  // namespace fa::gen::fam

@@ -152,12 +152,12 @@ FA_API int fa_context_has_device(fa_context context);
  * GPU with the caller's privileges, as any kernel the caller launches; it must be pure (no writes, no
  * synchronization) and total (defined for every b, h, i, j in range). A body that does not compile fails the call
  * with FA_ERROR_COMPILE and NVRTC's log, its lines counted in the user's own snippet ("mask_mod(3): error: ...").
- * Block skipping (fwd_mma, the tensor-core forward, and bwd_mma, the tensor-core backward): with a mask_mod, each
- * call first classifies every (query block, key block) tile on the device with the mask (built-in mask, key range
- * and mask_mod together): blocks the mask hides wholly are never loaded (the forward skips key blocks, the backward
- * skips the query blocks of each key block), blocks it hides nowhere skip the per-element mask. The classification
- * is per (b, h) unless mask_mod_depends (version 2) says the mask ignores h or b: then it is computed once and
- * shared. The Hopper forward runs no mods yet.
+ * Block skipping (the tensor-core kernels: the forwards, the Hopper one on sm_90 and the mma one elsewhere, and
+ * bwd_mma, the tensor-core backward): with a mask_mod, each call first classifies every (query block, key block)
+ * tile on the device with the mask (built-in mask, key range and mask_mod together): blocks the mask hides wholly
+ * are never loaded (the forwards skip key blocks, the backward skips the query blocks of each key block), blocks it
+ * hides nowhere skip the per-element mask. The classification is per (b, h) unless mask_mod_depends (version 2)
+ * says the mask ignores h or b: then it is computed once and shared.
  * Backward (fa_run_backward with fwd->mods): mask_mod needs nothing more. A score_mod needs its derivative with
  * respect to s, score_mod_grad (version 3), the body of
  *   float score_mod_grad(float s, int b, int h, int i, int j, const FaUser& u)   d score_mod / d s at this s
@@ -222,7 +222,9 @@ typedef struct fa_params {
   /* Device pointers, aligned to the element size; strides in elements, >= 0. The fast kernel families (fwd_mma,
    * and bwd_mma in the backward) need more: q, k, v, o (bias; dout, dq, dk, dv) pointers 16-byte aligned, their
    * batch / seq / head strides multiples of 16 bytes (8 fp16 / bf16 elements), and bias_stride_k == 1. Otherwise the
-   * reference kernels run: the same results, much slower ($FA_LOG=info says so once per problem class). */
+   * reference kernels run: the same results, much slower ($FA_LOG=info says so once per problem class). v may be
+   * the first head_dim_v columns of k (v == k with k's strides: MLA's latent cache); on sm_90 with head_dim 512 or
+   * 576 and head_dim_v 512 that layout runs a kernel that reads each key once for both products. */
   const void* q; int64_t q_stride_batch, q_stride_seq, q_stride_head;
   const void* k; int64_t k_stride_batch, k_stride_seq, k_stride_head;
   const void* v; int64_t v_stride_batch, v_stride_seq, v_stride_head;
@@ -327,6 +329,40 @@ FA_API fa_status fa_bwd_params_init(fa_bwd_params* params);
 FA_API fa_status fa_backward_workspace_size(fa_context context, const fa_bwd_params* params, size_t* out_bytes);
 FA_API fa_status fa_run_backward(fa_context context, const fa_bwd_params* params, void* stream);
 FA_API fa_status fa_prepare_backward(fa_context context, const fa_bwd_params* params);
+
+/* ---- merging partial results (context parallelism, key ranges computed apart) ---------------------------------
+ * Given num_parts partial results of one attention problem over DISJOINT sets of keys -- part s holds, for every
+ * query row, the normalized output o_s over its keys and their natural-log LSE lse_s, as fa_run writes them
+ * (lse_s = -inf: the part saw no key for that row; its o_s is then never read) -- fa_merge_partials writes what
+ * one pass over the union of the keys gives:
+ *   lse = log(sum_s exp(lse_s)),   o = sum_s exp(lse_s - lse) o_s        (every lse_s = -inf: o = 0, lse = -inf)
+ * in float32 with the largest lse_s factored out first (the merge of fa's split-KV decode): never NaN for -inf
+ * parts. LSE values must be finite or -inf. The parts are float32 in one buffer (the rows of the split-KV
+ * workspace): part_o [num_parts, batch, heads, seqlen, head_dim] and part_lse [num_parts, batch, heads, seqlen],
+ * both contiguous; a part computed in fp16 / bf16 is converted into its slot by the caller. o (dtype, any strides
+ * with a contiguous last dim, [batch, seqlen, heads, head_dim] like fa_params.o) and lse ([batch, heads, seqlen]
+ * contiguous, as fa_params.lse; NULL: not written) must not overlap the parts. o of dtype FA_DTYPE_FP32 may be the
+ * slot of a later merge (a running merge). Enqueued on `stream`, never synchronizes; the first call for a (dtype,
+ * head_dim) compiles its kernel (a call while `stream` is captured before that fails with FA_ERROR_STREAM_CAPTURING:
+ * merge once before capture). */
+#define FA_MERGE_PARAMS_VERSION 1
+typedef struct fa_merge_params {
+  uint32_t struct_size;  /* sizeof(fa_merge_params) */
+  uint32_t version;      /* FA_MERGE_PARAMS_VERSION */
+  int32_t dtype;         /* fa_dtype of o */
+  int32_t num_parts;     /* 1..65536 */
+  int32_t batch;         /* 1..65535 */
+  int32_t heads;         /* >= 1 */
+  int32_t seqlen;        /* query rows per (batch, head), >= 1; heads * seqlen < 2^31 */
+  int32_t head_dim;      /* of o: a multiple of 8 in [8, 512] */
+  const float* part_o;   /* float32 [num_parts, batch, heads, seqlen, head_dim], contiguous, 16-byte aligned */
+  const float* part_lse; /* float32 [num_parts, batch, heads, seqlen], contiguous, 4-byte aligned */
+  void* o; int64_t o_stride_batch, o_stride_seq, o_stride_head;  /* elements, >= 0 */
+  float* lse;            /* optional float32 [batch, heads, seqlen], contiguous */
+} fa_merge_params;
+
+FA_API fa_status fa_merge_params_init(fa_merge_params* params);
+FA_API fa_status fa_merge_partials(fa_context context, const fa_merge_params* params, void* stream);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,9 @@
 Importing fa needs neither the library nor torch. The C library is loaded on first use (see fa._lib for the search
 order; set FA_LIBRARY to its full path); when it cannot be found every call raises fa.LibraryNotFoundError. When
 torch is installed, fa.attention / fa.prepare / fa.is_supported / fa.problem_key and the operators
-fa.attention_with_kvcache / fa.prepare_kvcache (decode against a contiguous or paged KV cache) and the operators
+fa.attention_with_kvcache / fa.prepare_kvcache (decode against a contiguous or paged KV cache), fa.merge_attention
+(partial results over disjoint key sets merged), fa.ring_attention (context parallelism over a torch.distributed
+group, module fa.ring) and the operators
 torch.ops.fa.attention_fwd / attention_bwd / attention_kvcache are available (set FA_NO_TORCH=1 to skip importing torch).
 """
 
@@ -32,6 +34,8 @@ if _os.environ.get("FA_NO_TORCH") != "1" and _ilu.find_spec("torch") is not None
     try:
         from ._torch_ops import attention, is_supported, prepare, problem_key
         from ._kvcache import attention_with_kvcache, prepare_kvcache
+        from ._merge import merge_attention
+        from .ring import ring_attention, zigzag_shard, zigzag_unshard
         HAS_TORCH = True
     except Exception as _exc:  # a broken torch install must not break `import fa`
         _TORCH_IMPORT_ERROR = _exc
@@ -42,9 +46,11 @@ if not HAS_TORCH:
                           + (f" ({_TORCH_IMPORT_ERROR!r})" if _TORCH_IMPORT_ERROR else ""))
 
     attention = prepare = is_supported = problem_key = attention_with_kvcache = prepare_kvcache = _no_torch
+    merge_attention = ring_attention = zigzag_shard = zigzag_unshard = _no_torch
 
 __all__ = [
-    "attention", "prepare", "is_supported", "problem_key", "attention_with_kvcache", "prepare_kvcache", "Mods", "mods", "Support", "Context", "default_context", "set_default_context",
+    "attention", "prepare", "is_supported", "problem_key", "attention_with_kvcache", "prepare_kvcache",
+    "merge_attention", "ring_attention", "zigzag_shard", "zigzag_unshard", "Mods", "mods", "Support", "Context", "default_context", "set_default_context",
     "available", "library_path", "library_version", "candidate_paths", "status_string", "last_error", "structs",
     "FaError", "InvalidArgument", "InvalidVersion", "NotSupported", "NotTuned", "EnvironmentFailure", "NoDevice",
     "DriverError", "OutOfMemory", "CompileError", "NvrtcUnavailable", "LaunchError", "StreamCapturing",

@@ -114,6 +114,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "fa_backward_workspace_size": (status, [ctx, POINTER(S.BwdParams), POINTER(c_size_t)]),
         "fa_run_backward": (status, [ctx, POINTER(S.BwdParams), c_void_p]),
         "fa_prepare_backward": (status, [ctx, POINTER(S.BwdParams)]),
+        "fa_merge_params_init": (status, [POINTER(S.MergeParams)]),
+        "fa_merge_partials": (status, [ctx, POINTER(S.MergeParams), c_void_p]),
     }
     for name, (restype, argtypes) in decl.items():
         try:
@@ -210,4 +212,10 @@ def new_params() -> S.Params:
 def new_bwd_params() -> S.BwdParams:
     params = S.BwdParams()
     check(lib().fa_bwd_params_init(ctypes.byref(params)))
+    return params
+
+
+def new_merge_params() -> S.MergeParams:
+    params = S.MergeParams()
+    check(lib().fa_merge_params_init(ctypes.byref(params)))
     return params

@@ -2,7 +2,7 @@
 
 Field order and C types follow fa.h exactly (pointers of any pointee type are c_void_p: same size and alignment).
 Never fill struct_size/version by hand: create the struct with new_context_options(), new_params() or
-new_bwd_params(), which call the library's *_init function, then set fields.
+new_bwd_params() or new_merge_params(), which call the library's *_init function, then set fields.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ FA_TUNE_REQUIRE_TUNED = 2
 FA_CONTEXT_OPTIONS_VERSION = 1
 FA_PARAMS_VERSION = 2
 FA_BWD_PARAMS_VERSION = 1
+FA_MERGE_PARAMS_VERSION = 1
 FA_MODS_VERSION = 2
 FA_MOD_DEPENDS_BATCH, FA_MOD_DEPENDS_HEAD = 1, 2
 FA_MAX_USER_BUFFERS = 4
@@ -177,6 +178,24 @@ class BwdParams(ctypes.Structure):
         ("reserved0", c_int32),
         ("workspace", c_void_p),
         ("workspace_size", c_size_t),
+    ]
+
+
+class MergeParams(ctypes.Structure):
+    """fa_merge_params (the merge of partial results over disjoint key sets)."""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("version", c_uint32),
+        ("dtype", c_int32),
+        ("num_parts", c_int32),
+        ("batch", c_int32),
+        ("heads", c_int32),
+        ("seqlen", c_int32),
+        ("head_dim", c_int32),
+        ("part_o", c_void_p),
+        ("part_lse", c_void_p),
+        *_strided("o"),
+        ("lse", c_void_p),
     ]
 
 

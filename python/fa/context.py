@@ -6,8 +6,10 @@ ctypes structs (fa._structs.Params / BwdParams) and raise FaError subclasses on 
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import threading
+import weakref
 
 from . import _lib
 from . import _structs as S
@@ -34,6 +36,7 @@ class Context:
         self._handle = handle
         self._lib = lib
         self.device = int(device)
+        _live.add(self)
 
     # -- lifetime --------------------------------------------------------------------------------------------------------
     @property
@@ -99,6 +102,10 @@ class Context:
         return int(out.value)
 
 
+    def merge_partials(self, params: S.MergeParams, stream: int | None = None) -> None:
+        _lib.check(self._lib.fa_merge_partials(self.handle, ctypes.byref(params), ctypes.c_void_p(stream or None)))
+
+
 _TUNE_NAMES = {"first_use": S.FA_TUNE_ON_FIRST_USE, "defaults": S.FA_TUNE_DEFAULTS_ONLY,
                "require": S.FA_TUNE_REQUIRE_TUNED}
 
@@ -114,6 +121,21 @@ def _tune_policy(value: int | str) -> int:
 
 _defaults: dict[int, Context] = {}
 _defaults_lock = threading.Lock()
+
+# Every open context is closed at interpreter exit, before modules are torn down: fa_context_destroy stops the
+# context's background tuning worker, which would otherwise still be compiling or timing on its own thread while
+# the process unloads the driver and the library (a SIGSEGV at exit, seen after a run that tuned on first use).
+# atexit runs its handlers last-registered first, so this runs before torch's own exit handlers (fa imports later).
+_live: "weakref.WeakSet[Context]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for ctx in list(_live):
+        try:
+            ctx.close()
+        except Exception:  # noqa: BLE001 -- exiting: nothing to report to
+            pass
 
 
 def default_context(device: int = 0) -> Context:

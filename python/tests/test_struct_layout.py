@@ -11,7 +11,7 @@ from fa import structs as S
 CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 
 STRUCTS = [("fa_context_options", S.ContextOptions), ("fa_params", S.Params), ("fa_bwd_params", S.BwdParams),
-           ("fa_user_buffer", S.UserBuffer), ("fa_mods", S.Mods)]
+           ("fa_user_buffer", S.UserBuffer), ("fa_mods", S.Mods), ("fa_merge_params", S.MergeParams)]
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-// sm90.cuh -- Hopper (sm_90a) primitives as inline PTX: mbarriers, TMA tensor copies, proxy fences, wgmma
-// (descriptors, fences, groups, m64nNk16 bf16/fp16 -> fp32 in SS and RS forms), named barriers, setmaxnreg.
+// sm90.cuh -- Hopper (sm_90a) primitives as inline PTX: mbarriers, TMA tensor copies, L2 bulk prefetch, proxy
+// fences, wgmma (descriptors, fences, groups, m64nNk16 bf16/fp16 -> fp32 in SS (B K- or MN-major) and RS forms),
+// named barriers (with an or-reduction), setmaxnreg.
 // Self-contained (no CUDA headers), NVRTC-compilable; needs FA_DEVICE (fa_common.cuh) and sm_90a for wgmma and
 // setmaxnreg. Shared-memory addresses are 32-bit shared-window addresses (fa_sm90_smem); tensor maps are the
 // generic address of a 64-byte aligned CUtensorMap held in a __grid_constant__ kernel parameter.
@@ -88,6 +89,23 @@ FA_DEVICE void fa_bar_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
+// bar.red.or: bar.sync over `count` threads at barrier `id` that also returns whether any of them passed v != 0.
+FA_DEVICE bool fa_bar_or(int id, int count, bool v) {
+  unsigned r;
+  asm volatile("{ .reg .pred p, q; setp.ne.u32 q, %1, 0; bar.red.or.pred p, %2, %3, q; selp.u32 %0, 1, 0, p; }"
+               : "=r"(r)
+               : "r"((unsigned)v), "r"(id), "r"(count)
+               : "memory");
+  return r != 0;
+}
+
+// ---- L2 prefetch ------------------------------------------------------------------------------------------------
+// Bulk prefetch of `bytes` (a multiple of 16) at the 16-byte aligned global address p into L2; no completion to wait
+// for, no shared memory touched.
+FA_DEVICE void fa_prefetch_l2(const void* p, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // ---- register reallocation ---------------------------------------------------------------------------------------
 // Raise / lower this warpgroup's per-thread register budget (warpgroup-wide; needs __launch_bounds__(T, 1)).
 template <int N>
@@ -124,14 +142,16 @@ FA_DEVICE void fa_wg_fence_regs(float (&d)[N]) {
 // (warp w of the warpgroup holds rows 16w..16w+15: d[4j+0..1] row lane/4, columns 8j + 2(lane%4) + {0,1};
 // d[4j+2..3] the same columns of row lane/4 + 8). DT: 1 fp16, 2 bf16. scale_d 0: D = A B, else D += A B.
 //   ss(d, a, b, scale_d):        A and B from shared memory, both K-major (descriptors a, b)  -- S = Q K^T
+//   ss_t(d, a, b, scale_d):      A K-major and B MN-major (transposed), both from shared memory -- O += P V, P
+//                                in shared memory
 //   rs(d, a[4], b, scale_d):     A from registers (the mma.sync m16n8k16 A fragment of the warp's 16 rows),
 //                                B MN-major in shared memory (transposed, descriptor b)          -- O += P V
 //   rs_k(d, a[4], b, scale_d):   as rs with B K-major
 template <int N>
 struct FaWg;
-#define FA_WG_SS_ASM(N, TY, ACC, I0, I1, I2, ...)                                                        \
+#define FA_WG_SS_ASM(N, TY, TB, ACC, I0, I1, I2, ...)                                                    \
   asm volatile("{ .reg .pred p; setp.ne.b32 p, " I2 ", 0; wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY \
-               "." TY " {" ACC "}, " I0 ", " I1 ", p, 1, 1, 0, 0; }"                                          \
+               "." TY " {" ACC "}, " I0 ", " I1 ", p, 1, 1, 0, " TB "; }"                                     \
                : __VA_ARGS__ : "l"(a), "l"(b), "r"(scale_d))
 #define FA_WG_RS_ASM(N, TY, TB, ACC, I0, I1, I2, I3, I4, I5, ...)                                       \
   asm volatile("{ .reg .pred p; setp.ne.b32 p, " I5 ", 0; wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY \
@@ -142,8 +162,13 @@ struct FaWg;
   struct FaWg<N> {                                                                                         \
     template <int DT>                                                                                      \
     static FA_DEVICE void ss(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) { \
-      if constexpr (DT == 2) FA_WG_SS_ASM(N, "bf16", ACC, I0, I1, I2, __VA_ARGS__);                                \
-      else FA_WG_SS_ASM(N, "f16", ACC, I0, I1, I2, __VA_ARGS__);                                                   \
+      if constexpr (DT == 2) FA_WG_SS_ASM(N, "bf16", "0", ACC, I0, I1, I2, __VA_ARGS__);                           \
+      else FA_WG_SS_ASM(N, "f16", "0", ACC, I0, I1, I2, __VA_ARGS__);                                              \
+    }                                                                                                      \
+    template <int DT>                                                                                      \
+    static FA_DEVICE void ss_t(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) { \
+      if constexpr (DT == 2) FA_WG_SS_ASM(N, "bf16", "1", ACC, I0, I1, I2, __VA_ARGS__);                           \
+      else FA_WG_SS_ASM(N, "f16", "1", ACC, I0, I1, I2, __VA_ARGS__);                                              \
     }                                                                                                      \
     template <int DT>                                                                                      \
     static FA_DEVICE void rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long b, int scale_d) { \

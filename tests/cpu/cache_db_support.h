@@ -104,6 +104,41 @@ inline int64_t raw_scalar(const std::string& path, const std::string& sql) {
   return v;
 }
 
+// Every row of `sql` on the file (read-only open), each row's columns joined by '|' (NULL as "NULL", blobs as their
+// byte count and checksum), in the order the query gives.
+inline std::vector<std::string> raw_rows(const std::string& path, const std::string& sql) {
+  std::vector<std::string> out;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 5000);
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK) {
+      while (sqlite3_step(st) == SQLITE_ROW) {
+        std::string row;
+        for (int i = 0; i < sqlite3_column_count(st); ++i) {
+          if (i) row += '|';
+          switch (sqlite3_column_type(st, i)) {
+            case SQLITE_NULL: row += "NULL"; break;
+            case SQLITE_BLOB: {
+              const auto* b = static_cast<const unsigned char*>(sqlite3_column_blob(st, i));
+              const int n = sqlite3_column_bytes(st, i);
+              uint64_t h = 1469598103934665603ull;
+              for (int k = 0; k < n; ++k) h = (h ^ b[k]) * 1099511628211ull;
+              row += "blob" + std::to_string(n) + ":" + std::to_string(h);
+              break;
+            }
+            default: row += reinterpret_cast<const char*>(sqlite3_column_text(st, i));
+          }
+        }
+        out.push_back(row);
+      }
+    }
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(db);
+  return out;
+}
+
 inline bool raw_exec(const std::string& path, const std::string& sql) {
   sqlite3* db = nullptr;
   bool ok = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) == SQLITE_OK &&

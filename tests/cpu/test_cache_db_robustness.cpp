@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -266,6 +267,90 @@ TEST_F(CacheDbRobustTest, ProcessesWritingOneFileLoseAndDuplicateNothing) {
   }
   for (const auto& s : shared) EXPECT_EQ(db->get_cubin(s.compile_hash, s.compile_key)->cubin, s.cubin);
   EXPECT_EQ(db->tune_rows("sem", "b").size(), size_t(kChildren * kDistinct + kShared));
+  EXPECT_TRUE(warnings.list.empty());
+}
+
+// fa-tune --devices: N writers (processes here; threads with a connection each in fa-tune) share the tuning keys of
+// one sweep, each key written whole by one of them (replace_existing, as the tuner stores a key) and tuned twice
+// (--force), while every one of them compiles the same kernels (cubins of one compile key from several writers) and
+// reads the others' keys as they appear. A reader sees a key's candidate set whole or not at all; the file ends up
+// holding exactly what one writer doing the whole sweep alone writes.
+TEST_F(CacheDbRobustTest, ShardedSweepOfNWritersEqualsOneWriter) {
+  constexpr int kWriters = 8, kKeys = 64, kCandidates = 6, kKernels = 20;
+  const std::string shared = dir.file("sharded.sqlite"), alone = dir.file("alone.sqlite");
+  std::vector<CubinRow> kernels;
+  for (int i = 0; i < kKernels; ++i) kernels.push_back(make_cubin(numbered("kernel_", i), 500 + rng()() % 8000));
+  auto key_rows = [&](int key, int round) {  // one tuning key's candidate set; the medians of round 1 differ
+    std::vector<TuneRow> rows;
+    for (int k = 0; k < kCandidates; ++k) {
+      const double ms = 1.0 + 0.25 * ((key * 7 + k * 3 + round * 5) % 11);
+      rows.push_back({numbered("sem", key % 5), numbered("q", key), kernels[size_t(key + k) % kernels.size()].compile_key,
+                      k == kCandidates - 1 ? std::nan("") : ms, k == kCandidates - 1 ? "spill" : "ok"});
+    }
+    return rows;
+  };
+  auto write_key = [&](Db* db, int key, int round) {
+    bool ok = true;
+    for (int k = 0; k < kCandidates; ++k) ok = db->put_cubin(kernels[size_t(key + k) % kernels.size()]) && ok;
+    return db->put_tune_results(key_rows(key, round), true) && ok;
+  };
+
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  std::vector<pid_t> pids;
+  for (int w = 0; w < kWriters; ++w) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      close(go[1]);
+      char x;
+      (void)!read(go[0], &x, 1);
+      int code = 0;
+      auto db = Db::open(shared, env, [&](const std::string&) { code |= 1; });
+      if (db->in_memory()) _exit(2);
+      for (int round = 0; round < 2; ++round) {
+        for (int key = w; key < kKeys; key += kWriters) {
+          if (!write_key(db.get(), key, round)) code |= 4;
+          const auto best = db->best(numbered("sem", key % 5), numbered("q", key));
+          if (!best) code |= 8;
+          // Another writer's key: its candidate set is whole or absent, never half written.
+          const int other = (key + 1 + w) % kKeys;
+          const size_t seen = db->tune_rows(numbered("sem", other % 5), numbered("q", other)).size();
+          if (seen != 0 && seen != size_t(kCandidates)) code |= 16;
+        }
+      }
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  close(go[0]);
+  close(go[1]);
+  for (pid_t p : pids) EXPECT_EQ(wait_child(p), 0) << "bit 1: warning, 4: write failed, 8: own key missing, 16: torn read";
+  {
+    auto db = Db::open(alone, env, warnings.fn());
+    for (int key = 0; key < kKeys; ++key) ASSERT_TRUE(write_key(db.get(), key, 1));
+  }
+  const std::string tune_sql =
+      "SELECT gpu_name, sm_count, driver_version, library_version, nvrtc_version, templates_hash, generator_version, "
+      "semantic_key, bucket, tunables, median_ms, status FROM tune_results ORDER BY semantic_key, bucket, tunables";
+  const std::string cubin_sql =
+      "SELECT compile_hash, compile_key, arch, nvrtc_version, generator_version, templates_hash, cubin, cubin_size, "
+      "checksum, registers, spill_bytes, smem_bytes FROM cubins ORDER BY compile_key";
+  const auto tune_shared = raw_rows(shared, tune_sql), tune_alone = raw_rows(alone, tune_sql);
+  EXPECT_EQ(tune_shared.size(), size_t(kKeys * kCandidates));
+  EXPECT_EQ(tune_shared, tune_alone);
+  const auto cubins_shared = raw_rows(shared, cubin_sql), cubins_alone = raw_rows(alone, cubin_sql);
+  EXPECT_EQ(cubins_shared.size(), size_t(kKernels));
+  EXPECT_EQ(cubins_shared, cubins_alone);
+  auto db = Db::open(shared, env, warnings.fn());
+  for (int key = 0; key < kKeys; ++key) {
+    const auto best = db->best(numbered("sem", key % 5), numbered("q", key));
+    ASSERT_TRUE(best.has_value()) << key;
+    double want = INFINITY;
+    for (const TuneRow& r : key_rows(key, 1))
+      if (r.status == "ok") want = std::min(want, r.median_ms);
+    EXPECT_EQ(best->median_ms, want) << key;
+  }
   EXPECT_TRUE(warnings.list.empty());
 }
 

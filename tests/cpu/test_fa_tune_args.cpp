@@ -9,10 +9,12 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "cache_db/cache_db.h"
 #include "fa/fa.h"
+#include "tuner/bucket.h"
 #include "tuner/fa_tune_args.h"
 #include "tuner/fa_tune_cli.h"
 
@@ -112,6 +114,16 @@ TEST(FaTuneArgs, ErrorsNameTheFlagAndExitWith2) {
       {{"--heads", "16", "--kv-heads", "5"}, "--kv-heads"},
       {{"--list=yes"}, "--list"},
       {{"--json", ""}, "--json"},
+      {{"--preset", "ci", "--devices", "x"}, "--devices: expected 'all' or device ordinals"},
+      {{"--preset", "ci", "--devices", ""}, "--devices: empty value"},
+      {{"--preset", "ci", "--devices", "0,0"}, "--devices: device 0 is listed twice"},
+      {{"--preset", "ci", "--devices", "-1"}, "--devices"},
+      {{"--preset", "ci", "--devices", "0,"}, "--devices"},
+      {{"--preset", "ci", "--devices", "1024"}, "--devices"},
+      {{"--preset", "ci", "--devices=all,0"}, "--devices"},
+      {{"--devices", "all"}, "--devices: applies to tuning a grid"},
+      {{"--list", "--devices", "0"}, "--devices: applies to tuning a grid"},
+      {{"--preset", "ci", "--dry-run", "--devices", "all"}, "--devices: applies to tuning a grid"},
       {{}, "nothing to do"},
   };
   for (const auto& [args, needle] : cases) {
@@ -175,6 +187,90 @@ TEST(FaTuneArgs, PresetsAndOverrides) {
   }
   EXPECT_EQ(gqa, static_cast<int>(g.size()) / 2);
   EXPECT_EQ(bias_alibi, static_cast<int>(g.size()) / 3);
+}
+
+TEST(FaTuneArgs, DevicesParseAndResolve) {
+  tune::TuneArgs a;
+  std::string e;
+  ASSERT_TRUE(tune::parse_tune_args({"--preset", "ci", "--devices", "all"}, &a, &e)) << e;
+  EXPECT_TRUE(a.all_devices);
+  EXPECT_TRUE(a.devices_given());
+  ASSERT_TRUE(tune::parse_tune_args({"--preset", "ci", "--devices=2,0,1"}, &a, &e)) << e;
+  EXPECT_FALSE(a.all_devices);
+  EXPECT_EQ(a.devices, (std::vector<int>{2, 0, 1}));  // the order given
+  std::vector<int> got;
+  EXPECT_TRUE(tune::resolve_devices(a, 4, 0, &got, &e)) << e;
+  EXPECT_EQ(got, (std::vector<int>{2, 0, 1}));
+  EXPECT_FALSE(tune::resolve_devices(a, 2, 0, &got, &e));
+  EXPECT_EQ(e, "device 2 does not exist (this host has 2 GPUs: 0..1)");
+  ASSERT_TRUE(tune::parse_tune_args({"--preset", "ci", "--devices", "all"}, &a, &e)) << e;
+  EXPECT_TRUE(tune::resolve_devices(a, 3, 0, &got, &e));
+  EXPECT_EQ(got, (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(tune::resolve_devices(a, 1, 0, &got, &e));
+  EXPECT_EQ(got, (std::vector<int>{0}));
+  EXPECT_FALSE(tune::resolve_devices(a, 0, 0, &got, &e));
+  EXPECT_EQ(e, "no GPU is present");
+  ASSERT_TRUE(tune::parse_tune_args({"--preset", "ci", "--devices", "1"}, &a, &e)) << e;
+  EXPECT_FALSE(tune::resolve_devices(a, 1, 0, &got, &e));
+  EXPECT_EQ(e, "device 1 does not exist (this host has 1 GPU: 0..0)");
+  ASSERT_TRUE(tune::parse_tune_args({"--preset", "ci"}, &a, &e)) << e;  // not given: the context's device
+  EXPECT_FALSE(a.devices_given());
+  EXPECT_TRUE(tune::resolve_devices(a, 8, 5, &got, &e));
+  EXPECT_EQ(got, (std::vector<int>{5}));
+  const std::string help = run_cli({"--help"}).out;
+  EXPECT_NE(help.find("--devices all|LIST"), std::string::npos) << help;
+}
+
+TEST(FaTuneArgs, ShardUnitsKeepEachTuningKeyTogetherInGridOrder) {
+  tune::TuneArgs a;
+  std::string e;
+  ASSERT_TRUE(tune::parse_tune_args({"--dtypes", "bf16,fp16", "--head-dims", "64,128", "--heads", "8", "--masks",
+                                     "none,causal", "--seqlens", "512,600,700,1024,4096", "--batch-tokens", "512"},
+                                    &a, &e)) << e;
+  const std::vector<tune::GridPoint> grid = tune::expand_grid(a);
+  for (bool by_semantic : {false, true}) {
+    const auto units = tune::shard_units(grid, 90, by_semantic);
+    auto key = [&](size_t i) {
+      const gen::Semantic s = gen::select_forward(grid[i].desc, 90);
+      return by_semantic ? tune::tuning_semantic_key(s) : tune::tuning_key(s, grid[i].desc);
+    };
+    std::vector<int> seen(grid.size(), 0);
+    std::set<std::string> keys;
+    size_t last_first = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      ASSERT_FALSE(units[u].empty());
+      if (u > 0) {
+        EXPECT_GT(units[u].front(), last_first);  // units in grid order of their first point
+      }
+      last_first = units[u].front();
+      EXPECT_TRUE(keys.insert(key(units[u].front())).second) << "a key split over two units";
+      for (size_t k = 0; k < units[u].size(); ++k) {
+        ++seen[units[u][k]];
+        EXPECT_EQ(key(units[u][k]), key(units[u].front()));
+        if (k > 0) {
+          EXPECT_GT(units[u][k], units[u][k - 1]);
+        }
+      }
+    }
+    for (int n : seen) EXPECT_EQ(n, 1);
+    if (by_semantic) {
+      EXPECT_EQ(units.size(), 8u);  // 2 dtypes x 2 head dims x 2 masks
+    } else {
+      EXPECT_GT(units.size(), 8u);  // lengths in several buckets
+    }
+  }
+}
+
+// An ordinal past the host's GPUs is a command-line error naming it (exit 2) where a GPU is present; without one
+// the missing GPU is reported first (exit 3).
+TEST(FaTuneCli, DevicesBeyondTheHostAreRejected) {
+  const CliRun r = run_cli({"--preset", "ci", "--cache", ":memory:", "--devices", "1023", "--no-progress"});
+  if (r.rc == 3) {
+    EXPECT_NE(r.err.find("no usable GPU"), std::string::npos) << r.err;
+    return;
+  }
+  EXPECT_EQ(r.rc, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("fa-tune: --devices: device 1023 does not exist"), std::string::npos) << r.err;
 }
 
 TEST(FaTuneCli, MissingGpuExitsWith3) {

@@ -140,14 +140,19 @@ TEST(Registry, EveryFamilyIsRegisteredOnceWithAValidDefault) {
   for (const char* n : {"fwd_ref", "fwd_mma", "bwd_pre", "bwd_ref_dq", "bwd_ref_dkdv", "bwd_mma", "bwd_post"})
     EXPECT_TRUE(names.count(n)) << n;
   EXPECT_EQ(find_family("nope"), nullptr);
-  // Ranked: the decode family (split-KV, paged; it covers decode shapes and KV caches only), the Hopper forward on
-  // sm_90, then the tensor-core forward, the reference last, on every arch; a reference family in each direction.
+  // Ranked: on sm_90 the Hopper MLA decode (latent caches only), then the decode family (split-KV, paged; it covers
+  // decode shapes and KV caches only), the Hopper forward on sm_90, then the tensor-core forward, the reference last,
+  // on every arch; a reference family in each direction.
   for (int arch : {80, 86, 89, 90}) {
     const auto fwd = ranked_families(Role::Forward, arch);
     ASSERT_GE(fwd.size(), 3u);
-    EXPECT_STREQ(fwd.front()->name, "fwd_split");
-    EXPECT_STREQ(fwd[1]->name, arch == 90 ? "fwd_wgmma" : "fwd_mma");
-    EXPECT_STREQ(fwd[arch == 90 ? 2 : 1]->name, "fwd_mma");
+    const size_t o = arch == 90 ? 1 : 0;
+    if (arch == 90) {
+      EXPECT_STREQ(fwd.front()->name, "fwd_mla");
+    }
+    EXPECT_STREQ(fwd[o]->name, "fwd_split");
+    EXPECT_STREQ(fwd[o + 1]->name, arch == 90 ? "fwd_wgmma" : "fwd_mma");
+    EXPECT_STREQ(fwd[arch == 90 ? o + 2 : 1]->name, "fwd_mma");
     EXPECT_TRUE(fwd.back()->reference);
     EXPECT_TRUE(ranked_families(Role::Backward, arch).back()->reference);
   }

@@ -1,7 +1,8 @@
 // test_user_mods.cpp -- user code in the params (fa_mods): validation names its fields, the kernel key holds a hash
-// of the code and the buffers' types but never their values, the prefill families step aside, the backward's plan
-// and its need for score_mod's derivative (fa_mods version 3; older versions by their struct size), and NVRTC
-// compiles the code on this machine: a good body compiles (then fails only for want of a GPU), a bad one fails with
+// of the code and the buffers' types but never their values, the tensor-core forwards run it (fwd_wgmma on sm_90,
+// fwd_mma before) with the plan [mask_blocks, forward] for a mask_mod, the backward's plan and its need for
+// score_mod's derivative (fa_mods version 3; older versions by their struct size), and NVRTC compiles the code on
+// this machine: a good body compiles (then fails only for want of a GPU), a bad one fails with
 // FA_ERROR_COMPILE and NVRTC's log counting lines in the user's own snippet.
 #include <gtest/gtest.h>
 
@@ -59,7 +60,7 @@ struct UserMods : ::testing::Test {
 TEST_F(UserMods, KeyHoldsTheCodeHashNotTheValues) {
   const std::string k1 = key();
   EXPECT_NE(k1.find(".mod"), std::string::npos) << k1;
-  EXPECT_EQ(k1.rfind("fwd_mma", 0), 0u) << "the mma forward runs user code (the Hopper one not yet): " << k1;
+  EXPECT_EQ(k1.rfind("fwd_wgmma", 0), 0u) << "the Hopper forward runs user code: " << k1;
   m.buffers[0].ptr = addr(0x58000000);  // new pointer, shape, stride and scalars: the same kernel
   m.buffers[0].shape[0] = 99;
   m.buffers[0].stride[0] = 2;
@@ -96,8 +97,34 @@ TEST_F(UserMods, VersionOneStillAccepted) {
   EXPECT_EQ(fa_is_supported(ctx, &p), 1) << fa_last_error();
 }
 
-// Block skipping: a mask_mod gives fwd_mma the plan [mask_blocks at its own tile, fwd_mma] with the classes and the
-// visiting lists in the workspace; FA_MOD_DEPENDS_* bits shrink the classes; without a mask_mod, one step.
+// Both tensor-core forwards run user code: fwd_wgmma on sm_90 (TMA-describable tensors), fwd_mma on sm_80 and where
+// TMA cannot describe the tensors; with a mask_mod each plan is [mask_blocks at the forward's own tile, forward].
+TEST_F(UserMods, TensorCoreForwardsRunUserCode) {
+  fa_params out;
+  fa::gen::ProblemDesc d;
+  ASSERT_TRUE(fa::rt::validate_forward(&p, &out, &d).ok());
+  for (int arch : {80, 90}) {
+    const fa::gen::Semantic s = fa::gen::select_forward(d, arch);
+    ASSERT_STREQ(fa::gen::family_name(s), arch == 90 ? "fwd_wgmma" : "fwd_mma");
+    const fa::gen::Plan plan = fa::gen::make_plan(s, d);
+    ASSERT_EQ(plan.steps.size(), 2u);
+    EXPECT_STREQ(fa::gen::family_name(plan.steps[0].s), "mask_blocks");
+    EXPECT_EQ(plan.tuned_step, 1);
+    const int block_m = arch == 90 ? 64 * fa::gen::knob_value(s, plan.steps[1].t, "consumers")
+                                   : fa::gen::knob_value(s, plan.steps[1].t, "block_m");
+    EXPECT_EQ(plan.steps[0].t[0], block_m) << "classified at the forward's own tile";
+    EXPECT_EQ(plan.steps[0].t[1], fa::gen::knob_value(s, plan.steps[1].t, "block_n"));
+    EXPECT_NE(plan.off_blk_cls, SIZE_MAX);
+    // fwd_mma keeps per-CTA visiting lists in the workspace; fwd_wgmma's warps walk the classes themselves
+    EXPECT_EQ(plan.off_blk_list == SIZE_MAX, arch == 90);
+    EXPECT_EQ(plan.off_blk_cls_t, SIZE_MAX) << "only backward plans hold the classes transposed";
+  }
+  d.tma_ok = false;  // e.g. a stride TMA cannot describe: the mma forward serves sm_90 too
+  EXPECT_STREQ(fa::gen::family_name(fa::gen::select_forward(d, 90)), "fwd_mma");
+}
+
+// Block skipping: a mask_mod gives the forward the plan [mask_blocks at its own tile, forward] with the classes (and
+// fwd_mma's visiting lists) in the workspace; FA_MOD_DEPENDS_* bits shrink the classes; without a mask_mod, one step.
 TEST_F(UserMods, MaskModPlanClassifiesBlocks) {
   size_t both = 0, none = 0, heads = 0;
   ASSERT_EQ(fa_forward_workspace_size(ctx, &p, &both), FA_OK) << fa_last_error();
@@ -127,7 +154,7 @@ TEST_F(UserMods, WorkspaceSizeCoversEveryTunablePoint) {
   fa::gen::ProblemDesc d;
   ASSERT_TRUE(fa::rt::validate_forward(&p, &out, &d).ok());
   const fa::gen::Semantic s = fa::gen::select_forward(d, 90);
-  ASSERT_STREQ(fa::gen::family_name(s), "fwd_mma");
+  ASSERT_STREQ(fa::gen::family_name(s), "fwd_wgmma");
   size_t most = 0;
   int points = 0;
   for (const auto& t : fa::gen::all_valid_points(s, fa::gen::limits_for_arch(90))) {
@@ -261,7 +288,6 @@ TEST_F(UserModsBackward, OlderVersionsBySize) {
   EXPECT_EQ(fresh.version, 3u);
   EXPECT_EQ(fresh.struct_size, sizeof(fa_mods));
   EXPECT_EQ(fresh.score_mod_grad, nullptr);
-  EXPECT_EQ(fresh.mask_mod_depends, FA_MOD_DEPENDS_BATCH | FA_MOD_DEPENDS_HEAD) << "fa.h: both by default";
 }
 
 // NVRTC on the CPU: a derivative that does not compile fails the backward with FA_ERROR_COMPILE and the log

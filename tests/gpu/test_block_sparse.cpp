@@ -1,9 +1,12 @@
-// test_block_sparse.cpp -- block skipping with a mask_mod (fwd_mma's [mask_blocks, fwd_mma] plan, and bwd_mma's
-// [bwd_pre, mask_blocks, bwd_mma, bwd_post] one for the gradients) against the float64 oracle: document masks of 1,
-// 2 and 8 documents (ids per batch entry: the mask depends on b), prefix-LM, sinks + window, chunked, masks that
-// hide whole rows and whole query blocks, a mask that depends on h, and the FA_MOD_DEPENDS_* sharing
-// (classification once for every head / batch entry); every valid tunable point of both kernels. Lengths span
-// several query blocks and key blocks, ragged and even; outputs and gradients poisoned beforehand.
+// test_block_sparse.cpp -- block skipping with a mask_mod (the plans [mask_blocks, fwd_mma] and [mask_blocks,
+// fwd_wgmma], and bwd_mma's [bwd_pre, mask_blocks, bwd_mma, bwd_post] for the gradients) against the float64 oracle:
+// document masks of 1, 2 and 8 documents (ids per batch entry: the mask depends on b), prefix-LM, sinks + window,
+// chunked, masks that hide whole rows and whole query blocks, a mask that depends on h, and the FA_MOD_DEPENDS_*
+// sharing (classification once for every head / batch entry). Each forward case runs through fa_run (the selected
+// family) and through the plan of every tensor-core forward that covers it on this GPU (fwd_wgmma and fwd_mma on
+// sm_90); the gradients through fa_run_backward and every valid bwd_mma point. Lengths span several query blocks and
+// key blocks, ragged and even; outputs and gradients poisoned before every run. Every tunable point of each forward
+// with user code: test_tunables_agree.cpp.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -17,7 +20,9 @@
 #include "generator/problem.h"
 #include "runtime/launch.h"
 #include "runtime/validate.h"
+#include "tests/gpu/gpu_support.h"
 #include "tests/gpu/grad_support.h"
+#include "tests/gpu/plan_support.h"
 
 namespace fa::test {
 namespace {
@@ -44,7 +49,7 @@ void sparse_case(std::mt19937_64& rng, const std::string& desc, int dtype, int b
   c->want_lse = true;
   c->force_aligned = true;
   materialize(rng, c);
-  c->desc = desc;  // after materialize, which writes its generic description
+  c->desc = desc;  // the case's name (materialize writes the problem's)
 }
 
 constexpr int kB = 2, kHq = 4, kHkv = 2;
@@ -133,18 +138,21 @@ TEST(GpuBlockSparse, MasksMatchTheOracle) {
   int failures = 0;
   for (int s : {640, 700}) {
     const SparseMasks masks(rng, s);
+    // every case first (oracle results), then every plan compiled in parallel, then the runs one by one
+    struct Run {
+      Case c;
+      fa_mods m;
+    };
+    std::vector<std::unique_ptr<Run>> runs;
     for (size_t n = 0; n < masks.cases.size(); ++n)
       for (int d : {64, 128}) {
-        Case c;
-        fa_mods m;
-        masks.make(rng, n, d, &c, &m);
-        const CaseResult r = check_case(c);
-        const double tol = tolerance(FA_DTYPE_BF16);
-        const bool ok = r.failure.empty() && r.err_o <= tol && r.err_lse <= 1e-3 && r.padding_intact;
-        if (!ok) ++failures;
-        std::printf("  %-34s %s err_o %.2e err_lse %.2e %s\n", c.desc.c_str(), ok ? "ok  " : "FAIL", r.err_o,
-                    r.err_lse, r.failure.c_str());
+        auto r = std::make_unique<Run>();
+        masks.make(rng, n, d, &r->c, &r->m);
+        runs.push_back(std::move(r));
       }
+    std::vector<Case*> all;
+    for (auto& r : runs) all.push_back(&r->c);
+    failures += check_every_family(all);
   }
   EXPECT_EQ(failures, 0);
 }
@@ -191,7 +199,7 @@ TEST(GpuBlockSparse, BackwardMatchesTheOracle) {
   EXPECT_EQ(failures, 0);
 }
 
-// The plan: [mask_blocks, fwd_mma] with a mask_mod, its workspace sized by the sharing; a caller's workspace works.
+// The plan: [mask_blocks, forward] with a mask_mod, its workspace sized by the sharing; a caller's workspace works.
 TEST(GpuBlockSparse, CallerWorkspaceAndSizes) {
   Gpu& g = gpu();
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
@@ -257,48 +265,6 @@ struct DocumentFive {
     c->params.mods = &m;
   }
 };
-
-// Tunables never change results with block skipping: every valid fwd_mma point (the knobs' whole product, spread to
-// at most 48) runs through its own plan ([mask_blocks at that tile, fwd_mma]) against the oracle, for a document
-// mask with per-head sharing off and on, ragged and even key lengths.
-TEST(GpuBlockSparse, EveryValidPointGivesTheSameAnswer) {
-  Gpu& g = gpu();
-  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
-  std::mt19937_64 rng(test_seed() + 2224);
-  int failures = 0, runs = 0;
-  for (int s : {512, 449})
-    for (int d : {64, 128}) {
-      Case c;
-      DocumentFive doc;
-      doc.make(rng, s, d, FA_DTYPE_BF16, 2, 1, &c);
-      fa_params p;
-      gen::ProblemDesc pd;
-      ASSERT_TRUE(rt::validate_forward(&c.params, &p, &pd).ok());
-      const gen::Family* f = gen::find_family("fwd_mma");
-      const gen::Semantic sem = gen::semantic_for(*f, pd, g.ctx->arch);
-      const std::vector<gen::Tunables> pts = compiled_points(sem, pd);
-      for (size_t n = 0; n < pts.size(); ++n) {
-        const gen::Plan plan = gen::make_plan(sem, pts[n], pd);
-        std::vector<uint8_t> poison(c.o_n * 2, 0xff);
-        c.d_o.upload(poison.data(), poison.size());
-        FaFwdArgs args = rt::make_fwd_args(p, pd);
-        const FaUser user = rt::make_user_args(p);
-        rt::Status st = rt::enqueue_plan(g.ctx, plan, gen::launch_shape(pd), rt::forward_plan_args(plan, &args, &user), true,
-                                         g.stream, nullptr, 0);
-        g.d->cuStreamSynchronize(g.stream);
-        const CaseResult r = st.ok() ? compare_outputs(c) : CaseResult{0, 0, true, st.message};
-        const bool ok = r.failure.empty() && r.err_o <= tolerance(FA_DTYPE_BF16) && r.err_lse <= 1e-3;
-        ++runs;
-        if (!ok) {
-          ++failures;
-          std::printf("  %s %s: FAIL err_o %.2e err_lse %.2e %s\n", c.desc.c_str(),
-                      gen::tunables_key(sem, pts[n]).c_str(), r.err_o, r.err_lse, r.failure.c_str());
-        }
-      }
-    }
-  std::printf("  %d plans checked\n", runs);
-  EXPECT_EQ(failures, 0);
-}
 
 // Tunables never change the gradients with block skipping: every valid bwd_mma point (spread to at most 48) runs
 // through its own plan (mask_blocks at that tile) via rt::run_backward_at against the oracle's gradients, for a

@@ -1,4 +1,4 @@
-// test_decode.cpp -- the KV-cache forward (fwd_split + fwd_combine, issue 21) against the float64 oracle on fresh
+// test_decode.cpp -- the KV-cache forward (fwd_split / fwd_mla + fwd_combine, issue 21) against the float64 oracle on fresh
 // random problems: paged vs contiguous caches bit for bit at every page size 1..512 (same split count), split vs
 // unsplit, random used lengths (0 and 1 included: o = 0, lse = -inf for 0), masks / softcap / ALiBi / GQA ratios /
 // query tokens / head dims / dtypes, block-table entries outside the pool (masked, never read: the pool's other
@@ -114,6 +114,7 @@ void oracle_of(const DecodeData& x, const std::vector<int>& used, const std::vec
 // (page_size rows each; pages the table does not name, and table entries past the used lengths, hold / point at NaN).
 struct Cache {
   int page_size = 0;  // 0: contiguous
+  bool latent = false;  // v is k's first head_dim_v columns (MLA's latent cache): params_of passes v = k
   int num_pages = 0, bt_stride = 0;
   std::vector<int> table;
   DevBuf dk, dv, d_bt, d_used;
@@ -199,6 +200,10 @@ fa_params params_of(DecodeData& x, Cache& c, bool with_used, int num_splits) {
   const int64_t rows = c.page_size > 0 ? c.page_size : s.cap;
   p.k_stride_batch = rows * s.hkv * s.d; p.k_stride_seq = (int64_t)s.hkv * s.d; p.k_stride_head = s.d;
   p.v_stride_batch = rows * s.hkv * s.dv; p.v_stride_seq = (int64_t)s.hkv * s.dv; p.v_stride_head = s.dv;
+  if (c.latent) {
+    p.v = p.k;
+    p.v_stride_batch = p.k_stride_batch; p.v_stride_seq = p.k_stride_seq; p.v_stride_head = p.k_stride_head;
+  }
   if (c.page_size > 0) {
     p.block_table = static_cast<const int32_t*>(c.d_bt.get());
     p.block_table_stride = c.bt_stride;
@@ -395,77 +400,136 @@ TEST(GpuDecode, RandomUsedLengthsFeaturesAndShapes) {
   std::printf("GPU SUMMARY decode: %d random KV-cache problems, %d failed\n", n, failures);
 }
 
-// MLA decode shapes on the wide kernel (d 576 / dv 512, one latent KV head): 128 query heads (two 64-row tiles) and
-// partial tiles (16 heads, several query tokens), used lengths 0 / 1 / full, causal masks, forced and automatic
-// split counts, paged (page 64 and others) bit for bit against contiguous at the same split count.
-TEST(GpuDecode, MlaWideHeadsMatchTheOracle) {
-  REQUIRE_GPU();
-  std::mt19937_64 rng(test_seed() + 2106);
-  struct Case { int dtype, batch, sq, cap, hq, mask, splits; };
-  const Case cases[] = {{FA_DTYPE_BF16, 3, 1, 300, 128, FA_MASK_NONE, 0},
-                        {FA_DTYPE_BF16, 2, 1, 1000, 128, FA_MASK_NONE, 1},
-                        {FA_DTYPE_FP16, 3, 5, 200, 16, FA_MASK_CAUSAL, 3},
-                        {FA_DTYPE_BF16, 1, 2, 4100, 128, FA_MASK_CAUSAL, 0},
-                        {FA_DTYPE_BF16, 3, 1, 96, 64, FA_MASK_NONE, 7}};
-  for (const Case& cs : cases) {
-    DecodeSpec s;
-    s.dtype = cs.dtype;
-    s.batch = cs.batch;
-    s.sq = cs.sq;
-    s.cap = cs.cap;
-    s.hq = cs.hq;
-    s.hkv = 1;
-    s.d = 576;
-    s.dv = 512;
-    s.mask = cs.mask;
-    DecodeData x;
-    make_data(rng, s, &x);
-    const std::vector<int> used = random_used(rng, s.batch, s.cap);
-    std::vector<double> o_ref, lse_ref;
-    oracle_of(x, used, {}, &o_ref, &lse_ref);
-    Cache flat;
-    make_contiguous(x, used, &flat);
-    set_used(&flat, used);
-    const Out base = run(x, params_of(x, flat, true, cs.splits == 0 ? 2 : cs.splits));
-    EXPECT_EQ(compare(x, base, o_ref, lse_ref), "") << describe(s) << " contiguous";
-    EXPECT_NE(base.key.find("fwd_split"), std::string::npos) << base.key;
+// MLA's latent layout: v is the first head_dim_v columns of k, one tensor (params_of passes v = k with k's strides).
+// The oracle's v becomes k's first columns.
+void make_latent(DecodeData* x) {
+  const DecodeSpec& s = x->s;
+  for (size_t row = 0; row < size_t(s.batch) * s.cap * s.hkv; ++row)
+    std::copy_n(&x->k[row * size_t(s.d)], s.dv, &x->v[row * size_t(s.dv)]);
+}
+
+// The MLA decode shape: 128 query heads over one latent KV head, d 576 / dv 512.
+DecodeSpec mla_spec(int batch, int cap) {
+  DecodeSpec s;
+  s.batch = batch;
+  s.cap = cap;
+  s.hq = 128;
+  s.hkv = 1;
+  s.d = 576;
+  s.dv = 512;
+  return s;
+}
+
+// The family a latent MLA problem runs: the Hopper kernel (fwd_mla) on sm_90, the wide fwd_split kernel elsewhere.
+std::string latent_family(const std::string& key) {
+  return key.find(".sm90.") != std::string::npos ? "fwd_mla" : "fwd_split";
+}
+
+// One MLA-sized decode problem (wide heads, dv 512) against the oracle: contiguous at a forced split count (2 when the
+// case says automatic) and automatic, without used lengths when every sequence uses its whole cache, and paged at
+// each of page_sizes bit for bit against the contiguous run at the same split count (paged 64 also automatic). With a
+// separate v the wide fwd_split kernel runs; with the latent layout (v = k's first columns) latent_family's.
+struct MlaCase {
+  int dtype, batch, sq, cap, hq, hkv, d, mask, wl, wr, splits;
+};
+void check_mla_case(std::mt19937_64& rng, const MlaCase& cs, bool latent, const std::vector<int>& page_sizes) {
+  DecodeSpec s;
+  s.dtype = cs.dtype;
+  s.batch = cs.batch;
+  s.sq = cs.sq;
+  s.cap = cs.cap;
+  s.hq = cs.hq;
+  s.hkv = cs.hkv;
+  s.d = cs.d;
+  s.dv = 512;
+  s.mask = cs.mask;
+  s.wl = cs.wl;
+  s.wr = cs.wr;
+  DecodeData x;
+  make_data(rng, s, &x);
+  if (latent) make_latent(&x);
+  const std::vector<int> used = random_used(rng, s.batch, s.cap);
+  std::vector<double> o_ref, lse_ref;
+  oracle_of(x, used, {}, &o_ref, &lse_ref);
+  auto family = [&](const std::string& key) { return latent ? latent_family(key) : std::string("fwd_split"); };
+  const int splits = cs.splits == 0 ? 2 : cs.splits;
+  Cache flat;
+  make_contiguous(x, used, &flat);
+  flat.latent = latent;
+  set_used(&flat, used);
+  const Out base = run(x, params_of(x, flat, true, splits));
+  EXPECT_EQ(compare(x, base, o_ref, lse_ref), "") << describe(s) << " contiguous, splits " << splits;
+  EXPECT_NE(base.key.find(family(base.key)), std::string::npos) << base.key;
+  const Out automatic = run(x, params_of(x, flat, true, 0));
+  EXPECT_EQ(compare(x, automatic, o_ref, lse_ref), "") << describe(s) << " contiguous, automatic splits";
+  if (*std::min_element(used.begin(), used.end()) == s.cap) {
     const Out plain = run(x, params_of(x, flat, false, cs.splits));
-    if (*std::min_element(used.begin(), used.end()) == s.cap) {
-      EXPECT_EQ(compare(x, plain, o_ref, lse_ref), "") << describe(s) << " contiguous, no used lengths";
-    }
-    for (int ps : {64, 1, 16, 256}) {
-      Cache paged;
-      make_paged(rng, x, used, ps, &paged);
-      set_used(&paged, used);
-      const Out r = run(x, params_of(x, paged, true, cs.splits == 0 ? 2 : cs.splits));
-      ASSERT_TRUE(r.failure.empty()) << r.failure;
-      EXPECT_TRUE(r.o_bytes == base.o_bytes && r.lse_bytes == base.lse_bytes)
-          << describe(s) << " page size " << ps << ": paged differs from contiguous (" << compare(x, r, o_ref, lse_ref)
-          << ")";
-      if (ps == 64) {
-        const Out a = run(x, params_of(x, paged, true, 0));
-        EXPECT_EQ(compare(x, a, o_ref, lse_ref), "") << describe(s) << " paged 64, automatic splits";
-      }
+    EXPECT_EQ(compare(x, plain, o_ref, lse_ref), "") << describe(s) << " contiguous, no used lengths";
+  }
+  for (int ps : page_sizes) {
+    Cache paged;
+    make_paged(rng, x, used, ps, &paged);
+    paged.latent = latent;
+    set_used(&paged, used);
+    const Out r = run(x, params_of(x, paged, true, splits));
+    ASSERT_TRUE(r.failure.empty()) << r.failure;
+    EXPECT_NE(r.key.find(family(r.key)), std::string::npos) << r.key;
+    EXPECT_TRUE(r.o_bytes == base.o_bytes && r.lse_bytes == base.lse_bytes)
+        << describe(s) << " page size " << ps << ": paged differs from contiguous (" << compare(x, r, o_ref, lse_ref)
+        << ")";
+    if (ps == 64) {
+      const Out a = run(x, params_of(x, paged, true, 0));
+      EXPECT_EQ(compare(x, a, o_ref, lse_ref), "") << describe(s) << " paged 64, automatic splits";
     }
   }
 }
 
-TEST(GpuDecode, PagesOutsideThePoolAreMaskedNeverRead) {
+// MLA decode shapes with a separate v on the wide kernel (d 576 / dv 512, one latent KV head): 128 query heads (two
+// 64-row tiles) and partial tiles (16 heads, several query tokens), used lengths 0 / 1 / full, causal masks, forced
+// and automatic split counts, paged (page 64 and others) bit for bit against contiguous at the same split count.
+TEST(GpuDecode, MlaWideHeadsMatchTheOracle) {
   REQUIRE_GPU();
-  std::mt19937_64 rng(test_seed() + 2104);
-  DecodeSpec s;
-  s.batch = 3;
-  s.cap = 300;
-  s.hq = 8;
-  s.hkv = 2;
+  std::mt19937_64 rng(test_seed() + 2106);
+  const MlaCase cases[] = {{FA_DTYPE_BF16, 3, 1, 300, 128, 1, 576, FA_MASK_NONE, -1, -1, 0},
+                           {FA_DTYPE_BF16, 2, 1, 1000, 128, 1, 576, FA_MASK_NONE, -1, -1, 1},
+                           {FA_DTYPE_FP16, 3, 5, 200, 16, 1, 576, FA_MASK_CAUSAL, -1, -1, 3},
+                           {FA_DTYPE_BF16, 1, 2, 4100, 128, 1, 576, FA_MASK_CAUSAL, -1, -1, 0},
+                           {FA_DTYPE_BF16, 3, 1, 96, 64, 1, 576, FA_MASK_NONE, -1, -1, 7}};
+  for (const MlaCase& cs : cases) check_mla_case(rng, cs, false, {64, 1, 16, 256});
+}
+
+// MLA decode over the latent cache (fwd_mla on Hopper): 128 query heads (two 64-row tiles), partial tiles (16 / 32 /
+// 64 heads, several query tokens, two latent heads), head dims 576 and 512, causal and window masks, used lengths 0 /
+// 1 / full among random ones, forced and automatic split counts; every page size 1..512 bit for bit against the
+// contiguous cache at the same split count.
+TEST(GpuDecode, MlaLatentCacheMatchesTheOracleAtEveryPageSize) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 2107);
+  const MlaCase cases[] = {{FA_DTYPE_BF16, 3, 1, 300, 128, 1, 576, FA_MASK_NONE, -1, -1, 0},
+                           {FA_DTYPE_BF16, 2, 1, 1000, 128, 1, 576, FA_MASK_NONE, -1, -1, 1},
+                           {FA_DTYPE_FP16, 3, 5, 200, 16, 1, 576, FA_MASK_CAUSAL, -1, -1, 3},
+                           {FA_DTYPE_BF16, 1, 2, 4100, 128, 1, 576, FA_MASK_CAUSAL, -1, -1, 0},
+                           {FA_DTYPE_BF16, 3, 1, 96, 64, 1, 576, FA_MASK_NONE, -1, -1, 7},
+                           {FA_DTYPE_BF16, 3, 3, 700, 32, 2, 512, FA_MASK_SLIDING_WINDOW, 40, 0, 2},
+                           {FA_DTYPE_FP16, 4, 1, 2000, 128, 1, 576, FA_MASK_NONE, -1, -1, 0}};
+  for (const MlaCase& cs : cases) check_mla_case(rng, cs, true, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512});
+}
+
+// Block-table entries outside the pool at each page size (latent: MLA's v = k layout): their keys are masked (the
+// oracle hides them with -inf), never read. Sequence 0: its second page is -1; sequence 1: its first page is past the
+// pool; sequence 2: every page out.
+void check_pages_outside_the_pool(const DecodeSpec& s, bool latent, std::initializer_list<int> page_sizes,
+                                  uint64_t seed) {
+  std::mt19937_64 rng(seed);
   DecodeData x;
   make_data(rng, s, &x);
+  if (latent) make_latent(&x);
   const std::vector<int> used = {300, 150, 77};
-  for (int ps : {1, 16, 64}) {
+  for (int ps : page_sizes) {
     Cache cache;
     make_paged(rng, x, used, ps, &cache);
+    cache.latent = latent;
     std::vector<std::vector<uint8_t>> masked(size_t(s.batch), std::vector<uint8_t>(size_t(s.cap), 0));
-    // Sequence 0: its second page is -1; sequence 1: its first page is past the pool; sequence 2: every page out.
     auto knock = [&](int b, int pg, int id) {
       cache.table[size_t(b) * cache.bt_stride + pg] = id;
       for (int r = 0; r < ps && pg * ps + r < s.cap; ++r) masked[size_t(b)][size_t(pg * ps + r)] = 1;
@@ -479,9 +543,27 @@ TEST(GpuDecode, PagesOutsideThePoolAreMaskedNeverRead) {
     oracle_of(x, used, masked, &o_ref, &lse_ref);
     for (int splits : {1, 4}) {
       const Out r = run(x, params_of(x, cache, true, splits));
-      EXPECT_EQ(compare(x, r, o_ref, lse_ref), "") << "page size " << ps << " splits " << splits;
+      EXPECT_EQ(compare(x, r, o_ref, lse_ref), "") << describe(s) << " page size " << ps << " splits " << splits;
+      if (latent) {
+        EXPECT_NE(r.key.find(latent_family(r.key)), std::string::npos) << r.key;
+      }
     }
   }
+}
+
+TEST(GpuDecode, PagesOutsideThePoolAreMaskedNeverRead) {
+  REQUIRE_GPU();
+  DecodeSpec s;
+  s.batch = 3;
+  s.cap = 300;
+  s.hq = 8;
+  s.hkv = 2;
+  check_pages_outside_the_pool(s, false, {1, 16, 64}, test_seed() + 2104);
+}
+
+TEST(GpuDecode, MlaLatentPagesOutsideThePoolAreMasked) {
+  REQUIRE_GPU();
+  check_pages_outside_the_pool(mla_spec(3, 300), true, {16, 64}, test_seed() + 2108);
 }
 
 // The driver's graph entry points (not in rt::Driver), from the already loaded libcuda.
@@ -508,22 +590,20 @@ GraphApi graph_api() {
   return a;
 }
 
-TEST(GpuDecode, CapturedGraphReplaysWithNewUsedLengthsAndBlockTables) {
-  REQUIRE_GPU();
+// One graph captured after fa_prepare (paged at page_size, latent: MLA's v = k layout), replayed with new used
+// lengths (0 and 1 among them) and block tables.
+void check_graph_replay(const DecodeSpec& s, int page_size, bool latent, uint64_t seed) {
+  Gpu& g = gpu();
   const GraphApi api = graph_api();
   if (!api.ok) GTEST_SKIP() << "graph entry points not found in libcuda";
-  std::mt19937_64 rng(test_seed() + 2105);
-  DecodeSpec s;
-  s.batch = 4;
-  s.cap = 2048;
-  s.hq = 32;
-  s.hkv = 8;
-  s.mask = FA_MASK_CAUSAL;
+  std::mt19937_64 rng(seed);
   DecodeData x;
   make_data(rng, s, &x);
+  if (latent) make_latent(&x);
   std::vector<int> used(size_t(s.batch), s.cap);
   Cache cache;
-  make_paged(rng, x, used, 16, &cache);
+  make_paged(rng, x, used, page_size, &cache);
+  cache.latent = latent;
   set_used(&cache, used);
   fa_params p = params_of(x, cache, true, 0);
   ASSERT_EQ(fa_prepare(g.ctx, &p), FA_OK) << fa_last_error();
@@ -547,7 +627,7 @@ TEST(GpuDecode, CapturedGraphReplaysWithNewUsedLengthsAndBlockTables) {
     used = random_used(rng, s.batch, s.cap);
     if (replay == 3) used = {s.cap, 0, 1, s.cap - 1};
     Cache next;
-    make_paged(rng, x, used, 16, &next);
+    make_paged(rng, x, used, page_size, &next);
     ASSERT_EQ(next.num_pages, cache.num_pages);
     for (auto [dst, src] : {std::pair{&cache.dk, &next.dk}, std::pair{&cache.dv, &next.dv}}) {
       std::vector<uint8_t> host(src->bytes);
@@ -566,10 +646,26 @@ TEST(GpuDecode, CapturedGraphReplaysWithNewUsedLengthsAndBlockTables) {
     x.d_lse.download(r.lse_bytes.data(), r.lse_bytes.size());
     std::vector<double> o_ref, lse_ref;
     oracle_of(x, used, {}, &o_ref, &lse_ref);
-    EXPECT_EQ(compare(x, r, o_ref, lse_ref), "") << "replay " << replay;
+    EXPECT_EQ(compare(x, r, o_ref, lse_ref), "") << describe(s) << " replay " << replay;
   }
   api.exec_destroy(exec);
   api.destroy(graph);
+}
+
+TEST(GpuDecode, CapturedGraphReplaysWithNewUsedLengthsAndBlockTables) {
+  REQUIRE_GPU();
+  DecodeSpec s;
+  s.batch = 4;
+  s.cap = 2048;
+  s.hq = 32;
+  s.hkv = 8;
+  s.mask = FA_MASK_CAUSAL;
+  check_graph_replay(s, 16, false, test_seed() + 2105);
+}
+
+TEST(GpuDecode, MlaLatentGraphReplaysWithNewUsedLengthsAndBlockTables) {
+  REQUIRE_GPU();
+  check_graph_replay(mla_spec(4, 2048), 64, true, test_seed() + 2109);
 }
 
 }  // namespace

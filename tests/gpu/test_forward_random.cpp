@@ -6,6 +6,8 @@
 
 #include <map>
 #include <memory>
+#include <string>
+#include <thread>
 
 #include "tests/gpu/gpu_support.h"
 
@@ -85,6 +87,35 @@ TEST(GpuForward, EdgeCases) {
       }
     }
   }
+}
+
+// fa_run from a thread on which no CUDA context is current (a server's worker thread, a Python thread that never
+// touched torch.cuda): fa binds its own context for every driver call, including the capture query of a new shape
+// (which failed with CUDA_ERROR_INVALID_CONTEXT before). The shape is new to this process, so the call takes the
+// slow path; the result is checked against the oracle on the test's thread.
+TEST(GpuForward, CallFromThreadWithoutCurrentContext) {
+  Gpu& g = gpu();
+  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
+  std::mt19937_64 rng(test_seed() + 2);
+  Case c;
+  materialize_spec(rng, CaseSpec{FA_DTYPE_BF16, 128, 128, 4, 2, 1, 77, 301, false, false, false, false}, true, &c);
+  fa_status st = FA_ERROR_INTERNAL;
+  std::string err;
+  bool had_context = true;
+  std::thread worker([&] {
+    CUcontext cur = nullptr;
+    had_context = g.d->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur != nullptr;
+    st = fa_run(g.ctx, &c.params, g.stream);
+    if (st != FA_OK) err = fa_last_error();
+  });
+  worker.join();
+  EXPECT_FALSE(had_context) << "the worker thread was meant to start without a current context";
+  ASSERT_EQ(st, FA_OK) << err;
+  ASSERT_EQ(g.d->cuStreamSynchronize(g.stream), CUDA_SUCCESS);
+  CaseResult r = compare_outputs(c);
+  EXPECT_LE(r.err_o, tolerance(c.dtype)) << c.desc;
+  EXPECT_LE(r.err_lse, 2e-3) << c.desc;
+  EXPECT_TRUE(r.padding_intact);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // test_tunables_agree.cpp -- tunables never change results: for a sample of problems, the valid tunable points of
 // every forward family that covers the problem on this GPU (the knobs' whole product; at most kMaxPoints per
 // family and problem, spread evenly over it, the default always) are compiled, launched and checked against the
-// float64 oracle; and large problems (up to seqlen 16k) from the selected fast kernel are checked against the
-// reference kernel on the GPU.
+// float64 oracle, problems with user code (fa_mods) through each point's own plan ([mask_blocks at its tile,
+// forward] with a mask_mod); and large problems (up to seqlen 16k) from the selected fast kernel are checked against
+// the reference kernel on the GPU.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -15,16 +16,19 @@
 #include "runtime/launch.h"
 #include "runtime/validate.h"
 #include "tests/gpu/gpu_support.h"
+#include "tests/gpu/plan_support.h"
 
 namespace fa::test {
 namespace {
 
 constexpr size_t kMaxPoints = 40;
+constexpr size_t kMaxModPoints = 16;  // with user code (two kernels per plan)
 
-// Up to kMaxPoints of `all`, evenly spread (every knob's values met), with `def` among them.
-std::vector<gen::Tunables> spread(const std::vector<gen::Tunables>& all, const gen::Tunables& def) {
+// Up to `most` of `all`, evenly spread (every knob's values met), with `def` among them.
+std::vector<gen::Tunables> spread(const std::vector<gen::Tunables>& all, const gen::Tunables& def,
+                                  size_t most = kMaxPoints) {
   std::vector<gen::Tunables> out;
-  const size_t step = std::max<size_t>(1, (all.size() + kMaxPoints - 1) / kMaxPoints);
+  const size_t step = std::max<size_t>(1, (all.size() + most - 1) / most);
   for (size_t i = 0; i < all.size(); i += step) out.push_back(all[i]);
   if (std::find(out.begin(), out.end(), def) == out.end() && std::find(all.begin(), all.end(), def) != all.end())
     out.push_back(def);
@@ -105,6 +109,87 @@ TEST(GpuTunables, EveryValidPointGivesTheSameAnswer) {
   for (const auto& [name, n] : per_family) fams += fmt::format(" {} {}", name, n);
   std::printf("GPU SUMMARY tunables: %d (problem, family, tunable point) triples checked against the oracle:%s\n",
               points, fams.c_str());
+}
+
+// The same with user code (fa_mods), each point through its own plan ([mask_blocks at its tile, forward] with a
+// mask_mod: block skipping), at most kMaxModPoints per family and problem: a document mask (ids from a buffer) with a
+// per-head score_mod over the causal mask, fixed length; a mask_mod alone, varlen (three sequences); a score_mod
+// alone (no classification step) with a window and softcap, ragged keys; causal document masks whose classification
+// is shared over heads and batch entries (FA_MOD_DEPENDS_* 0) or over batch entries only, even and ragged keys.
+TEST(GpuTunables, EveryValidPointWithUserCodeGivesTheSameAnswer) {
+  Gpu& g = gpu();
+  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
+  std::mt19937_64 rng(test_seed() + 22);
+  int points = 0;
+  std::map<std::string, int> per_family;
+  std::vector<int> doc(512);
+  for (int j = 0; j < 512; ++j) doc[size_t(j)] = (j * 7) / 400;
+  DevBuf d_doc(doc.size() * 4);
+  d_doc.upload(doc.data(), doc.size() * 4);
+  struct ModProblem {
+    CaseSpec spec;
+    const char* mask_mod;
+    const char* score_mod;
+    std::function<bool(int, int, int, int)> mask;
+    std::function<double(double, int, int, int, int)> score;
+    int depends = FA_MOD_DEPENDS_BATCH | FA_MOD_DEPENDS_HEAD;
+  };
+  const char* doc_body = "const fa_buf0_t* d = static_cast<const fa_buf0_t*>(u.buf[0]);\nreturn d[i] == d[j];";
+  auto doc_ref = [&doc](int, int, int i, int j) { return doc[size_t(i)] == doc[size_t(j)]; };
+  auto head_score = [](double x, int, int h, int, int) { return x + 0.25 * h; };
+  const char* doc_causal_body = "const int* d = static_cast<const int*>(u.buf[0]);\nreturn j <= i && d[i] == d[j];";
+  auto doc_causal_ref = [&doc](int, int, int i, int j) { return j <= i && doc[size_t(i)] == doc[size_t(j)]; };
+  const ModProblem mod_problems[] = {
+      {{FA_DTYPE_BF16, 128, 128, 4, 2, 1, 257, 257, false, false, false, false}, doc_body,
+       "return s + 0.25f * (float)h;", doc_ref, head_score},
+      {{FA_DTYPE_FP16, 64, 64, 4, 2, 0, 0, 0, false, false, false, true}, "return j <= i + 1 && (j % 5) != 3;", nullptr,
+       [](int, int, int i, int j) { return j <= i + 1 && (j % 5) != 3; }, {}},
+      {{FA_DTYPE_BF16, 64, 64, 4, 2, 2, 150, 333, false, false, true, false}, nullptr, "return s + 0.25f * (float)h;",
+       {}, head_score},
+      {{FA_DTYPE_BF16, 128, 128, 2, 1, 0, 512, 512, false, false, false, false}, doc_causal_body, nullptr,
+       doc_causal_ref, {}, 0},
+      {{FA_DTYPE_BF16, 64, 64, 2, 1, 0, 449, 449, false, false, false, false}, doc_causal_body, nullptr,
+       doc_causal_ref, {}, FA_MOD_DEPENDS_HEAD},
+  };
+  for (const ModProblem& mp : mod_problems) {
+    Case c;
+    c.op.mask_mod = mp.mask;
+    c.op.score_mod = mp.score;
+    materialize_spec(rng, mp.spec, true, &c);
+    fa_mods m;
+    fa_mods_init(&m);
+    m.mask_mod = mp.mask_mod;
+    m.score_mod = mp.score_mod;
+    m.num_buffers = 1;
+    m.buffers[0] = fa_user_buffer{d_doc.get(), FA_USER_I32, 1, {512}, {1}};
+    m.mask_mod_depends = mp.depends;
+    c.params.mods = &m;
+    fa_params p;
+    gen::ProblemDesc d;
+    ASSERT_TRUE(rt::validate_forward(&c.params, &p, &d).ok());
+    std::vector<std::pair<const gen::Family*, gen::Tunables>> pts;
+    for (const gen::Family* f : fast_families(c)) {
+      const gen::Semantic s = gen::semantic_for(*f, d, g.ctx->arch);
+      for (const gen::Tunables& t : spread(gen::all_valid_points(s, g.ctx->limits), f->defaults(s), kMaxModPoints))
+        pts.emplace_back(f, t);
+    }
+    ASSERT_FALSE(pts.empty()) << c.desc;
+    parallel_for(pts.size(), [&](size_t n) { compile_plan(c, *pts[n].first, &pts[n].second); });
+    for (const auto& [f, t] : pts) {
+      const CaseResult r = run_plan(c, *f, &t);
+      const std::string key = std::string(f->name) + "|" + gen::tunables_key(gen::semantic_for(*f, d, g.ctx->arch), t);
+      EXPECT_EQ(r.failure, "") << key;
+      EXPECT_LE(r.err_o, tolerance(c.dtype)) << key << " [user code]";
+      EXPECT_LE(r.err_lse, 2e-3) << key;
+      EXPECT_TRUE(r.padding_intact) << key;
+      ++per_family[f->name];
+      ++points;
+    }
+  }
+  std::string fams;
+  for (const auto& [name, n] : per_family) fams += fmt::format(" {} {}", name, n);
+  std::printf("GPU SUMMARY tunables with user code: %d (problem, family, tunable point) triples checked against the "
+              "oracle:%s\n", points, fams.c_str());
 }
 
 TEST(GpuTunables, LargeProblemsMatchTheReferenceKernel) {

@@ -1,9 +1,10 @@
 // test_user_mods.cpp -- user code (fa_mods) on the GPU against the float64 oracle given the same functions as
 // callbacks: a document mask read from a buffer, prefix-LM, sinks + window, chunked local attention, a relative
 // bias table (score_mod reading a float buffer), a softcap score_mod, and mods that restate a built-in (causal,
-// window, softcap, ALiBi), whose results and gradients must agree with the built-in's; the backward of each against
-// the oracle's gradients (score_mods with their derivative). Fresh random inputs each run, outputs poisoned
-// beforehand.
+// window, softcap, ALiBi), whose results and gradients must agree with the built-in's. The ready mods run through
+// fa_run (the selected family: fwd_wgmma on sm_90) and through the plan of every tensor-core forward covering them
+// (fwd_mma too); their backward against the oracle's gradients (score_mods with their derivative) through bwd_mma
+// and bwd_ref. Fresh random inputs each run, outputs poisoned before every run.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -13,7 +14,9 @@
 #include <cstdlib>
 #include <memory>
 
+#include "tests/gpu/gpu_support.h"
 #include "tests/gpu/grad_support.h"
+#include "tests/gpu/plan_support.h"
 
 namespace fa::test {
 namespace {
@@ -124,19 +127,20 @@ TEST(GpuUserMods, ReadyModsMatchTheOracle) {
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
   std::mt19937_64 rng(test_seed() + 22);
   const ReadyMods ready(rng);
-  int failures = 0;
+  // every case first (oracle results), then every family's plan compiled in parallel, then the runs one by one
+  struct Run {
+    Case c;
+    fa_mods m;
+  };
+  std::vector<std::unique_ptr<Run>> runs;
   for (const ModCase& mc : ready.cases)
     for (int dtype : {FA_DTYPE_FP16, FA_DTYPE_BF16}) {
-      Case c;
-      fa_mods m;
-      ready.make(rng, mc, dtype, &c, &m);
-      const CaseResult r = check_case(c);
-      const double tol = tolerance(dtype);
-      const bool ok = r.failure.empty() && r.err_o <= tol && r.err_lse <= 1e-3 && r.padding_intact;
-      if (!ok) ++failures;
-      std::printf("  %-24s %s err_o %.2e err_lse %.2e %s\n", c.desc.c_str(), ok ? "ok  " : "FAIL", r.err_o, r.err_lse,
-                  r.failure.c_str());
+      runs.push_back(std::make_unique<Run>());
+      ready.make(rng, mc, dtype, &runs.back()->c, &runs.back()->m);
     }
+  std::vector<Case*> all;
+  for (auto& r : runs) all.push_back(&r->c);
+  const int failures = check_every_family(all);
   EXPECT_EQ(failures, 0);
 }
 
@@ -191,10 +195,6 @@ TEST(GpuUserMods, RestatedBuiltinsAgreeWithTheBuiltins) {
   Gpu& g = gpu();
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
   std::mt19937_64 rng(test_seed() + 23);
-  std::vector<float> slopes(kHq);
-  for (int h = 0; h < kHq; ++h) slopes[size_t(h)] = std::exp2(-8.0f * float(h + 1) / kHq);
-  DevBuf d_slopes(slopes.size() * 4);
-  d_slopes.upload(slopes.data(), slopes.size() * 4);
   struct Restated {
     const char* name;
     int mask;
@@ -218,10 +218,10 @@ TEST(GpuUserMods, RestatedBuiltinsAgreeWithTheBuiltins) {
   // The built-in problems, and each one's params with the mod instead of the built-in feature (the oracle's answer
   // stays the same); their kernels compile in parallel first.
   struct Item {
-    const Restated* rc;
     std::unique_ptr<Case> c;
     fa_mods m;
     fa_params mod_params;
+    DevBuf slopes;  // buffer 0: the built-in's slopes (materialize drew them)
   };
   std::vector<std::unique_ptr<Item>> items;
   std::vector<const fa_params*> problems;
@@ -229,7 +229,6 @@ TEST(GpuUserMods, RestatedBuiltinsAgreeWithTheBuiltins) {
     for (int sk : {300, 417}) {
       items.push_back(std::make_unique<Item>());
       Item& it = *items.back();
-      it.rc = &rc;
       it.c = std::make_unique<Case>();
       Case& c = *it.c;
       c.dtype = FA_DTYPE_BF16;
@@ -248,14 +247,19 @@ TEST(GpuUserMods, RestatedBuiltinsAgreeWithTheBuiltins) {
       c.want_lse = true;
       c.force_aligned = true;
       materialize(rng, &c);
-      c.desc = fmt::format("{} sk {}", rc.name, sk);
+      c.desc = fmt::format("{} sk {}", rc.name, sk);  // after materialize, which names the problem
+      std::vector<float> slopes(kHq, 0.0f);
+      if (rc.alibi)
+        for (int h = 0; h < kHq; ++h) slopes[size_t(h)] = c.alibi_f[size_t(h)];
+      it.slopes = DevBuf(slopes.size() * 4);
+      it.slopes.upload(slopes.data(), slopes.size() * 4);
       fa_mods& m = it.m;
       fa_mods_init(&m);
       m.mask_mod = rc.mask_mod;
       m.score_mod = rc.score_mod;
       m.score_mod_grad = rc.score_grad;
       m.num_buffers = 1;
-      m.buffers[0] = fa_user_buffer{d_slopes.get(), FA_USER_F32, 1, {kHq}, {1}};
+      m.buffers[0] = fa_user_buffer{it.slopes.get(), FA_USER_F32, 1, {kHq}, {1}};
       m.iscalars[0] = sk - 300;
       m.scalars[0] = 30.0f;
       it.mod_params = c.params;
@@ -271,12 +275,7 @@ TEST(GpuUserMods, RestatedBuiltinsAgreeWithTheBuiltins) {
   int failures = 0;
   for (auto& item : items) {
     {  // one built-in problem and its restatement
-      const Restated& rc = *item->rc;
       Case& c = *item->c;
-      if (rc.alibi) {  // the built-in's slopes are the buffer's (materialize drew its own: use them)
-        for (int h = 0; h < kHq; ++h) slopes[size_t(h)] = c.alibi_f[size_t(h)];
-        d_slopes.upload(slopes.data(), slopes.size() * 4);
-      }
       const CaseResult builtin = check_case(c);
       std::vector<uint8_t> o_builtin(c.o_n * 2);
       c.d_o.download(o_builtin.data(), o_builtin.size());
@@ -316,10 +315,14 @@ TEST(GpuUserMods, RestatedBuiltinsAgreeWithTheBuiltins) {
                       mod.err_lse <= 1e-3 && diff <= tol && !std::isnan(diff) && gb.ok(c.dtype) && gm.ok(c.dtype) &&
                       gdiff <= bwd_tolerance(c.dtype);
       if (!ok) ++failures;
-      std::printf("  %-18s %s built-in err %.2e, mod err %.2e, |mod - built-in| %.2e; grads: built-in %.2e, mod "
+      char key[256] = "?";
+      fa_problem_key(g.ctx, &c.params, key, sizeof key);
+      const std::string family = std::string(key).substr(0, std::string(key).find('.'));  // which forward ran the mod
+      std::printf("  %-18s %s %s: built-in err %.2e, mod err %.2e, |mod - built-in| %.2e; grads: built-in %.2e, mod "
                   "%.2e, mod vs built-in %.2e %s%s%s%s\n",
-                  c.desc.c_str(), ok ? "ok  " : "FAIL", builtin.err_o, mod.err_o, diff, gb.worst(), gm.worst(), gdiff,
-                  builtin.failure.c_str(), mod.failure.c_str(), gb.failure.c_str(), gm.failure.c_str());
+                  c.desc.c_str(), ok ? "ok  " : "FAIL", family.c_str(), builtin.err_o, mod.err_o, diff, gb.worst(),
+                  gm.worst(), gdiff, builtin.failure.c_str(), mod.failure.c_str(), gb.failure.c_str(),
+                  gm.failure.c_str());
     }
   }
   EXPECT_EQ(failures, 0);

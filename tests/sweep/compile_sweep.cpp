@@ -1,8 +1,8 @@
 // compile_sweep.cpp -- compiles kernel variants through NVRTC for sm_80 and sm_90a and fails on any compile error
 // or any ptxas spill. --sample: a fixed covering sample (every family, dtype, mask, feature flag, a spread of head
 // dims, every valid tunable point of each family at head dim 128, and of fwd_mma at 64, and the heuristic defaults of
-// fwd_mma and bwd_mma; user code: runs_user_code). --full: the whole product (each point also with user code where
-// the family runs it).
+// fwd_mma and bwd_mma; user code: takes_user_code, sweep_mods). --full: the whole product (each point also with user
+// code where the family runs it).
 // --full --limit N [--seed S]: a random sample of N points of the whole product (it has ~300k points).
 // --family NAME: only that family's kernels.
 // Also checks that the predicate is the only rejection: a point it accepts must compile without spills.
@@ -57,42 +57,70 @@ bool reads_pages(const Family& f, const Semantic& s) {
   p.has_softcap = s.has_softcap;
   p.has_lse = s.has_lse;
   p.aligned16 = true;
+  p.v_in_k = s.head_dim_v <= s.head_dim;  // MLA's latent cache where the dims allow it (fwd_mla needs it)
   p.paged = true;
   p.page_size = 16;
   return family_covers(f, p, s.arch, nullptr);
 }
 
-// User code (fa_mods) of the families that run it. The forward's two records (fwd_mma, fwd_ref's siblings; the
-// budget of fwd_mma's valid() was measured on them): a document mask read from buffer 0, with and without a small
-// score_mod. The backward's three (bwd_mma, bwd_ref): the document mask; the mask with a relative-bias score_mod
-// reading a float table (buffer 1) and its derivative 1; a softcap-like score_mod alone with its derivative
-// 1 - tanh^2. mask_blocks takes every mask of both.
-bool runs_user_code(const Family& f) {
-  for (const char* n : {"fwd_mma", "mask_blocks", "bwd_mma", "bwd_ref_dq", "bwd_ref_dkdv"})
+constexpr size_t kSampleAll = 96;  // --sample: points per semantic in the "every valid point" loop
+constexpr size_t kSampleMods = 32;  // --sample: points per semantic and kind of user code
+
+// The backward families that run user code (bwd_ref's second kernel, bwd_ref_dkdv, is a step of its plan).
+bool backward_user_code(const Family& f) {
+  for (const char* n : {"bwd_mma", "bwd_ref_dq", "bwd_ref_dkdv"})
     if (f.name == std::string(n)) return true;
   return false;
 }
-std::vector<const UserMods*> sweep_mods(const Family& f) {
-  const int dtypes[2] = {1, 3}, ranks[2] = {1, 2};
-  const char* doc = "const fa_buf0_t* d0 = static_cast<const fa_buf0_t*>(u.buf[0]);\nreturn d0[i] == d0[j];";
-  const char* rel = "const fa_buf1_t* t = static_cast<const fa_buf1_t*>(u.buf[1]);\n"
-                    "return s + t[h * u.stride[1][0] + min(max(i - j, -32), 32) + 32];";
-  const char* cap = "return u.scalar[0] * tanhf(s / u.scalar[0]);";
-  const char* cap_grad = "const float t = tanhf(s / u.scalar[0]);\nreturn 1.0f - t * t;";
-  std::vector<const UserMods*> fwd = {intern_user_mods(doc, "", 1, dtypes, ranks),
-                                      intern_user_mods(doc, "return s + 0.5f * (float)h;", 1, dtypes, ranks)};
-  std::vector<const UserMods*> bwd = {intern_user_mods(doc, "", 2, dtypes, ranks),
-                                      intern_user_mods(doc, rel, 2, dtypes, ranks, "return 1.0f;"),
-                                      intern_user_mods("", cap, 2, dtypes, ranks, cap_grad)};
-  if (f.role == Role::Forward) return fwd;
-  if (f.name == std::string("mask_blocks")) {  // its masks only (a score_mod does not reach its code)
-    fwd.push_back(bwd[0]);
-    return fwd;
-  }
-  return bwd;
+
+// Whether family f runs user code (fa_mods): the forwards that cover a problem with it, the backwards, and the
+// plans' classification step.
+bool takes_user_code(const Family& f, int arch) {
+  if (f.name == std::string("mask_blocks") || backward_user_code(f)) return true;
+  if (f.role != Role::Forward) return false;
+  static const int dtypes[1] = {1}, ranks[1] = {1};
+  ProblemDesc p;
+  p.aligned16 = p.tma_ok = true;
+  p.mods = intern_user_mods("return true;", "", 1, dtypes, ranks);
+  return family_covers(f, p, arch, nullptr);
 }
 
-constexpr size_t kSampleAll = 96;  // --sample: points per semantic in the "every valid point" loop
+// The user code of the sweep, the heaviest of the ready mods (python/fa/mods.py): kind 0 the document mask over
+// per-batch ids (two int32 [B, S] buffers, 64-bit strides: block skipping), 1 the relative-position bias (a float32
+// table read per element), 2 both, 3 (backward families) a softcap-like score_mod alone (tanh). In the backward
+// (`backward`) each score_mod comes with its derivative: 1 for the bias, 1 - tanh^2 for the softcap (the records
+// bwd_mma's valid() was measured on).
+const UserMods* sweep_mods(int kind, bool backward) {
+  static const int dtypes[3] = {1, 1, 3}, ranks[3] = {2, 2, 2};
+  const char* mask =
+      "const fa_buf0_t* d0 = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
+      "const fa_buf1_t* d1 = static_cast<const fa_buf1_t*>(u.buf[1]);\n"
+      "return d0[b * u.stride[0][0] + i * u.stride[0][1]] == d1[b * u.stride[1][0] + j * u.stride[1][1]] && j <= i;";
+  const char* score =
+      "const float* t = static_cast<const float*>(u.buf[2]);\n"
+      "const int r = min(max(i - j, -u.iscalar[0]), u.iscalar[0]) + u.iscalar[0];\n"
+      "return s + t[h * u.stride[2][0] + r * u.stride[2][1]];";
+  if (kind == 3)
+    return intern_user_mods("", "return u.scalar[0] * tanhf(s / u.scalar[0]);", 3, dtypes, ranks,
+                            backward ? "const float t = tanhf(s / u.scalar[0]);\nreturn 1.0f - t * t;" : "");
+  return intern_user_mods(kind == 1 ? "" : mask, kind == 0 ? "" : score, 3, dtypes, ranks,
+                          backward && kind != 0 ? "return 1.0f;" : "");
+}
+// The kinds of user code family f is swept with (mask_blocks: those with a mask_mod, the rest never reaching its
+// code).
+std::vector<int> sweep_kinds(const Family& f) {
+  if (backward_user_code(f)) return {0, 2, 1, 3};
+  if (f.role != Role::Forward) return {0, 2};
+  return {0, 2, 1};
+}
+
+// At most n of `points`, evenly spread.
+std::vector<Tunables> spread(const std::vector<Tunables>& points, size_t n) {
+  std::vector<Tunables> out;
+  const size_t step = std::max<size_t>(1, (points.size() + n - 1) / n);
+  for (size_t i = 0; i < points.size(); i += step) out.push_back(points[i]);
+  return out;
+}
 
 struct Job {
   KernelConfig c;
@@ -128,19 +156,21 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
         std::vector<Tunables> space = valid_space(s, lim);
         if (space.empty()) continue;
         if (full) {
-          // each point also with one of the family's user-code records (rotating with the variant)
-          const std::vector<const UserMods*> mods = runs_user_code(f) ? sweep_mods(f) : std::vector<const UserMods*>{};
-          for (const Tunables& t : all_valid_points(s, lim)) {
-            KernelConfig c{s, t};
-            push(c);
-            if (!s.varlen && has_shape_class(f)) {
-              c.s.even_k = true;
-              push(c);
+          // with user code too where the family runs it (its kind rotating with the variant)
+          for (bool mods : {false, true}) {
+            if (mods && !takes_user_code(f, arch)) continue;
+            Semantic sv = s;
+            if (mods) {
+              const std::vector<int> kinds = sweep_kinds(f);
+              sv.mods = sweep_mods(kinds[static_cast<size_t>(v) % kinds.size()], backward_user_code(f));
             }
-            if (!mods.empty()) {
-              KernelConfig mc{s, t};
-              mc.s.mods = mods[static_cast<size_t>(variant) % mods.size()];
-              push(mc);
+            for (const Tunables& t : all_valid_points(sv, lim)) {
+              KernelConfig c{sv, t};
+              push(c);
+              if (!s.varlen && has_shape_class(f)) {
+                c.s.even_k = true;
+                push(c);
+              }
             }
           }
         } else {
@@ -172,15 +202,18 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
               push(KernelConfig{sd, f.defaults(sd)});
             }
           }
-          if ((d == 64 || d == 128) && runs_user_code(f)) {
-            // user code (fa_mods, sweep_mods): masks (block skipping: kBlockSparse) and score_mods, at every valid
-            // point of the knobs (the register budgets for user code; mask_blocks' tile shapes)
-            for (const UserMods* um : sweep_mods(f)) {
+          if ((d == 64 || d == 128) && takes_user_code(f, arch) && !(f.reference && f.role == Role::Forward)) {
+            // user code (fa_mods): a document mask (block skipping) alone and with a score_mod at every valid point
+            // of the knobs (at most kSampleMods, evenly spread: the register budgets for user code; mask_blocks'
+            // tile shapes), a score_mod alone at the default in the forwards and at every point in the backwards
+            // (whose budgets were measured on it)
+            const bool bwd = backward_user_code(f);
+            for (int kind : sweep_kinds(f)) {
               Semantic sm = s;
-              sm.mods = um;
+              sm.mods = sweep_mods(kind, bwd);
               // every valid point at d128 fp16, the default elsewhere; both shape classes
               std::vector<Tunables> pts = {f.defaults(sm)};
-              if (d == 128 && dt == kFp16) pts = all_valid_points(sm, lim);
+              if (d == 128 && dt == kFp16 && (kind != 1 || bwd)) pts = spread(all_valid_points(sm, lim), kSampleMods);
               for (const Tunables& t : pts)
                 for (bool ek : {false, true}) {
                   if (ek && (sm.varlen || !has_shape_class(f))) continue;

@@ -261,7 +261,12 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
     off = fam::align256(off + static_cast<size_t>(rows) * static_cast<size_t>(p.heads_q) * sizeof(int));
   }
   // Block skipping (a mask_mod): the tile classes at this kernel's tile, transposed too, and the visiting lists.
-  if (main.s.mods != nullptr && !main.s.mods->mask_mod.empty()) off = fam::plan_mask_blocks(main, p, true, off, &out);
+  if (main.s.mods != nullptr && !main.s.mods->mask_mod.empty()) {
+    const Family& f = *main.s.family;
+    off = fam::plan_mask_blocks(main, p, fam::BlockSkipping{main.t[kBlockM], main.t[kBlockN], f.knobs[kBlockM].values,
+                                                            f.knobs[kBlockN].values, true, true},
+                                off, &out);
+  }
   out.tuned_step = static_cast<int>(out.steps.size());
   out.steps.push_back(main);
   out.steps.push_back(fam::plain_step("bwd_post", p, main.s.arch));
@@ -293,7 +298,11 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
     a.lpt_magic_tail = a.lpt_tail > 0 ? fa_div_magic(static_cast<unsigned>(a.lpt_tail)) : 0;
     a.lpt_magic_heads = fa_div_magic(in.launch.grid[1]);
   }
-  if (out->add(&a, sizeof a, alignof(FaBwdArgs))) return true;
+  // (FaBwdArgs[, FaUser with user code]): the template's fa_kernel(args FA_USER_PARAM)
+  if (c.s.mods != nullptr && in.user == nullptr) return fam::fail(why, "bwd_mma", "the user code's arguments (FaUser) are missing");
+  if (out->add(&a, sizeof a, alignof(FaBwdArgs)) &&
+      (c.s.mods == nullptr || out->add(in.user, sizeof(FaUser), alignof(FaUser))))
+    return true;
   if (why) *why = "bwd_mma: kernel parameters do not fit";
   return false;
 }

@@ -1,6 +1,7 @@
 // fwd_combine -- host side of the split-KV combine step (templates/fwd_combine.cuh): a Step of fwd_split's plan
-// (num_splits > 1) that merges the float32 partial outputs and LSEs of the splits into o and lse, one warp per output
-// row. Knob: warps {4, 8} (rows per CTA).
+// (num_splits > 1) that merges the float32 partial outputs and LSEs of the splits into o and lse, one CTA per output
+// row. Knob: warps {4, 8} (warps sharing the splits of a row). On sm_90 it is launched as a programmatic dependent of
+// the split kernel (its launch overlaps the split kernel's tail; the kernel waits before touching memory).
 #include "../common.h"
 
 namespace fa::gen {
@@ -19,10 +20,10 @@ bool valid(const KernelConfig& c, std::string* why) {
 
 Launch launch(const KernelConfig& c, const LaunchShape& sh) {
   Launch l;
-  const long long rows = static_cast<long long>(sh.heads_q) * sh.max_seqlen_q;  // per batch entry (grid y)
-  l.grid[0] = static_cast<unsigned>((rows + c.t[kWarps] - 1) / c.t[kWarps]);
+  l.grid[0] = static_cast<unsigned>(static_cast<long long>(sh.heads_q) * sh.max_seqlen_q);  // rows of a batch entry
   l.grid[1] = static_cast<unsigned>(sh.batch);
   l.block = static_cast<unsigned>(c.t[kWarps] * 32);
+  l.dependent = c.s.arch >= 90;
   return l;
 }
 

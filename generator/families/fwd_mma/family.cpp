@@ -162,15 +162,12 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
   return fam::contiguous_kv_fast_dims(p, "fwd_mma", why);
 }
 
-// With a mask_mod (fa_mods): [mask_blocks at this block_m x block_n, fwd_mma] over the block-sparse workspace
-// (common.h: plan_mask_blocks; per batch entry in varlen, whose lengths differ). Without: the plan of one.
+// With a mask_mod (fa_mods): [mask_blocks at this block_m x block_n, fwd_mma] over the classes and the per-CTA
+// visiting lists (common.h: block_sparse_plan); without: the plan of one.
 Plan plan(const KernelConfig& main, const ProblemDesc& p) {
-  Plan out;
-  if (main.s.mods != nullptr && !main.s.mods->mask_mod.empty())
-    out.workspace_bytes = fam::plan_mask_blocks(main, p, false, 0, &out);
-  out.steps.push_back(main);
-  out.tuned_step = static_cast<int>(out.steps.size()) - 1;
-  return out;
+  const Family& f = *main.s.family;
+  return fam::block_sparse_plan(main, p, fam::BlockSkipping{main.t[kBlockM], main.t[kBlockN], f.knobs[kBlockM].values,
+                                                            f.knobs[kBlockN].values, false, true});
 }
 
 // even_k: fixed-length and seqlen_k a multiple of block_n (no key-boundary predicates).

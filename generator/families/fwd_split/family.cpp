@@ -17,11 +17,10 @@
 // [num_splits, batch, heads_q, seqlen_q]; the workspace is sized by the largest split count any knob value could
 // pick for the problem, so fa_forward_workspace_size holds whichever tunables the chooser serves later.
 #include <algorithm>
-#include <cmath>
 #include <string>
 #include <vector>
 
-#include "../common.h"
+#include "../split_plan.h"
 #include "templates/fwd_split_layout.cuh"
 
 namespace fa::gen {
@@ -31,11 +30,7 @@ namespace {
 enum { kBlockN, kWarps, kStages, kSplitTarget };
 
 constexpr int kMaxRows = kFaSplitRows;   // packed rows per CTA (the contiguous coverage class)
-constexpr int kMinBlocksPerSplit = 4;    // the heuristic never gives a split fewer key blocks
-constexpr int kMaxSplits = 128;          // nor more splits than this (the combine reads every split)
-constexpr int kDefaultSms = 132;         // H100 / H200 when the device is unknown
 constexpr int kMaxHeadDimWide = 512;     // head_dim_v of the wide (MLA) kernel
-constexpr int kLongSplitBlocks = 128;    // a grid of one wave or less doubles its splits while each keeps this many
 
 bool fail(std::string* why, const std::string& msg) { return fam::fail(why, "fwd_split", msg); }
 
@@ -89,36 +84,12 @@ unsigned smem_bytes(const KernelConfig& c) {
 }
 
 int row_tiles(int seqlen_q, int group, int d, int dv) {
-  const int per_cta = fa_split_rows(d, dv);
-  const long long packed = static_cast<long long>(seqlen_q) * group;
-  return static_cast<int>(std::max<long long>(1, (packed + per_cta - 1) / per_cta));
+  return fam::split_row_tiles(seqlen_q, group, fa_split_rows(d, dv));
 }
 
-// The split count of problem p at block_n / split_target: p.num_splits when given (at most the key blocks), else
-// the smallest n whose grid fills the waves of split_target CTAs per SM to at least 95% of the best n's (FA2's wave
-// efficiency rule, waves = CTAs * n / (split_target * SMs), efficiency = waves / ceil(waves)), n at most the key
-// blocks / kMinBlocksPerSplit and kMaxSplits. Depends on batch, heads, seqlen_q, seqlen_k (the capacity, never
-// seqused_k) and the device.
+// The split count at block_n / split_target (split_plan.h's heuristic over this kernel's rows per CTA).
 int split_count(const ProblemDesc& p, int block_n, int split_target) {
-  const int nblk = std::max(1, (p.seqlen_k + block_n - 1) / block_n);
-  if (p.num_splits > 0) return std::min(p.num_splits, nblk);
-  const int sms = p.sm_count > 0 ? p.sm_count : kDefaultSms;
-  const double base = static_cast<double>(p.batch) * p.heads_kv *
-                      row_tiles(p.seqlen_q, p.heads_q / p.heads_kv, p.head_dim, p.head_dim_v);
-  const double slots = static_cast<double>(split_target) * sms;
-  const int cap = std::min(kMaxSplits, std::max(1, nblk / kMinBlocksPerSplit));
-  auto eff = [&](int n) {
-    const double waves = base * n / slots;
-    return waves / std::ceil(waves);
-  };
-  double best = 0;
-  for (int n = 1; n <= cap; ++n) best = std::max(best, eff(n));
-  int n = 1;
-  while (n < cap && eff(n) < 0.95 * best) ++n;
-  // Long splits in one wave or less: twice the CTAs (two waves) balance better as CTAs retire (H200, batch 8 x 128k
-  // keys: 8 splits 0.970 ms, 4 splits 0.986 ms), as long as each split keeps kLongSplitBlocks blocks.
-  if (base * n / slots <= 1.0 && 2 * n <= kMaxSplits && nblk / (2 * n) >= kLongSplitBlocks) n *= 2;
-  return n;
+  return fam::split_count(p, block_n, split_target, fa_split_rows(p.head_dim, p.head_dim_v));
 }
 
 Launch launch(const KernelConfig& c, const LaunchShape& sh) {
@@ -189,30 +160,10 @@ const std::vector<int> kBlockNs = {32, 64, 128};
 const std::vector<int> kSplitTargets = {1, 2, 3, 4};
 
 Plan plan(const KernelConfig& main, const ProblemDesc& p) {
-  Plan out;
-  out.steps.push_back(main);
-  out.tuned_step = 0;
-  const int ns = split_count(p, main.t[kBlockN], main.t[kSplitTarget]);
-  // The workspace: laid out for the largest split count of any knob value, so that its size query does not depend on
-  // the tunables served; allocated only when this point splits.
-  int most = 1;
+  int most = 1;  // the largest split count of any knob value (the reported workspace)
   for (int bn : kBlockNs)
     for (int sp : kSplitTargets) most = std::max(most, split_count(p, bn, sp));
-  if (most > 1) {
-    const size_t rows = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q;
-    const size_t o_bytes = fam::align256(static_cast<size_t>(most) * rows * p.head_dim_v * sizeof(float));
-    out.workspace_reserve_bytes = o_bytes + fam::align256(static_cast<size_t>(most) * rows * sizeof(float));
-    if (ns > 1) {
-      out.off_part_o = 0;
-      out.off_part_lse = o_bytes;
-      out.workspace_bytes = out.workspace_reserve_bytes;
-    }
-  }
-  if (ns > 1) {
-    out.num_splits = ns;
-    out.steps.push_back(fam::default_step("fwd_combine", p, main.s.arch));
-  }
-  return out;
+  return fam::split_kv_plan(main, p, split_count(p, main.t[kBlockN], main.t[kSplitTarget]), most);
 }
 
 const Family kFamily{

@@ -1,14 +1,16 @@
 // fwd_wgmma -- host side of the Hopper forward (templates/fwd_wgmma.cuh), sm_90a, fp16/bf16: TMA loads of Q, K, V
 // into 128-byte-swizzled shared memory (a producer warp), wgmma GEMMs and the online softmax in 1-3 consumer
 // warpgroups (ping-pong, intra-warpgroup overlap), optional persistent tile loop. Chosen before fwd_mma on sm_90
-// wherever q, k and v can be described as TMA tensors (ProblemDesc::tma_ok); elsewhere fwd_mma serves.
+// wherever q, k and v can be described as TMA tensors (ProblemDesc::tma_ok), with or without user code (fa_mods);
+// elsewhere fwd_mma serves.
 //
 // Knobs: consumers in {1, 2, 3} (block_m = 64 * consumers, rendered as kBlockM), block_n in 64..256 step 16,
 // stages in {2, 3, 4} (K/V ring depth), ping_pong (2+ consumers take turns issuing their GEMMs), intra_overlap (the
 // softmax of block j under Q K^T of block j+1), persistent (grid = min(tiles, SMs), a tile loop with a
 // double-buffered Q where it fits).
-// Binding: FaFwdArgs, then FaFwdTma (templates/fa_tma_args.cuh): three 4D tensor maps (head_dim, seq, heads,
-// batch), box (64, block rows, 1, 1), 128-byte swizzle, zero fill past the tensor (head dims pad to 64 columns).
+// Binding: FaFwdArgs, FaUser (only with user code, fa_mods), then FaFwdTma (templates/fa_tma_args.cuh): three 4D
+// tensor maps (head_dim, seq, heads, batch), box (64, block rows, 1, 1), 128-byte swizzle, zero fill past the tensor
+// (head dims pad to 64 columns). Plan: with a mask_mod, [mask_blocks, fwd_wgmma] (block skipping; plan() below).
 // Validity: shared memory within 227 KB and the points ptxas compiles without spills (NVRTC 13 `-Xptxas -v` over
 // the space, H200 session of 2026-11-25, causal bf16; features checked in the CPU compile sweep):
 //   head dims padded to 64:  1-2 consumers: block_n <= 240 (2-3 stages), <= 208 (4); 3 consumers: <= 128
@@ -16,7 +18,8 @@
 //   padded to 192 or 256:    1 consumer: <= 96 (2), <= 64 (3); 2 consumers: <= 80 (2 stages only); 3: none
 // ALiBi / softcap / bias hold more registers: 3 consumers are out with them (fp16 d 64 spilled 80 bytes), block_n
 // is held to 128 (64 at head dims padded past 128); a bias also holds block_n to 64 at head dims padded to 128+ and
-// excludes the persistent loop; the persistent loop holds block_n to 176 (CPU compile sweeps).
+// excludes the persistent loop; the persistent loop holds block_n to 176 (CPU compile sweeps). A score_mod counts as
+// a feature and holds block_n to 64; a mask_mod alone keeps the plain rules (its code runs in a rolled loop).
 #include <fmt/format.h>
 
 #include "../common.h"
@@ -32,7 +35,9 @@ enum { kConsumers, kBlockN, kStages, kPingPong, kIntraOverlap, kPersistent };
 constexpr int kSmemLimit = 232448;  // 227 KB, the sm_90 opt-in maximum (the template's static_assert)
 
 int pad64(int d) { return (d + 63) / 64 * 64; }
-bool features(const Semantic& s) { return s.has_bias || s.has_alibi || s.has_softcap; }
+// A score_mod (fa_mods) runs per S element on the feature path, like the built-in score features.
+bool score_code(const Semantic& s) { return s.mods != nullptr && !s.mods->score_mod.empty(); }
+bool features(const Semantic& s) { return s.has_bias || s.has_alibi || s.has_softcap || score_code(s); }
 
 // The template's shared-memory formula (fwd_wgmma.cuh): Q (or O staging) tiles, the K/V ring, the barriers, 1 KB of
 // alignment slack; two Q tiles when persistent and they fit.
@@ -63,7 +68,8 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (s.head_dim > kMaxHeadDimFast || s.head_dim_v > kMaxHeadDimFast)
     return fail(why, "head dims up to " + std::to_string(kMaxHeadDimFast));
   if (t[kPingPong] != 0 && t[kConsumers] < 2) return fail(why, "ping_pong needs 2 or 3 consumers");
-  if (features(s) && t[kConsumers] == 3) return fail(why, "3 consumers with bias / ALiBi / softcap spill (ptxas)");
+  if (features(s) && t[kConsumers] == 3)
+    return fail(why, "3 consumers with bias / ALiBi / softcap / score_mod spill (ptxas)");
   const int dp = std::max(pad64(s.head_dim), pad64(s.head_dim_v));
   // The bias path loads an element beside every S value: at head dims padded to 128 and more, 128-key blocks
   // spilled 8-16 bytes (with ALiBi, 2 consumers) and the persistent loop 20-48 bytes (d 200, 1 consumer, window).
@@ -77,6 +83,11 @@ bool valid(const KernelConfig& c, std::string* why) {
   // and 3 stages (bias + ALiBi): past 128 columns, features take 64 keys and 2 stages.
   if (features(s)) limit = std::min(limit, dp <= 128 ? 128 : t[kStages] == 2 ? 64 : 0);
   if (t[kPersistent] != 0) limit = std::min(limit, 176);
+  // A score_mod's code runs per S element in the unrolled feature loop, where ptxas hoists every element's loads:
+  // python's relative_bias (a float table read per element) spilled 8-108 bytes with 96-160 keys at d 64 / 128
+  // (1-2 consumers; `-Xptxas -v`, 2026-11-25) and none with 64 keys. A mask_mod runs in a rolled loop
+  // (common/fwd_score.cuh) and keeps the rules above.
+  if (score_code(s)) limit = std::min(limit, 64);
   if (t[kBlockN] > limit) {
     return fail(why, fmt::format("registers: block_n {} with {} consumers and {} stages at head dims padded to {} "
                                  "spills (ptxas); expected <= {}", t[kBlockN], t[kConsumers], t[kStages], dp, limit));
@@ -92,7 +103,7 @@ Tunables defaults(const Semantic& s) {
   Tunables t{{2, 128, 2, 1, 1, 0}};
   if (dp <= 64 && !features(s)) t = Tunables{{3, 128, 2, 1, 1, 0}};
   if (dp > 128) t = Tunables{{2, 80, 2, 1, 1, 0}};
-  if ((s.has_bias && dp >= 128) || (features(s) && dp > 128)) t[kBlockN] = 64;
+  if ((s.has_bias && dp >= 128) || (features(s) && dp > 128) || score_code(s)) t[kBlockN] = 64;
   if (!valid(KernelConfig{s, t}, nullptr)) t = Tunables{{1, 64, 2, 0, 1, 0}};
   return t;
 }
@@ -123,8 +134,17 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
 bool covers(const ProblemDesc& p, int, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (!p.tma_ok) return fail(why, "q/k/v are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
-  if (p.mods != nullptr) return fail(why, "runs no user code (fa_mods) yet");
   return fam::contiguous_kv_fast_dims(p, "fwd_wgmma", why);
+}
+
+// With a mask_mod (fa_mods): [mask_blocks at this block_m x block_n, fwd_wgmma] over the tile classes, which every
+// warp walks itself (no visiting lists; common.h); without: the plan of one.
+Plan plan(const KernelConfig& main, const ProblemDesc& p) {
+  const Family& f = *main.s.family;
+  std::vector<int> block_ms;
+  for (int c : f.knobs[kConsumers].values) block_ms.push_back(64 * c);
+  return fam::block_sparse_plan(main, p, fam::BlockSkipping{64 * main.t[kConsumers], main.t[kBlockN], block_ms,
+                                                            f.knobs[kBlockN].values, false, false});
 }
 
 void finalize(KernelConfig* c, const ProblemDesc& p) {
@@ -170,7 +190,12 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
     if (in.encode_tensor_map == nullptr) return fail(why, "no tensor-map encoder (no device)");
     if (!in.encode_tensor_map(in.encoder_ctx, maps[i], dst[i], why)) return false;
   }
-  if (out->add(&a, sizeof a, alignof(FaFwdArgs)) && out->add(&tma, sizeof tma, alignof(FaFwdTma))) return true;
+  // (FaFwdArgs[, FaUser with user code], FaFwdTma): the template's fa_kernel(args FA_USER_PARAM, tma)
+  if (c.s.mods != nullptr && in.user == nullptr) return fail(why, "the user code's arguments (FaUser) are missing");
+  if (out->add(&a, sizeof a, alignof(FaFwdArgs)) &&
+      (c.s.mods == nullptr || out->add(in.user, sizeof(FaUser), alignof(FaUser))) &&
+      out->add(&tma, sizeof tma, alignof(FaFwdTma)))
+    return true;
   return fail(why, "kernel parameters do not fit");
 }
 
@@ -182,7 +207,7 @@ const Family kFamily{
               Knob{"ping_pong", "pp", "kPingPong", {0, 1}, true}, Knob{"intra_overlap", "ov", "kIntraOverlap", {0, 1}, true},
               Knob{"persistent", "p", "kPersistent", {0, 1}, true}},
     .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes, .launch = &launch,
-    .space = &space, .finalize = &finalize, .render_constants = &render_constants, .bind = &bind};
+    .space = &space, .finalize = &finalize, .render_constants = &render_constants, .plan = &plan, .bind = &bind};
 
 }  // namespace
 
