@@ -44,7 +44,7 @@ extern "C" FA_API fa_status fa_mods_init(fa_mods* m) {
   std::memset(m, 0, sizeof *m);
   m->struct_size = sizeof *m;
   m->version = FA_MODS_VERSION;
-  m->mask_mod_depends = FA_MOD_DEPENDS_BATCH | FA_MOD_DEPENDS_HEAD;  /* the safe default fa.h documents */
+  m->mask_mod_depends = FA_MOD_DEPENDS_BATCH | FA_MOD_DEPENDS_HEAD;  // fa.h: the safe default (0 would share b = 0's)
   return finish(Status::Ok());
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <string>
 
 #include "fa/fa.h"
@@ -86,6 +87,17 @@ TEST_F(UserMods, NoModsNoTag) {
   fa_mods_init(&empty);
   p.mods = &empty;  // present but empty: no user code
   EXPECT_EQ(key().find(".mod"), std::string::npos);
+}
+
+// fa.h: fa_mods_init says the mask depends on both b and h (a 0 bit would share one classification wrongly).
+TEST(UserModsInit, DependsOnBatchAndHeadByDefault) {
+  fa_mods fresh;
+  std::memset(&fresh, 0x5A, sizeof fresh);
+  ASSERT_EQ(fa_mods_init(&fresh), FA_OK);
+  EXPECT_EQ(fresh.mask_mod_depends, FA_MOD_DEPENDS_BATCH | FA_MOD_DEPENDS_HEAD);
+  EXPECT_EQ(fresh.version, FA_MODS_VERSION);
+  EXPECT_EQ(fresh.struct_size, sizeof fresh);
+  EXPECT_EQ(fresh.mask_mod, nullptr);
 }
 
 TEST_F(UserMods, BadDepends) { m.mask_mod_depends = 4; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.mask_mod_depends"); }
