@@ -204,6 +204,14 @@ bool valid(const KernelConfig& c, std::string* why) {
                               user_code ? "fewer S/dP floats or dK/dV registers"
                                          : "8 warps, 2 stages, exactly 64 dK/dV registers and head dims that are "
                                            "multiples of 16"));
+    // A score_mod beside a bias keeps no 64-float S/dP tile even with few dK/dV registers: the compile sweep's
+    // relative-bias record (a float table with 2D strides, its clamp read from a scalar; --full --seed 31,
+    // 2026-11-25) spilled 8 bytes at d 24 (sm_90a, causal) and 68 at d 16 (sm_80, with a mask_mod, varlen) in
+    // 64 x 64 x 4 warps, 2 stages, bias + ALiBi.
+    if (score_code && c.s.has_bias && s_tile >= kBwdMmaBiasSTile)
+      return fail(fmt::format("tile: a {} x {} tile with {} warps holds {} S/dP floats per thread; with a score_mod "
+                              "and a bias it needs fewer than {} to compile without spills",
+                              t[kBlockM], t[kBlockN], t[kWarps], s_tile, kBwdMmaBiasSTile));
   }
   return true;
 }
