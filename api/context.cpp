@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "fa/fa.h"
 #include "runtime/context.h"
@@ -14,59 +15,56 @@ Status bind_device(fa_context c);
 
 using namespace fa::rt;
 
-extern "C" FA_API fa_status fa_context_options_init(fa_context_options* o) {
-  if (o == nullptr) return finish(invalid("options", "a non-NULL fa_context_options*", "NULL"));
-  std::memset(o, 0, sizeof *o);
-  o->struct_size = sizeof *o;
-  o->version = FA_CONTEXT_OPTIONS_VERSION;
-  o->device_ordinal = 0;
-  o->tune_policy = -1;  // -1: take $FA_TUNE_POLICY, else FA_TUNE_ON_FIRST_USE
+namespace {
+// Every *_init: a NULL pointer is an error naming `arg`; otherwise the struct is zeroed and stamped with its size and
+// version, then `defaults` sets the fields whose default is not 0.
+template <class T, class F>
+fa_status init_struct(T* p, const char* arg, const char* type, int version, F&& defaults) {
+  if (p == nullptr) return finish(invalid(arg, std::string("a non-NULL ") + type + "*", "NULL"));
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  p->version = version;
+  defaults(p);
   return finish(Status::Ok());
+}
+}  // namespace
+
+extern "C" FA_API fa_status fa_context_options_init(fa_context_options* o) {
+  return init_struct(o, "options", "fa_context_options", FA_CONTEXT_OPTIONS_VERSION, [](fa_context_options* x) {
+    x->tune_policy = -1;  // -1: take $FA_TUNE_POLICY, else FA_TUNE_ON_FIRST_USE
+  });
 }
 
 extern "C" FA_API fa_status fa_params_init(fa_params* p) {
-  if (p == nullptr) return finish(invalid("params", "a non-NULL fa_params*", "NULL"));
-  std::memset(p, 0, sizeof *p);
-  p->struct_size = sizeof *p;
-  p->version = FA_PARAMS_VERSION;
-  p->dtype = FA_DTYPE_FP16;
-  p->batch = 1;
-  p->heads_q = 1;
-  p->heads_kv = 1;
-  p->mask = FA_MASK_NONE;
-  p->window_left = -1;
-  p->window_right = -1;
-  return finish(Status::Ok());
+  return init_struct(p, "params", "fa_params", FA_PARAMS_VERSION, [](fa_params* x) {
+    x->dtype = FA_DTYPE_FP16;
+    x->batch = 1;
+    x->heads_q = 1;
+    x->heads_kv = 1;
+    x->mask = FA_MASK_NONE;
+    x->window_left = -1;
+    x->window_right = -1;
+  });
 }
 
 extern "C" FA_API fa_status fa_mods_init(fa_mods* m) {
-  if (m == nullptr) return finish(invalid("mods", "a non-NULL fa_mods*", "NULL"));
-  std::memset(m, 0, sizeof *m);
-  m->struct_size = sizeof *m;
-  m->version = FA_MODS_VERSION;
-  m->mask_mod_depends = FA_MOD_DEPENDS_BATCH | FA_MOD_DEPENDS_HEAD;  // fa.h: the safe default (0 would share b = 0's)
-  return finish(Status::Ok());
+  return init_struct(m, "mods", "fa_mods", FA_MODS_VERSION, [](fa_mods* x) {
+    x->mask_mod_depends = FA_MOD_DEPENDS_BATCH | FA_MOD_DEPENDS_HEAD;  // fa.h: the safe default (0 shares b = 0's)
+  });
 }
 
 extern "C" FA_API fa_status fa_bwd_params_init(fa_bwd_params* p) {
-  if (p == nullptr) return finish(invalid("params", "a non-NULL fa_bwd_params*", "NULL"));
-  std::memset(p, 0, sizeof *p);
-  p->struct_size = sizeof *p;
-  p->version = FA_BWD_PARAMS_VERSION;
-  return finish(Status::Ok());
+  return init_struct(p, "params", "fa_bwd_params", FA_BWD_PARAMS_VERSION, [](fa_bwd_params*) {});
 }
 
 extern "C" FA_API fa_status fa_merge_params_init(fa_merge_params* p) {
-  if (p == nullptr) return finish(invalid("params", "a non-NULL fa_merge_params*", "NULL"));
-  std::memset(p, 0, sizeof *p);
-  p->struct_size = sizeof *p;
-  p->version = FA_MERGE_PARAMS_VERSION;
-  p->dtype = FA_DTYPE_FP16;
-  p->num_parts = 1;
-  p->batch = 1;
-  p->heads = 1;
-  p->seqlen = 1;
-  return finish(Status::Ok());
+  return init_struct(p, "params", "fa_merge_params", FA_MERGE_PARAMS_VERSION, [](fa_merge_params* x) {
+    x->dtype = FA_DTYPE_FP16;
+    x->num_parts = 1;
+    x->batch = 1;
+    x->heads = 1;
+    x->seqlen = 1;
+  });
 }
 
 static Status parse_policy(const char* text, int* out) {

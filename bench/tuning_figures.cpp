@@ -39,6 +39,7 @@
 #include "runtime/context.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/nvrtc_compiler.h"
 #include "tuner/chooser.h"
 #include "tuner/cache_store.h"
 #include "tuner/tuner.h"
@@ -471,6 +472,29 @@ bool figure_warm_process(const Args& a, const char* argv0) {
   return ok;
 }
 
+// Per-call enqueue times of `calls` calls of `launch` (false: a call failed) in batches of `batch`, a synchronize
+// (not timed) between batches: one sample per batch. [3] times fa_run and the driver's baseline with it.
+struct BatchTimes {
+  std::vector<double> per_call_us;  // one per batch
+  double enqueue_s = 0;             // the batches' host time together
+  bool ok = true;
+};
+template <class F>
+BatchTimes time_in_batches(const Gpu& g, int calls, int batch, F&& launch) {
+  BatchTimes r;
+  for (int done = 0; done < calls && r.ok;) {
+    const int n = std::min(batch, calls - done);
+    const auto tb = Clock::now();
+    for (int i = 0; i < n && r.ok; ++i) r.ok = launch();
+    const double batch_s = seconds_since(tb);
+    r.enqueue_s += batch_s;
+    r.per_call_us.push_back(1e6 * batch_s / n);
+    sync(g);
+    done += n;
+  }
+  return r;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -488,7 +512,7 @@ double bare_launch_us(const Gpu& g, int calls, int batch) {
       "extern \"C\" __global__ void fa_empty(const __grid_constant__ A a) { if (a.w[39] == 1) asm volatile(\"trap;\"); }\n";
   nvrtcProgram prog = nullptr;
   if (nvrtcCreateProgram(&prog, src, "empty.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) return -1;
-  const std::string arch = "--gpu-architecture=sm_" + std::to_string(g.ctx->arch) + (g.ctx->arch == 90 ? "a" : "");
+  const std::string arch = "--gpu-architecture=" + fa::rt::arch_option(g.ctx->arch);
   const char* opts[] = {arch.c_str()};
   std::vector<char> cubin;
   if (nvrtcCompileProgram(prog, 1, opts) == NVRTC_SUCCESS) {
@@ -512,21 +536,9 @@ double bare_launch_us(const Gpu& g, int calls, int batch) {
   auto launch = [&] { return g.d->cuLaunchKernel(fn, 1, 1, 1, 128, 1, 1, 0, g.stream, params, nullptr); };
   for (int i = 0; i < 16; ++i) launch();
   sync(g);
-  std::vector<double> per_batch_us;
-  for (int done = 0; done < calls;) {
-    const int n = std::min(batch, calls - done);
-    const auto tb = Clock::now();
-    for (int i = 0; i < n; ++i)
-      if (launch() != CUDA_SUCCESS) {
-        g.d->cuModuleUnload(mod);
-        return -1;
-      }
-    per_batch_us.push_back(1e6 * seconds_since(tb) / n);
-    sync(g);
-    done += n;
-  }
+  const BatchTimes bt = time_in_batches(g, calls, batch, [&] { return launch() == CUDA_SUCCESS; });
   g.d->cuModuleUnload(mod);
-  return median(per_batch_us);
+  return bt.ok ? median(bt.per_call_us) : -1;
 }
 
 // [3]: host overhead of fa_run on a cache hit.
@@ -549,23 +561,13 @@ bool figure_host_overhead(const Gpu& g, const Args& a, std::mt19937_64& rng) {
   // Each batch's enqueue time per call is one sample; the figure is their median (a batch that the OS interrupts
   // moves the mean, not the median), and the driver's baseline below is taken the same way.
   constexpr int kBatch = 256;
-  double enqueue_s = 0;
-  std::vector<double> per_batch_us;
-  int calls = 0;
+  const int calls = a.host_calls;
   const auto t0 = Clock::now();
-  while (calls < a.host_calls) {
-    const int n = std::min(kBatch, a.host_calls - calls);
-    const auto tb = Clock::now();
-    for (int i = 0; i < n; ++i) {
-      const fa_status st = fa_run(g.ctx, &p, g.stream);
-      if (st != FA_OK) check_fa(st, "fa_run (host overhead loop)");
-    }
-    const double batch_s = seconds_since(tb);
-    enqueue_s += batch_s;
-    per_batch_us.push_back(1e6 * batch_s / n);
-    sync(g);
-    calls += n;
-  }
+  const BatchTimes bt = time_in_batches(g, calls, kBatch, [&] {
+    const fa_status st = fa_run(g.ctx, &p, g.stream);
+    if (st != FA_OK) check_fa(st, "fa_run (host overhead loop)");
+    return true;
+  });
   const double total_s = seconds_since(t0);
   // The same calls back to back (the queue fills): the GPU's rate for this tiny problem, for comparison.
   const auto tq = Clock::now();
@@ -578,8 +580,8 @@ bool figure_host_overhead(const Gpu& g, const Args& a, std::mt19937_64& rng) {
   const double bare_us = bare_launch_us(g, a.host_calls, kBatch);
   const auto s1 = stats(g);
   const long long compiles = s1.compiles - s0.compiles;
-  const double per_call_us = median(per_batch_us);
-  const double mean_us = 1e6 * enqueue_s / calls;
+  const double per_call_us = median(bt.per_call_us);
+  const double mean_us = 1e6 * bt.enqueue_s / calls;
   const bool ok = compiles == 0 && per_call_us <= kHitLimitUs;
   std::printf(
       "[3] host overhead on a cache hit: %s (tuned and loaded before), %d fa_run on one stream in batches of %d:\n"

@@ -61,6 +61,7 @@ PtxasInfo parse_ptxas(const std::string& log) {
   }
   if (std::regex_search(log, m, stack)) p.stack_bytes = std::stoi(m[1]);
   if (std::regex_search(log, m, smem)) p.smem_static = std::stoi(m[1]);
+  p.wgmma_serialized = log.find("wgmma.mma_async instructions are serialized") != std::string::npos;
   return p;
 }
 

@@ -15,6 +15,9 @@ struct PtxasInfo {
   int spill_loads = 0;    // bytes
   int stack_bytes = 0;
   int smem_static = 0;
+  // ptxas "(C75xx) Potential Performance Loss: wgmma.mma_async instructions are serialized ...": the Hopper kernel
+  // compiled, but its wgmma pipeline waits after every instruction (the compile sweep fails on it).
+  bool wgmma_serialized = false;
 };
 
 struct CompileResult {

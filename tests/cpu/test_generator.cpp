@@ -298,6 +298,14 @@ TEST(Nvrtc, PtxasParser) {
   EXPECT_EQ(p.registers, 168);
   EXPECT_EQ(p.spill_stores, 8);
   EXPECT_EQ(p.spill_loads, 12);
+  EXPECT_FALSE(p.wgmma_serialized);
+  const auto q = fa::rt::parse_ptxas(
+      "ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non "
+      "wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage in "
+      "the function 'fa_kernel'\n"
+      "ptxas info    : Used 168 registers, used 1 barriers, 4096 bytes smem, 912 bytes cmem[0]\n");
+  EXPECT_TRUE(q.wgmma_serialized);
+  EXPECT_EQ(q.registers, 168);
   EXPECT_EQ(p.stack_bytes, 16);
   EXPECT_EQ(p.smem_static, 4096);
 }

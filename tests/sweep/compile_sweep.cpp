@@ -325,9 +325,13 @@ int main(int argc, char** argv) {
         slowest_key = r.key;
       }
       const bool spill = r.ptxas.spill_stores > 0 || r.ptxas.spill_loads > 0;
-      if (!r.ok || spill || r.ptxas.registers < 0) {
+      if (!r.ok || spill || r.ptxas.registers < 0 || r.ptxas.wgmma_serialized) {
         ++failures;
-        fmt::print("FAIL {} ({}): {}\n{}\n", r.key, r.ok ? (spill ? "spills" : "no ptxas report") : "compile error",
+        const char* why = !r.ok ? "compile error"
+                          : spill ? "spills"
+                          : r.ptxas.registers < 0 ? "no ptxas report"
+                                                  : "wgmma serialized by ptxas";
+        fmt::print("FAIL {} ({}): {}\n{}\n", r.key, why,
                    fmt::format("regs {} spill stores {} loads {}", r.ptxas.registers, r.ptxas.spill_stores, r.ptxas.spill_loads),
                    r.log.substr(0, 4000));
       } else if (std::getenv("FA_SWEEP_VERBOSE")) {

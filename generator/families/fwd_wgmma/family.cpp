@@ -38,6 +38,13 @@ int pad64(int d) { return (d + 63) / 64 * 64; }
 // A score_mod (fa_mods) runs per S element on the feature path, like the built-in score features.
 bool score_code(const Semantic& s) { return s.mods != nullptr && !s.mods->score_mod.empty(); }
 bool features(const Semantic& s) { return s.has_bias || s.has_alibi || s.has_softcap || score_code(s); }
+// User code at head dims padded to 256 (either dim above 192) spilled 8-128 bytes at 84 of the valid points of a
+// scan over d 16 / dv 248, d 128 / dv 256, d 200, d 256 with the compile sweep's heaviest mods (every feature mix,
+// 1 and 2 consumers, persistent or not; none at d 136): the mma forward runs those problems.
+constexpr int kMaxUserCodeDim = 192;
+bool user_code_fits(int head_dim, int head_dim_v, bool has_mods) {
+  return !has_mods || std::max(head_dim, head_dim_v) <= kMaxUserCodeDim;
+}
 
 // The template's shared-memory formula (fwd_wgmma.cuh): Q (or O staging) tiles, the K/V ring, the barriers, 1 KB of
 // alignment slack; two Q tiles when persistent and they fit.
@@ -68,6 +75,8 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (s.head_dim > kMaxHeadDimFast || s.head_dim_v > kMaxHeadDimFast)
     return fail(why, "head dims up to " + std::to_string(kMaxHeadDimFast));
   if (t[kPingPong] != 0 && t[kConsumers] < 2) return fail(why, "ping_pong needs 2 or 3 consumers");
+  if (!user_code_fits(s.head_dim, s.head_dim_v, s.mods != nullptr))
+    return fail(why, fmt::format("user code at head dims above {} spills (ptxas)", kMaxUserCodeDim));
   if (features(s) && t[kConsumers] == 3)
     return fail(why, "3 consumers with bias / ALiBi / softcap / score_mod spill (ptxas)");
   const int dp = std::max(pad64(s.head_dim), pad64(s.head_dim_v));
@@ -134,6 +143,8 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
 bool covers(const ProblemDesc& p, int, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (!p.tma_ok) return fail(why, "q/k/v are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
+  if (!user_code_fits(p.head_dim, p.head_dim_v, p.mods != nullptr))
+    return fail(why, fmt::format("user code at head dims above {} (the mma forward runs it)", kMaxUserCodeDim));
   return fam::contiguous_kv_fast_dims(p, "fwd_wgmma", why);
 }
 
