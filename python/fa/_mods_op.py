@@ -84,18 +84,27 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse)
 
 
-def _grads(bwd, ctx, dout, buffer_grads=None):
+def _grads(bwd, ctx, dout, list_grads=(None, None, None)):
     """The gradients of the forward's 21 inputs through `bwd` (the op, or its implementation in eager mode); the
-    buffers' entry is `buffer_grads` (the op's autograd wants a list shaped like the list input, an
-    autograd.Function None)."""
+    entries of the list inputs (buffers, scalars, iscalars) are `list_grads` (an autograd.Function wants None, the
+    op's autograd a value shaped as it flattens the input: see _list_grad)."""
     q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *buffers = ctx.saved_tensors
     dq, dk, dv = bwd(dout, q, k, v, o, lse, *ctx.fa_code, list(buffers), *ctx.fa_scalars, bias, alibi_slopes,
                      cu_seqlens_q, cu_seqlens_k, *ctx.fa_args, torch.are_deterministic_algorithms_enabled())
-    return (dq, dk, dv, None, None, None, buffer_grads) + (None,) * 14
+    return (dq, dk, dv, None, None, None, *list_grads) + (None,) * 12
+
+
+def _list_grad(n: int, of_tensors: bool):
+    """The gradient entry the op's autograd expects for a list input of n items: it flattens a list of tensors (and
+    an empty list, of anything) into its items, so those take a list of Nones, and keeps any other list whole."""
+    return [None] * n if of_tensors or n == 0 else None
 
 
 def _backward(ctx, dout, _dlse):
-    return _grads(torch.ops.fa.attention_mods_bwd, ctx, dout, [None] * ctx.fa_buffers)
+    scalars, iscalars = ctx.fa_scalars
+    return _grads(torch.ops.fa.attention_mods_bwd, ctx, dout,
+                  (_list_grad(ctx.fa_buffers, True), _list_grad(len(scalars), False),
+                   _list_grad(len(iscalars), False)))
 
 
 attention_mods.register_autograd(_backward, setup_context=_setup_context)

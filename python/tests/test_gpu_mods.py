@@ -164,9 +164,13 @@ def test_document_block_skipping_backward_matches_the_reference(docs):
             torch.use_deterministic_algorithms(False)
 
 
-def test_compile_traces_the_mods_backward():
+@pytest.mark.parametrize("which", ["relative_bias", "softcap", "sinks_window"])
+def test_compile_traces_the_mods_backward(which):
+    # The three shapes of the op's list inputs (buffers, scalars, iscalars): empty, of tensors, of numbers.
     q, k, v = inputs(seed=8)
-    mods = fa.mods.relative_bias(torch.randn(q.shape[2], 17, device="cuda"), 8)
+    mods = {"relative_bias": lambda: fa.mods.relative_bias(torch.randn(q.shape[2], 17, device="cuda"), 8),
+            "softcap": lambda: fa.mods.softcap(20.0),
+            "sinks_window": lambda: fa.mods.sinks_window(4, 64)}[which]()
     qs, ks, vs = (t.detach().clone().requires_grad_() for t in (q, k, v))
 
     def f(q, k, v):
