@@ -2,6 +2,7 @@
 // The backward family's plan (generator/families/*/family.cpp: Family::plan) lists the kernels and the workspace;
 // this file binds the common FaBwdArgs to the caller's buffers and enqueues the plan on the caller's stream.
 #include <algorithm>
+#include <cstddef>
 
 #include "api/backward_at.h"
 #include "api/guarded.h"
@@ -64,19 +65,27 @@ FaBwdArgs make_bwd_args(const Prepared& P) {
   return a;
 }
 
+// The block classification step (mask_blocks) of a plan with a mask_mod reads the FaFwdArgs at the head of the
+// FaBwdArgs it is given.
+static_assert(offsetof(FaBwdArgs, f) == 0, "FaBwdArgs starts with the forward's args");
+
 // Enqueues P.plan on `stream` with workspace `ws` (or a stream-ordered allocation when null).
 Status enqueue(fa_context c, const Prepared& P, bool allow_compile, CUstream stream, void* ws, size_t ws_size) {
   FaBwdArgs args = make_bwd_args(P);
   const fa::gen::Plan& plan = P.plan;
+  bind_block_sizes(plan, &args.f);
   auto bind_workspace = [&args, &plan](char* base) {
     auto at = [&](size_t off) -> float* { return off == SIZE_MAX ? nullptr : reinterpret_cast<float*>(base + off); };
     args.delta = at(plan.off_delta);
     args.dq_accum = at(plan.off_dq_accum);
     args.dk_accum = at(plan.off_dk_accum);
     args.dv_accum = at(plan.off_dv_accum);
+    bind_block_workspace(plan, &args.f, base);
   };
-  return enqueue_plan(c, plan, fa::gen::launch_shape(P.d), PlanArgs{&args, sizeof args, bind_workspace},
-                      allow_compile, stream, ws, ws_size);
+  const FaUser user = make_user_args(P.v.fwd);  // user code's buffers and scalars (zero without mods)
+  PlanArgs pa{&args, sizeof args, bind_workspace};
+  pa.user = P.v.fwd.mods != nullptr ? &user : nullptr;
+  return enqueue_plan(c, plan, fa::gen::launch_shape(P.d), pa, allow_compile, stream, ws, ws_size);
 }
 
 TuneRequest backward_tune_request(fa_context c, const Prepared& P, CUstream stream) {

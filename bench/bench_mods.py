@@ -6,6 +6,9 @@ timing) and against fa's built-in where one exists (causal, sliding window) and 
 classification pass and of its forward kernel alone (torch.profiler: the first and the second of the two fa kernels
 of a call); fa's first call of a new mod (NVRTC compiles) against Flex's first call (compile);
 fa's first calls over 20 new sequence lengths and the cache's rows before / after (no compile on new lengths).
+--bwd: forward + backward instead (autograd of the same calls with one dO: fa's forward and its [bwd_pre,
+mask_blocks, bwd_mma, bwd_post] against Flex's compiled forward and backward, and fa's built-in / dense; the
+backward alone as the difference to the forward's time), no first-call figures; --only NAMES limits the mods.
 --json PATH writes every figure; the table goes to stdout."""
 import argparse
 import concurrent.futures
@@ -35,8 +38,9 @@ def event_ms(fn, warmup=3, iters=20):
     return statistics.median(event_times(fn, warmup, iters))
 
 
-def mods_for(s):
-    """name -> (fa Mods, fa builtin kwargs, flex mask_mod or None, flex score_mod or None, flex needs causal mask)."""
+def mods_for(s, only=None):
+    """name -> (fa Mods, fa builtin kwargs, flex mask_mod or None, flex score_mod or None), the names starting with
+    one of `only` (comma-separated) when given; and the built-in kwargs of the mods that restate one."""
     n_docs = 8
     ids = torch.sort(torch.randint(0, n_docs, (s,), device="cuda", dtype=torch.int32)).values
     ids[: n_docs] = torch.arange(n_docs, device="cuda", dtype=torch.int32)  # all 8 present
@@ -57,6 +61,8 @@ def mods_for(s):
     }
     builtin = {"causal (mod)": {"causal": True}, "window 1024 (mod)": {"window": (window - 1, 0)},
                "sinks_window": {"window": (window - 1, 0)}, "relative_bias": {"causal": True}}
+    if only:
+        out = {k: v for k, v in out.items() if any(k.startswith(p) for p in only.split(","))}
     return out, builtin
 
 
@@ -98,6 +104,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--seqs", default="8192,2048")
     ap.add_argument("--skip-first-call", action="store_true", help="only the timings (e.g. a second, tuned run)")
+    ap.add_argument("--bwd", action="store_true", help="time the backward (no first-call figures)")
+    ap.add_argument("--only", help="comma-separated mod names (prefixes) to time, e.g. document,relative_bias")
     args = ap.parse_args()
     torch.manual_seed(0)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -106,9 +114,13 @@ def main():
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": [], "first_call": {},
            "new_lengths": {}, "fa_tune_policy": os.environ.get("FA_TUNE_POLICY")}
     flex = torch.compile(flex_attention, dynamic=True)
-    if not args.skip_first_call:
-        first_calls(res, flex_attention, create_block_mask)
-    timings(res, args, flex, flex_attention, create_block_mask)
+    if args.bwd:
+        res["backward"] = True
+        bwd_timings(res, args, flex, flex_attention, create_block_mask)
+    else:
+        if not args.skip_first_call:
+            first_calls(res, flex_attention, create_block_mask)
+        timings(res, args, flex, flex_attention, create_block_mask)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
 
@@ -155,7 +167,7 @@ def timings(res, args, flex, flex_attention, create_block_mask):
     for s in [int(x) for x in args.seqs.split(",")]:
         q, k, v = (torch.randn(1, s, H, D, device="cuda", dtype=DT) for _ in range(3))
         qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
-        table, builtin = mods_for(s)
+        table, builtin = mods_for(s, args.only)
         # compile every fa kernel of this length first, in parallel (ctypes drops the GIL during fa's calls; each
         # worker thread makes the device's context current first)
         calls = [lambda: fa.attention(q, k, v)] + [lambda m=m, kw=kw: fa.attention(q, k, v, mods=m, **kw)
@@ -207,6 +219,54 @@ def timings(res, args, flex, flex_attention, create_block_mask):
               (f"; min {min(sp.values()):.2f}" if sp else "") +
               (f"; causal (mod) / built-in {c['fa_ms'] / c['builtin_ms']:.3f}" if c.get("builtin_ms") else "") +
               (f"; dense / document(8) {doc['dense_ms'] / doc['fa_ms']:.2f}" if doc else ""))
+
+
+def fwd_bwd_ms(run, inputs, do):
+    """(median ms of forward + backward, median ms of the forward alone, the gradients) of o = run(*inputs) with
+    dO = do: each timed call runs the forward and autograd.grad (Flex's compiled backward refuses a retained graph,
+    so the backward is not timed alone; backward = the difference)."""
+    step = lambda: torch.autograd.grad(run(*inputs), inputs, do)  # noqa: E731
+    with torch.no_grad():
+        fwd = event_ms(lambda: run(*inputs))
+    return event_ms(step), fwd, step()
+
+
+def bwd_timings(res, args, flex, flex_attention, create_block_mask):
+    print(f"{'mod (fwd+bwd)':<20}{'seq':>6}{'fa ms':>9}{'flex ms':>9}{'flex/fa':>9}{'fa bwd':>8}{'flex bwd':>9}"
+          f"{'bwd f/fa':>9}{'builtin ms':>11}{'dense ms':>10}{'max|dq fa-flex|':>16}")
+    for s in [int(x) for x in args.seqs.split(",")]:
+        q, k, v = (torch.randn(1, s, H, D, device="cuda", dtype=DT).requires_grad_() for _ in range(3))
+        qh, kh, vh = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
+        do = torch.randn(1, s, H, D, device="cuda", dtype=DT)
+        dense, _, _ = fwd_bwd_ms(lambda a, b, c: fa.attention(a, b, c), (q, k, v), do)
+        table, builtin = mods_for(s, args.only)
+        for name, (mods, kw, fmask, fscore) in table.items():
+            fa_ms, fa_fwd, g_fa = fwd_bwd_ms(lambda a, b, c: fa.attention(a, b, c, mods=mods, **kw), (q, k, v), do)
+            row = {"mod": name, "seq": s, "fa_fwd_bwd_ms": fa_ms, "fa_bwd_ms": fa_ms - fa_fwd,
+                   "dense_fwd_bwd_ms": dense}
+            try:
+                bmask = create_block_mask(fmask, None, None, s, s, device="cuda")
+                fn = lambda a, b, c: flex(a, b, c, block_mask=bmask, score_mod=fscore)  # noqa: E731
+                try:
+                    torch.autograd.grad(fn(qh, kh, vh), (qh, kh, vh), do.transpose(1, 2))
+                except Exception:  # noqa: BLE001  (dynamic shapes reject some captured-tensor score_mods)
+                    static = torch.compile(flex_attention)
+                    fn = lambda a, b, c: static(a, b, c, block_mask=bmask, score_mod=fscore)  # noqa: E731
+                    row["flex_static_compile"] = True
+                f_ms, f_fwd, g_flex = fwd_bwd_ms(fn, (qh, kh, vh), do.transpose(1, 2))
+                row["flex_fwd_bwd_ms"], row["flex_bwd_ms"] = f_ms, f_ms - f_fwd
+                row["max_abs_diff_dq"] = (g_fa[0].float() - g_flex[0].transpose(1, 2).float()).abs().max().item()
+            except Exception as exc:  # noqa: BLE001
+                row["flex_error"] = str(exc)[:200]
+            if name in builtin:
+                row["builtin_fwd_bwd_ms"], _, _ = fwd_bwd_ms(lambda a, b, c: fa.attention(a, b, c, **builtin[name]),
+                                                           (q, k, v), do)
+            res["rows"].append(row)
+            f, fb, nan = row.get("flex_fwd_bwd_ms"), row.get("flex_bwd_ms"), float("nan")
+            print(f"{name:<20}{s:>6}{fa_ms:>9.3f}{(f or nan):>9.3f}{(f / fa_ms if f else nan):>9.2f}"
+                  f"{row['fa_bwd_ms']:>8.3f}{(fb or nan):>9.3f}{(fb / row['fa_bwd_ms'] if fb else nan):>9.2f}"
+                  f"{row.get('builtin_fwd_bwd_ms', nan):>11.3f}{dense:>10.3f}{row.get('max_abs_diff_dq', nan):>16.4f}",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -85,10 +85,12 @@ struct Plan {
   // (FaFwdArgs::part_o / part_lse); num_splits == 1: none.
   int num_splits = 1;
   size_t off_part_o = SIZE_MAX, off_part_lse = SIZE_MAX;
-  // Block-sparse forward plans (fwd_mma with a mask_mod: [mask_blocks, fwd_mma]): the tile classes
-  // (FaFwdArgs::blk_cls, [batch or 1][heads_q or 1][query blocks][blk_nkb] bytes; blk_shared as in LaunchShape) and
-  // the forward's visiting lists (blk_list, [batch][heads_q][query blocks][blk_nkb] int32); SIZE_MAX: none.
-  size_t off_blk_cls = SIZE_MAX, off_blk_list = SIZE_MAX;
+  // Block-sparse plans (a mask_mod: [mask_blocks, fwd_mma or fwd_wgmma], bwd_mma's [bwd_pre, mask_blocks, bwd_mma,
+  // bwd_post]): the tile classes (FaFwdArgs::blk_cls, [batch or 1][heads_q or 1][query blocks][blk_nkb] bytes;
+  // blk_shared as in LaunchShape), in backward plans transposed too (blk_cls_t, key block major), and the kernel's
+  // visiting lists (blk_list, [batch][heads_q][query blocks][blk_nkb] int32; fwd_wgmma has none); SIZE_MAX: none
+  // (families/common.h: block_workspace).
+  size_t off_blk_cls = SIZE_MAX, off_blk_cls_t = SIZE_MAX, off_blk_list = SIZE_MAX;
   int blk_nkb = 0, blk_mblocks = 0, blk_shared = 0;
 };
 
@@ -121,8 +123,8 @@ struct KernelParams {
 };
 
 // What a family's bind() may use: the common argument struct the runtime filled (FaFwdArgs for forward families,
-// FaBwdArgs for backward ones: the role says which), the user code's values (kernels with fa_mods), the launch, the device, the loaded kernel's registers, and
-// the runtime's tensor-map encoder.
+// FaBwdArgs for backward ones: the role says which), the user code's values (kernels with fa_mods), the launch, the
+// device, the loaded kernel's registers, and the runtime's tensor-map encoder.
 struct BindInput {
   void* args = nullptr;        // FaFwdArgs* or FaBwdArgs*; a family may adjust fields before they are copied
   size_t args_size = 0;
@@ -170,7 +172,9 @@ struct Family {
   // The plan of a call served by this family with its own step at `main` (Forward / Backward roles).
   // null: a plan of one step, `main` finalized for p, no workspace.
   Plan (*plan)(const KernelConfig& main, const ProblemDesc& p) = nullptr;
-  // The kernel parameters of a launch. null: one parameter, the common args struct.
+  // The kernel parameters of a launch, every one of them: with user code (Semantic::mods) the bind also places
+  // BindInput::user where its template declares FA_USER_PARAM (the runtime adds nothing after a bind). null: the
+  // common args struct, then FaUser for a kernel with user code.
   bool (*bind)(const KernelConfig& c, const BindInput& in, KernelParams* out, std::string* why) = nullptr;
 
   int knob_index(std::string_view knob_name) const;  // -1 when the family has no such knob

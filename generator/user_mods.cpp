@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -27,7 +28,7 @@ Interned& interned() {
   return *table;
 }
 
-uint64_t content_hash(std::string_view mask_mod, std::string_view score_mod, int num_buffers,
+uint64_t content_hash(std::string_view mask_mod, std::string_view score_mod, std::string_view grad, int num_buffers,
                       const std::array<int, kMaxUserBuffers>& dtype, const std::array<int, kMaxUserBuffers>& rank) {
   uint64_t h = fnv1a64("fa-user-mods", 12);
   h = fnv1a64(mask_mod.data(), mask_mod.size(), h);
@@ -35,15 +36,17 @@ uint64_t content_hash(std::string_view mask_mod, std::string_view score_mod, int
   h = fnv1a64(score_mod.data(), score_mod.size(), h);
   h = fnv1a64(&num_buffers, sizeof num_buffers, h);
   h = fnv1a64(dtype.data(), sizeof dtype, h);
-  return fnv1a64(rank.data(), sizeof rank, h);
+  h = fnv1a64(rank.data(), sizeof rank, h);
+  if (!grad.empty()) h = fnv1a64(grad.data(), grad.size(), fnv1a64("\0grad", 5, h));  // absent: the old hash
+  return h;
 }
 
 const UserMods* find(const std::vector<std::unique_ptr<UserMods>>& same_hash, std::string_view mask_mod,
-                     std::string_view score_mod, int num_buffers, const std::array<int, kMaxUserBuffers>& dtype,
-                     const std::array<int, kMaxUserBuffers>& rank) {
+                     std::string_view score_mod, std::string_view grad, int num_buffers,
+                     const std::array<int, kMaxUserBuffers>& dtype, const std::array<int, kMaxUserBuffers>& rank) {
   for (const auto& m : same_hash)
-    if (m->mask_mod == mask_mod && m->score_mod == score_mod && m->num_buffers == num_buffers &&
-        m->buf_dtype == dtype && m->buf_rank == rank)
+    if (m->mask_mod == mask_mod && m->score_mod == score_mod && m->score_mod_grad == grad &&
+        m->num_buffers == num_buffers && m->buf_dtype == dtype && m->buf_rank == rank)
       return m.get();
   return nullptr;
 }
@@ -51,27 +54,28 @@ const UserMods* find(const std::vector<std::unique_ptr<UserMods>>& same_hash, st
 }  // namespace
 
 const UserMods* intern_user_mods(std::string_view mask_mod, std::string_view score_mod, int num_buffers,
-                                 const int* buf_dtype, const int* buf_rank) {
-  if (mask_mod.empty() && score_mod.empty() && num_buffers == 0) return nullptr;
+                                 const int* buf_dtype, const int* buf_rank, std::string_view grad) {
+  if (mask_mod.empty() && score_mod.empty() && grad.empty() && num_buffers == 0) return nullptr;
   std::array<int, kMaxUserBuffers> dtype{}, rank{};
   for (int n = 0; n < num_buffers && n < kMaxUserBuffers; ++n) {
     dtype[static_cast<size_t>(n)] = buf_dtype[n];
     rank[static_cast<size_t>(n)] = buf_rank[n];
   }
-  const uint64_t h = content_hash(mask_mod, score_mod, num_buffers, dtype, rank);
+  const uint64_t h = content_hash(mask_mod, score_mod, grad, num_buffers, dtype, rank);
   Interned& t = interned();
   {
     std::shared_lock<std::shared_mutex> lock(t.mu);
     auto it = t.records.find(h);
     if (it != t.records.end())
-      if (const UserMods* m = find(it->second, mask_mod, score_mod, num_buffers, dtype, rank)) return m;
+      if (const UserMods* m = find(it->second, mask_mod, score_mod, grad, num_buffers, dtype, rank)) return m;
   }
   std::unique_lock<std::shared_mutex> lock(t.mu);
   auto& same_hash = t.records[h];
-  if (const UserMods* m = find(same_hash, mask_mod, score_mod, num_buffers, dtype, rank)) return m;
+  if (const UserMods* m = find(same_hash, mask_mod, score_mod, grad, num_buffers, dtype, rank)) return m;
   auto m = std::make_unique<UserMods>();
   m->mask_mod = std::string(mask_mod);
   m->score_mod = std::string(score_mod);
+  m->score_mod_grad = std::string(grad);
   m->num_buffers = num_buffers;
   m->buf_dtype = dtype;
   m->buf_rank = rank;
@@ -111,13 +115,18 @@ std::string render_user_mods(const UserMods* m) {
   } else {
     src += "  return true;\n}\n";
   }
-  src += "FA_DEVICE float fa_user_score(float s, int b, int h, int i, int j, const FaUser& u) {\n";
-  if (m != nullptr && !m->score_mod.empty()) {
-    src += "  (void)b; (void)h; (void)i; (void)j; (void)u;\n#line 1 \"score_mod\"\n";
-    src += m->score_mod;
-    src += "\n#line 1 \"fa_user_code\"\n}\n";
-  } else {
-    src += "  return s;\n}\n";
+  // score_mod and its derivative (backward records only), each under its own #line name
+  for (const auto& [fn, name, body, stub] :
+       {std::tuple{"fa_user_score", "score_mod", m != nullptr ? &m->score_mod : nullptr, "s"},
+        std::tuple{"fa_user_score_grad", "score_mod_grad", m != nullptr ? &m->score_mod_grad : nullptr, "1.0f"}}) {
+    src += fmt::format("FA_DEVICE float {}(float s, int b, int h, int i, int j, const FaUser& u) {{\n", fn);
+    if (body != nullptr && !body->empty()) {
+      src += fmt::format("  (void)b; (void)h; (void)i; (void)j; (void)u;\n#line 1 \"{}\"\n", name);
+      src += *body;
+      src += "\n#line 1 \"fa_user_code\"\n}\n";
+    } else {
+      src += fmt::format("  return {};\n}}\n", stub);
+    }
   }
   return src;
 }

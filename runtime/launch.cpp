@@ -88,23 +88,32 @@ FaUser make_user_args(const fa_params& p) {
   return u;
 }
 
+void bind_block_sizes(const gen::Plan& plan, FaFwdArgs* args) {
+  if (plan.off_blk_cls == SIZE_MAX) return;
+  const long long per_head = static_cast<long long>(plan.blk_mblocks) * plan.blk_nkb;
+  args->blk_nkb = plan.blk_nkb;
+  args->blk_nmb = plan.blk_mblocks;
+  args->blk_cls_sh = (plan.blk_shared & 2) ? 0 : per_head;
+  args->blk_cls_sb = (plan.blk_shared & 1) ? 0 : per_head * ((plan.blk_shared & 2) ? 1 : args->heads_q);
+}
+
+void bind_block_workspace(const gen::Plan& plan, FaFwdArgs* args, char* ws) {
+  if (plan.off_blk_cls != SIZE_MAX) args->blk_cls = reinterpret_cast<unsigned char*>(ws + plan.off_blk_cls);
+  if (plan.off_blk_cls_t != SIZE_MAX) args->blk_cls_t = reinterpret_cast<unsigned char*>(ws + plan.off_blk_cls_t);
+  if (plan.off_blk_list != SIZE_MAX) args->blk_list = reinterpret_cast<int*>(ws + plan.off_blk_list);
+}
+
 PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args, const FaUser* user) {
   PlanArgs pa{args, sizeof *args, {}};
   pa.user = user;
   args->num_splits = plan.num_splits;
-  if (plan.off_blk_cls != SIZE_MAX) {
-    const long long per_head = static_cast<long long>(plan.blk_mblocks) * plan.blk_nkb;
-    args->blk_nkb = plan.blk_nkb;
-    args->blk_cls_sh = (plan.blk_shared & 2) ? 0 : per_head;
-    args->blk_cls_sb = (plan.blk_shared & 1) ? 0 : per_head * ((plan.blk_shared & 2) ? 1 : args->heads_q);
-  }
+  bind_block_sizes(plan, args);
   // One binding for every workspace region the plan has (split partials, block classes and visiting lists).
   if (plan.workspace_bytes > 0)
     pa.bind_workspace = [args, &plan](char* ws) {
       if (plan.off_part_o != SIZE_MAX) args->part_o = reinterpret_cast<float*>(ws + plan.off_part_o);
       if (plan.off_part_lse != SIZE_MAX) args->part_lse = reinterpret_cast<float*>(ws + plan.off_part_lse);
-      if (plan.off_blk_cls != SIZE_MAX) args->blk_cls = reinterpret_cast<unsigned char*>(ws + plan.off_blk_cls);
-      if (plan.off_blk_list != SIZE_MAX) args->blk_list = reinterpret_cast<int*>(ws + plan.off_blk_list);
+      bind_block_workspace(plan, args, ws);
     };
   return pa;
 }
@@ -282,6 +291,9 @@ Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std:
     in.encode_tensor_map = &encode_tensor_map;
     gen::KernelParams params;
     std::string why;
+    // The family's bind places every parameter, FaUser included (in.user; fwd_wgmma: fa_kernel(args FA_USER_PARAM,
+    // tma)); without one: the common args struct, then, for a kernel with user code, its FaUser (fa_kernel(args
+    // FA_USER_PARAM)). One path each, so the user parameter is never passed twice.
     if (f.bind != nullptr) {
       if (!f.bind(step, in, &params, &why))
         st = error(FA_ERROR_INTERNAL, "binding the arguments of " + kernels[i]->key + ": " + why);

@@ -41,12 +41,17 @@ struct PlanArgs {
 // The forward plan's args: the split count, and the workspace binding of the split partials (plan and args must
 // outlive the returned PlanArgs' use).
 PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args, const FaUser* user);
+// Block skipping (plans with a mask_blocks step, forward or backward): the classes' sizes and strides, and their
+// workspace regions (classes, transposed classes, visiting lists). No-ops for plans without.
+void bind_block_sizes(const gen::Plan& plan, FaFwdArgs* args);
+void bind_block_workspace(const gen::Plan& plan, FaFwdArgs* args, char* ws);
 // The user code's parameter (fa_mods' buffers and scalars) of params p; zero without mods.
 FaUser make_user_args(const fa_params& p);
 
 // Enqueues every step of `plan` on `stream`: kernels (allow_compile as in kernel_for), the workspace (the caller's
 // `ws` of `ws_size` bytes, or a stream-ordered allocation freed on the stream after the last step), each step's
-// parameters (the family's bind, default: the common args), the launch (with the family's cluster dims).
+// parameters (the family's bind, which places a.user itself; default: the common args, then a.user for a step with
+// user code), the launch (with the family's cluster dims and dependent-launch flag).
 // Never synchronizes.
 Status enqueue_plan(fa_context c, const gen::Plan& plan, const gen::LaunchShape& shape, const PlanArgs& a,
                     bool allow_compile, CUstream stream, void* ws, size_t ws_size);

@@ -79,11 +79,14 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-Status validate_mods(const fa_mods& m, const gen::UserMods** out, int* depends) {
+Status validate_mods(const fa_mods& m, bool backward, const gen::UserMods** out, int* depends) {
   if (m.version < 1 || m.version > FA_MODS_VERSION)
     return error(FA_ERROR_INVALID_VERSION, fmt::format("mods.version: expected 1..{} (call fa_mods_init), got {}",
                                                        FA_MODS_VERSION, m.version));
-  const size_t expected = m.version == 1 ? offsetof(fa_mods, mask_mod_depends) : sizeof(fa_mods);
+  // Each version's struct ends where the next one's fields begin; fields past it are never read.
+  const size_t expected = m.version == 1   ? offsetof(fa_mods, mask_mod_depends)
+                          : m.version == 2 ? offsetof(fa_mods, score_mod_grad)
+                                           : sizeof(fa_mods);
   if (m.struct_size != expected)
     return error(FA_ERROR_INVALID_VERSION,
                  fmt::format("mods.struct_size: expected {} for version {} (call fa_mods_init), got {}", expected,
@@ -119,9 +122,19 @@ Status validate_mods(const fa_mods& m, const gen::UserMods** out, int* depends) 
   }
   const char* mask = m.mask_mod != nullptr ? m.mask_mod : "";
   const char* score = m.score_mod != nullptr ? m.score_mod : "";
-  for (auto [f, body] : {std::pair{"mods.mask_mod", mask}, std::pair{"mods.score_mod", score}})
+  const char* grad = m.version >= 3 && m.score_mod_grad != nullptr ? m.score_mod_grad : "";
+  for (auto [f, body] : {std::pair{"mods.mask_mod", mask}, std::pair{"mods.score_mod", score},
+                         std::pair{"mods.score_mod_grad", grad}})
     if (std::strlen(body) > 65536) return invalid(f, "at most 64 KiB of source", std::strlen(body));
-  *out = gen::intern_user_mods(mask, score, m.num_buffers, dtypes, ranks);
+  if (*grad != '\0' && *score == '\0')
+    return invalid("mods.score_mod_grad", "NULL without a score_mod (it is score_mod's derivative)", "a body");
+  if (backward && *score != '\0' && *grad == '\0')
+    return invalid("mods.score_mod_grad",
+                   m.version >= 3 ? "the body of d score_mod / d s for the backward (fa.h: fa_mods), as score_mod is set"
+                                  : "the body of d score_mod / d s for the backward (fa_mods version 3), as score_mod is set",
+                   m.version >= 3 ? "NULL" : fmt::format("absent (fa_mods version {})", m.version));
+  // The forward never reads the derivative: its kernels' keys hold the mask and score code alone.
+  *out = gen::intern_user_mods(mask, score, m.num_buffers, dtypes, ranks, backward ? grad : "");
   return Status::Ok();
 }
 
@@ -189,7 +202,7 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   const gen::UserMods* mods = nullptr;
   int mods_depends = FA_MOD_DEPENDS_BATCH | FA_MOD_DEPENDS_HEAD;
   if (p.mods != nullptr) {
-    Status ms = validate_mods(*p.mods, &mods, &mods_depends);
+    Status ms = validate_mods(*p.mods, false, &mods, &mods_depends);
     if (!ms.ok()) return ms;
   }
   if (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 256)
@@ -386,7 +399,11 @@ Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc
   if (p.lse == nullptr) return invalid("fwd.lse", "the forward's LSE (non-NULL) for the backward", "NULL");
   if (d.paged) return error(FA_ERROR_NOT_SUPPORTED, "fwd.block_table: the backward takes no paged cache (expected NULL)");
   if (d.seqused) return error(FA_ERROR_NOT_SUPPORTED, "fwd.seqused_k: the backward takes no used lengths (expected NULL)");
-  if (d.mods != nullptr) return error(FA_ERROR_NOT_SUPPORTED, "fwd.mods: the backward runs no user code yet (expected NULL)");
+  if (d.mods != nullptr) {  // again with the derivative of score_mod, which the backward's kernels run
+    int depends = 0;
+    st = validate_mods(*p.mods, true, &d.mods, &depends);
+    if (!st.ok()) return st;
+  }
   if (p.head_dim > gen::kMaxHeadDimFast || p.head_dim_v > gen::kMaxHeadDimFast)
     return error(FA_ERROR_NOT_SUPPORTED, fmt::format("fwd.head_dim / head_dim_v: the backward takes head dims up to {}, got {} / {}",
                                                      gen::kMaxHeadDimFast, p.head_dim, p.head_dim_v));

@@ -11,8 +11,9 @@ namespace fa::rt {
 // Copies *in (of any known struct_size/version) into *out (current layout, defaults for missing fields) and
 // validates it. On failure nothing is written to *desc.
 // fa_mods checked and its semantic part interned (*out: nullptr when it holds no code and no buffers).
-// *depends: the FA_MOD_DEPENDS_* bits (version 1: both).
-Status validate_mods(const fa_mods& m, const gen::UserMods** out, int* depends);
+// *depends: the FA_MOD_DEPENDS_* bits (version 1: both). `backward`: score_mod needs score_mod_grad, which the
+// record then holds (the forward's record never does: its kernel keys do not depend on the derivative).
+Status validate_mods(const fa_mods& m, bool backward, const gen::UserMods** out, int* depends);
 
 Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* desc);
 

@@ -26,12 +26,24 @@
 // XOR-swizzled in 16-byte chunks where the padded head dim is a multiple of 64, else padded by 16 bytes; P and
 // dS'^T rows are padded (smem_layout.cuh: conflict-free ldmatrix in both, conflict-free cp.async writes in the
 // swizzled one). Head dims that are not multiples of 16 are zero-padded in the reduction.
+// User code (fa_mods; fa_user_* rendered by generator/user_mods.cpp, called for in-range (i, j) only): on the
+// feature path s' = score_mod(s) after ALiBi and dS' gains the factor score_mod_grad(s) at the same raw s; masked
+// tiles hide the pairs mask_mod refuses. Block skipping (kBlockSparse, set with a mask_mod; the plan's mask_blocks
+// step classified every tile at this kernel's block_m x block_n, args.f.blk_cls / blk_cls_t, fa_args.cuh): warp 0
+// compacts the CTA's column of classes of every head of its group into its visiting list (args.f.blk_list,
+// common/blk_visit.cuh; the other warps count it), the tile loop walks that list (cyclically from an entry rotated by
+// the key block, or in order in the deterministic mode): query blocks the mask hides wholly are never loaded, tiles
+// it hides nowhere skip the masking code. In the deterministic mode a tile's dQ' ticket is then its key block's rank
+// among the visible key blocks of its row (args.f.blk_cls). Without classes (blk_cls_t null) every tile of the band
+// is visited and masked.
 // Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kMask (causal: the CTA order above; the band itself comes
-// through args' window), kHasBias, kHasAlibi, kHasSoftcap, kBlockM, kBlockN, kWarps, kStages.
+// through args' window), kHasBias, kHasAlibi, kHasSoftcap, kHasMaskMod, kHasScoreMod, kBlockM, kBlockN, kWarps,
+// kStages.
 #ifndef FA_BWD_MMA_CUH
 #define FA_BWD_MMA_CUH
 
 #include "bwd_mma_tiling.cuh"
+#include "common/blk_visit.cuh"
 #include "common/sm80.cuh"
 #include "smem_layout.cuh"
 
@@ -57,17 +69,19 @@ constexpr int kPitchK = fa_smem_pitch(kDPad), kPitchV = fa_smem_pitch(kDVPad), k
 constexpr int kKeyWarps1 = L.wk1, kQueryWarps1 = L.wq1, kKeyTiles1 = L.mt1, kQueryTiles1 = L.nt1;
 constexpr int kKeyWarps2 = L.wk2, kColWarps2 = L.wd2, kKeyTiles2 = L.mt2, kDkPairs = L.npk, kDvPairs = L.npv;
 constexpr int kQueryWarps3 = L.wq3, kColWarps3 = L.wd3, kQueryTiles3 = L.mt3, kDqPairs = L.np3;
-constexpr bool kFeat = fa_cfg::kHasSoftcap || fa_cfg::kHasBias || fa_cfg::kHasAlibi;
+constexpr bool kFeat = fa_cfg::kHasSoftcap || fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasScoreMod;
+constexpr bool kBlockSparse = fa_cfg::kHasMaskMod;  // walk the classified tiles only (mask_blocks)
 // Which GEMM phases run software-pipelined (bwd_mma_tiling.cuh: register budget per phase).
 constexpr int kPersist = fa_bwd_persistent_regs(L), kPipeBudget = fa_bwd_pipe_budget();
-constexpr bool kPipeAny = !kFeat && fa_bwd_even_cols(L);
+constexpr bool kPipeAny = !kFeat && !kBlockSparse && fa_bwd_even_cols(L);
 constexpr bool kPipe1 = kPipeAny && kPersist + fa_bwd_pipe_g1(L) <= kPipeBudget;
 constexpr bool kPipe2 = kPipeAny && kPersist + fa_bwd_pipe_g2(L) <= kPipeBudget;
 constexpr bool kPipe3 = kPipeAny && kPersist + fa_bwd_pipe_g3(L) <= kPipeBudget;
 // dQ' red.adds spread over GEMM 2 (bwd_mma_tiling.cuh: fa_bwd_interleave).
 constexpr bool kInterleave = kPipe2 && fa_bwd_interleave(L, kStages);
 // Lean per-tile load addressing (see issue_next in the kernel) where registers allow (bwd_mma_tiling.cuh).
-constexpr bool kLeanIssue = fa_bwd_lean_issue(L);
+// (Block skipping decodes each tile from its list: the plain per-tile addressing.)
+constexpr bool kLeanIssue = fa_bwd_lean_issue(L) && !kBlockSparse;
 // Shared memory (16-bit elements, then floats: LSE and Delta per stage; causal: then the CTA mailbox, 4 ints).
 constexpr int kOffV = kBlockN * kPitchK, kOffQ = kOffV + kBlockN * kPitchV;
 constexpr int kOffDo = kOffQ + kStages * kBlockM * kPitchK, kOffP = kOffDo + kStages * kBlockM * kPitchV;
@@ -255,7 +269,7 @@ __device__ __forceinline__ int cta_coord(const volatile int* mailbox, int i) {
 // Register discipline: minBlocksPerSM = 1 is explicit (ptxas gets the whole register file of one CTA), the
 // reduction loops are unrolled by 2 at most, and bwd_mma.cpp bounds fa_bwd_acc_regs() so that every accepted point
 // compiles without spills (checked by the NVRTC sweep).
-extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaBwdArgs args) {
+extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaBwdArgs args FA_USER_PARAM) {
   using namespace fa_bwd_mma;
   extern __shared__ __align__(128) unsigned char fa_smem_raw[];
   T* sm = reinterpret_cast<T*>(fa_smem_raw);
@@ -322,7 +336,24 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     m_hi = z < 0 ? 0 : min(m_hi, z / kBlockM + 1);
   }
   const int nm = max(0, m_hi - m_lo);
-  const int total = nm * a.group;
+  int total = nm * a.group;
+  // Block skipping: the visiting list of this CTA, the query blocks of every head of its group in order, from the
+  // classes (common/blk_visit.cuh: entries ((hl * blk_nmb + m) << 1) | full for query head g * group + hl).
+  const int* blist = nullptr;
+  if constexpr (kBlockSparse) {
+    if (a.blk_cls_t != nullptr) {
+      int* list = a.blk_list + (((long long)b * a.heads_kv + g) * gridDim.x + nb) * ((long long)a.group * a.blk_nmb);
+      int count = 0;
+      for (int hl = 0; hl < a.group; ++hl) {
+        const unsigned char* col = a.blk_cls_t + (long long)b * a.blk_cls_sb +
+                                   (long long)(g * a.group + hl) * a.blk_cls_sh + (long long)nb * a.blk_nmb;
+        count += fa_blk_list<false>(col, m_lo, m_hi, hl * a.blk_nmb, list + count, warp == 0);
+      }
+      __syncthreads();  // warp 0's list is visible to the CTA
+      blist = list;
+      total = count;
+    }
+  }
   const bool keys_cut = n0 + kBlockN > seq.sk;  // this CTA's last keys lie past seqlen_k
 
   // This warp's place in the three GEMMs: its first key row / query column / query row, and its column block.
@@ -348,6 +379,16 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   // admit key blocks in order). step() moves (hh, mm) to the next tile and returns the row step of mm (kBlockM, or
   // kBlockM - nm * kBlockM at the wrap); new_head: the head advanced (mm is back at m_first).
   const int m_first = args.deterministic || nm == 0 ? m_lo : m_lo + nb % nm;
+  // Block skipping: the list walked from entry l_first on, cyclically (the same rotation); tile_at decodes entry it
+  // of the walk into its head, query block and class (full: no masking).
+  const int l_first = args.deterministic || total == 0 ? 0 : nb % total;
+  auto tile_at = [&](int it, int& hh, int& mm, bool& full) {
+    const int e = blist[it + l_first < total ? it + l_first : it + l_first - total];
+    const int idx = e >> 1, hl = idx / a.blk_nmb;
+    hh = cta_coord(mailbox, 1) * a.group + hl;
+    mm = idx - hl * a.blk_nmb;
+    full = (e & 1) != 0;
+  };
   auto step = [&](int& hh, int& mm, bool& new_head) {
     int rows = kBlockM;
     if (++mm == m_hi) {
@@ -363,6 +404,13 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   // per-tile address work that sits between the barrier and GEMM 1 (where nothing overlaps it) stays small; else
   // they are recomputed per tile (fewer live registers).
   int h = g * a.group, m = m_first, h_next = h, m_next = m;
+  bool tile_full = false;  // block skipping: the tile (h, m) is wholly visible
+  int it_next = 0;         // block skipping: the walk's entry that issue_next loads
+  if (kBlockSparse && blist != nullptr && total > 0) {
+    tile_at(0, h, m, tile_full);
+    h_next = h;
+    m_next = m;
+  }
   long long q_next = qb + (seq.base_q + (long long)m_first * kBlockM) * a.q_ss + (long long)h * a.q_sh;
   long long do_next = dob + (seq.base_q + (long long)m_first * kBlockM) * args.do_ss + (long long)h * args.do_sh;
   long long l_next = (long long)b * a.lse_sb + (long long)h * a.lse_sh + seq.base_q + (long long)m_first * kBlockM;
@@ -403,6 +451,11 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     };
     if (kLeanIssue && i0 + kBlockM <= seq.sq) rows(Bool<kLeanIssue>{});
     else rows(Bool<false>{});
+    if (kBlockSparse && blist != nullptr) {
+      bool full_next;
+      if (++it_next < total) tile_at(it_next, h_next, m_next, full_next);
+      return;
+    }
     bool new_head;
     const int rows_step = step(h_next, m_next, new_head);
     if constexpr (kLeanIssue) {
@@ -455,11 +508,12 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       bool need_mask = keys_cut;
       if (a.win_left >= 0) need_mask = need_mask || n0t < i0 + kBlockM - 1 + off - a.win_left;
       if (a.win_right >= 0) need_mask = need_mask || n0t + kBlockN - 1 > i0 + off + a.win_right;
+      if constexpr (kBlockSparse) need_mask = blist == nullptr || !tile_full;  // classes cover every mask
       const float slope = fa_cfg::kHasAlibi ? a.alibi[h] : 0.f;
       const T* bias = fa_cfg::kHasBias ? static_cast<const T*>(a.bias) + (long long)cta_coord(mailbox, 2) * a.bias_sb +
                                              (long long)h * a.bias_sh
                                        : nullptr;
-      // P and dS' of this warp's tile to shared memory; MASKED: apply the band and the end of the keys.
+      // P and dS' of this warp's tile to shared memory; MASKED: apply the band, the end of the keys and mask_mod.
       auto p_ds = [&](auto masked) {
         constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
@@ -495,16 +549,25 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
                       sv += FaElem<fa_cfg::kDtype>::to_float(bias[(long long)i * a.bias_sq + (long long)j * a.bias_sk]);
                   }
                   if constexpr (fa_cfg::kHasAlibi) sv -= slope * fabsf((float)(i + off - j));
+                  if constexpr (fa_cfg::kHasScoreMod) {  // the derivative at the raw s the forward's score_mod saw
+                    if (i < seq.sq && j < seq.sk) {
+                      dcap *= fa_user_score_grad(sv, cta_coord(mailbox, 2), h, i, j, FA_USER_ARGS);
+                      sv = fa_user_score(sv, cta_coord(mailbox, 2), h, i, j, FA_USER_ARGS);
+                    }
+                  }
                   p = fa_exp2(sv * kLog2e - lq[nt][e]);
                 }
                 if constexpr (kMasked) {
                   bool vis = j < seq.sk;
                   if (a.win_left >= 0) vis = vis && j >= i + off - a.win_left;
                   if (a.win_right >= 0) vis = vis && j <= i + off + a.win_right;
+                  if constexpr (fa_cfg::kHasMaskMod)
+                    vis = vis && i < seq.sq && fa_user_mask(cta_coord(mailbox, 2), h, i, j, FA_USER_ARGS);
                   p = vis ? p : 0.f;
                 }
                 pv[e] = p;
                 dsv[e] = p * (dp[mt][nt][hf * 2 + e] - dl[e]) * dcap;
+                if constexpr (fa_cfg::kHasScoreMod) dsv[e] = p != 0.f ? dsv[e] : 0.f;  // hidden: whatever the grad
               }
               const int qc0 = g1_query0 + nt * 8 + (lane & 3) * 2;
               *reinterpret_cast<unsigned*>(sm + kOffP + kr * kPitchP + qc0) = pack2(pv[0], pv[1]);
@@ -583,6 +646,11 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
             n_lo = y > 0 ? y / kBlockN : 0;
           }
           ticket = cta_coord(mailbox, 0) - n_lo;
+          if (kBlockSparse && blist != nullptr && warp == 0) {  // the rank among the row's visible key blocks
+            const unsigned char* row = a.blk_cls + (long long)cta_coord(mailbox, 2) * a.blk_cls_sb +
+                                       (long long)h * a.blk_cls_sh + (long long)m * a.blk_nkb;
+            ticket = fa_blk_count(row, 0, cta_coord(mailbox, 0));
+          }
           if (tid == 0)
             while (ld_acquire(sem) != ticket) {
             }
@@ -599,8 +667,12 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         warp_mma<GemmDk>(acc_dk, sDs, g2_key0, sQ, g2_colblk * kDkPairs * 16, lane);
       }
     }
-    bool new_head;
-    step(h, m, new_head);  // the tile computed next
+    if (kBlockSparse && blist != nullptr) {  // the tile computed next
+      if (it + 1 < total) tile_at(it + 1, h, m, tile_full);
+    } else {
+      bool new_head;
+      step(h, m, new_head);
+    }
   }
 
   // ---- Epilogue: dK = scale * acc_dk, dV = acc_dv in the dtype (32-bit stores of column pairs).

@@ -69,6 +69,12 @@ struct FaFwdArgs {
   long long blk_cls_sb, blk_cls_sh;
   int blk_nkb;                    // key blocks per query block row (the maximum over the batch)
   int blk_pad;
+  // Backward plans (bwd_mma with a mask_mod) also get the classes transposed, for their key-block-major CTAs:
+  // blk_cls_t[bb*blk_cls_sb + hh*blk_cls_sh + n_block*blk_nmb + m_block] (blk_nmb query blocks per key block, the
+  // maximum over the batch); blk_list is then the backward's scratch (bwd_mma.cuh). null: none.
+  unsigned char* blk_cls_t;
+  int blk_nmb;
+  int blk_pad2;
 };
 
 struct FaBwdArgs {

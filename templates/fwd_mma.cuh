@@ -186,13 +186,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       const unsigned char* cls = args.blk_cls + (long long)b * args.blk_cls_sb + (long long)h * args.blk_cls_sh +
                                  (long long)m_block * args.blk_nkb;
       int* list = args.blk_list + (((long long)b * args.heads_q + h) * gridDim.x + m_block) * args.blk_nkb;
-      int count = 0;
-      for (int base = nb_hi - 1; base >= nb_lo; base -= 32) {  // common/blk_visit.cuh: lane l votes for base - l
-        const FaBlkVotes v = fa_blk_votes(cls, base, nb_lo);
-        if (warp == 0 && ((v.visit >> lane) & 1u))
-          list[count + __popc(v.visit & ((1u << lane) - 1u))] = ((base - lane) << 1) | (int)((v.full >> lane) & 1u);
-        count += __popc(v.visit);
-      }
+      const int count = fa_blk_list<true>(cls, nb_lo, nb_hi, 0, list, warp == 0);  // common/blk_visit.cuh
       __syncthreads();  // warp 0's list is visible to the CTA
       n_blocks = count;
       blist = list;

@@ -1,12 +1,14 @@
-// mask_blocks.cuh -- the block classification step of the forward's plan (fwd_mma, fwd_wgmma) when the problem
-// has a mask_mod (fa_mods): for every (query block of kBlockM rows, key block of kBlockN keys) tile of the forward's
-// grid, whether the mask (the built-in mask, the key range and mask_mod together, exactly as the forward applies
-// them) hides every pair (0: the forward never loads the block), some (1: the forward masks it per element) or none
-// (2: the forward skips the per-element mask). One CTA of 4 warps per tile: the warps take every fourth row, their
-// lanes the tile's keys, and vote (a warp stops once its rows make the tile partial); rows past the query length
-// take no part (their outputs are never stored), keys past the key length count as hidden.
-// Written to args.blk_cls (layout in fa_args.cuh). Grid: x = key blocks, y = query blocks, z = batch entries x heads
-// classified (1 where the mask does not depend on them); 4 warps.
+// mask_blocks.cuh -- the block classification step of the plans of fwd_mma, fwd_wgmma and bwd_mma when the problem
+// has a mask_mod (fa_mods): for every (query block of kBlockM rows, key block of kBlockN keys) tile of the kernel's
+// grid, whether the mask (the built-in mask, the key range and mask_mod together, exactly as the kernels apply them)
+// hides every pair (0: the tile is never loaded nor computed), some (1: it is masked per element) or none (2: the
+// per-element mask is skipped). One CTA of 4 warps per tile: the warps take every fourth row, their lanes the tile's
+// keys, and vote (a warp stops once its rows make the tile partial); rows past the query length take no part (their
+// outputs are never stored; the backward gives them P = 0), keys past the key length count as hidden.
+// Written to args.blk_cls and, for the backward's key-block-major CTAs, transposed to args.blk_cls_t when that is set
+// (layouts in fa_args.cuh). Grid: x = key blocks, y = query blocks, z = batch entries x heads classified (1 where the
+// mask does not depend on them); 4 warps. A backward plan passes its FaBwdArgs, whose first member is the FaFwdArgs
+// read here.
 // Reads fa_cfg: kVarlen, kMask, kHasMaskMod, kBlockM, kBlockN.
 #ifndef FA_MASK_BLOCKS_CUH
 #define FA_MASK_BLOCKS_CUH
@@ -61,11 +63,14 @@ extern "C" __global__ void __launch_bounds__(128) fa_kernel(const FaFwdArgs args
     s_all[warp] = all;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
+  // thread 0 writes the class, thread 32 its transposed copy (backward plans)
+  if (threadIdx.x == 0 || (threadIdx.x == 32 && args.blk_cls_t != nullptr)) {
     any = s_any[0] || s_any[1] || s_any[2] || s_any[3];
     all = s_all[0] && s_all[1] && s_all[2] && s_all[3];
-    args.blk_cls[(long long)bb * args.blk_cls_sb + (long long)hh * args.blk_cls_sh + (long long)mb * args.blk_nkb + nb] =
-        (unsigned char)(!any ? 0 : all ? 2 : 1);
+    const long long head = (long long)bb * args.blk_cls_sb + (long long)hh * args.blk_cls_sh;
+    const unsigned char cls = (unsigned char)(!any ? 0 : all ? 2 : 1);
+    if (threadIdx.x == 0) args.blk_cls[head + (long long)mb * args.blk_nkb + nb] = cls;
+    else args.blk_cls_t[head + (long long)nb * args.blk_nmb + mb] = cls;
   }
 }
 

@@ -78,65 +78,89 @@ namespace fa::gen::fam {
 inline size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
 inline long long rows_q(const ProblemDesc& p) { return p.varlen ? p.total_q : static_cast<long long>(p.batch) * p.seqlen_q; }
 
-// The start of every backward plan: the float32 Delta region [heads_q * rows_q] (indexed like the LSE), and the
-// bwd_pre step at its defaults. Returns the next free offset.
-inline size_t backward_plan_start(const ProblemDesc& p, int arch, Plan* plan) {
-  plan->off_delta = 0;
-  const Family* pre = find_family("bwd_pre");
-  const Semantic s = semantic_for(*pre, p, arch);
-  plan->steps.push_back(KernelConfig{s, pre->defaults(s)});
-  return align256(static_cast<size_t>(rows_q(p)) * static_cast<size_t>(p.heads_q) * sizeof(float));
-}
-
 // A step of family `name` at its defaults for the same problem as `main`.
 inline KernelConfig default_step(const char* name, const ProblemDesc& p, int arch) {
   const Family* f = find_family(name);
   const Semantic s = semantic_for(*f, p, arch);
   return KernelConfig{s, f->defaults(s)};
 }
+// The same for a step that runs no user code (bwd_pre, bwd_post): its key carries no mod tag, so every mod shares it.
+inline KernelConfig plain_step(const char* name, const ProblemDesc& p, int arch) {
+  KernelConfig c = default_step(name, p, arch);
+  c.s.mods = nullptr;
+  return c;
+}
 
-}  // namespace fa::gen::fam
+// The start of every backward plan: the float32 Delta region [heads_q * rows_q] (indexed like the LSE), and the
+// bwd_pre step at its defaults. Returns the next free offset.
+inline size_t backward_plan_start(const ProblemDesc& p, int arch, Plan* plan) {
+  plan->off_delta = 0;
+  plan->steps.push_back(plain_step("bwd_pre", p, arch));
+  return align256(static_cast<size_t>(rows_q(p)) * static_cast<size_t>(p.heads_q) * sizeof(float));
+}
 
-namespace fa::gen::fam {
+// Block skipping (a mask_mod; templates/mask_blocks.cuh, fa_args.cuh): which classifications are shared
+// (LaunchShape::blk_shared: 1 over batch entries, never in varlen, whose lengths differ; 2 over heads), from
+// fa_mods.mask_mod_depends.
+inline int blk_shared(const ProblemDesc& p) {
+  return ((p.mask_mod_depends & 1) == 0 && !p.varlen ? 1 : 0) | ((p.mask_mod_depends & 2) == 0 ? 2 : 0);
+}
 
-// Block skipping with a mask_mod (fa_mods): the workspace of a forward whose tile is block_m x block_n: the tile
-// classes (shared over batch entries / heads where fa_mods.mask_mod_depends allows it: blk_shared bits 1 / 2), then,
-// with `lists`, the forward's per-CTA visiting lists (fwd_mma's blk_list). Fills the plan's block fields; returns
-// the bytes.
-inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, int blk_shared, bool lists, Plan* out) {
-  out->blk_shared = blk_shared;
+// How a kernel skips blocks: its tile, every tile its family may choose (the size query reserves the largest
+// layout, so that a caller's buffer stays large enough when tuning swaps another winner in), and which regions it
+// reads beside the tile classes: the classes transposed (key block major: the backward's CTAs) and visiting lists
+// (fwd_mma's and bwd_mma's; fwd_wgmma's warps walk the classes themselves).
+struct BlockSkipping {
+  int block_m = 0, block_n = 0;
+  std::vector<int> block_ms, block_ns;
+  bool transposed = false, lists = false;
+};
+
+// The workspace of block skipping at a block_m x block_n tile, from offset `off`: the tile classes ([batch or 1]
+// [heads_q or 1][query blocks][key blocks] bytes), with `transposed` the same classes key block major, with `lists`
+// the kernels' visiting lists ([batch][heads_q][query blocks][key blocks] int32: a forward CTA's key blocks, or a
+// backward CTA's query blocks of each head of its group). Fills the plan's block fields; returns the end.
+inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bool transposed, bool lists, size_t off,
+                              Plan* out) {
+  out->blk_shared = blk_shared(p);
   out->blk_mblocks = std::max(1, (p.seqlen_q + block_m - 1) / block_m);
   out->blk_nkb = std::max(1, (p.seqlen_k + block_n - 1) / block_n);
   const size_t tiles = static_cast<size_t>(out->blk_mblocks) * static_cast<size_t>(out->blk_nkb);
-  const size_t batch_c = (blk_shared & 1) ? 1 : static_cast<size_t>(p.batch);
-  const size_t heads_c = (blk_shared & 2) ? 1 : static_cast<size_t>(p.heads_q);
-  out->off_blk_cls = 0;
-  const size_t cls_bytes = align256(batch_c * heads_c * tiles);
-  if (!lists) return cls_bytes;
-  out->off_blk_list = cls_bytes;
-  return cls_bytes + align256(static_cast<size_t>(p.batch) * p.heads_q * tiles * sizeof(int));
+  const size_t batch_c = (out->blk_shared & 1) ? 1 : static_cast<size_t>(p.batch);
+  const size_t heads_c = (out->blk_shared & 2) ? 1 : static_cast<size_t>(p.heads_q);
+  out->off_blk_cls = off;
+  off = align256(off + batch_c * heads_c * tiles);
+  if (transposed) {
+    out->off_blk_cls_t = off;
+    off = align256(off + batch_c * heads_c * tiles);
+  }
+  if (!lists) return off;
+  out->off_blk_list = off;
+  return off + align256(static_cast<size_t>(p.batch) * p.heads_q * tiles * sizeof(int));
 }
 
-// The plan of a forward (`main`, its tile block_m x block_n) with a mask_mod: [mask_blocks at that tile, main] over
-// the block-sparse workspace (per batch entry in varlen, whose lengths differ). Its size query reports the largest
-// layout over the family's tiles (block_ms x block_ns), so that a caller's buffer stays large enough when tuning
-// swaps another winner in. Without a mask_mod: the plan of one.
-inline Plan block_sparse_plan(const KernelConfig& main, const ProblemDesc& p, int block_m, int block_n,
-                              const std::vector<int>& block_ms, const std::vector<int>& block_ns, bool lists) {
+// Appends the mask_blocks step at the kernel's tile (main's block skipping `b`) to the plan and lays out its
+// workspace from `off` (block_workspace), reserving the largest layout over b's tiles. Returns the end.
+inline size_t plan_mask_blocks(const KernelConfig& main, const ProblemDesc& p, const BlockSkipping& b, size_t off,
+                               Plan* out) {
+  KernelConfig cls = default_step("mask_blocks", p, main.s.arch);
+  cls.t[0] = b.block_m;
+  cls.t[1] = b.block_n;
+  out->steps.push_back(cls);
+  for (int bm : b.block_ms)
+    for (int bn : b.block_ns) {
+      Plan probe;
+      out->workspace_reserve_bytes =
+          std::max(out->workspace_reserve_bytes, block_workspace(p, bm, bn, b.transposed, b.lists, off, &probe));
+    }
+  return block_workspace(p, b.block_m, b.block_n, b.transposed, b.lists, off, out);
+}
+
+// The plan of a forward (`main`) with a mask_mod: [mask_blocks at its tile, main] over the block-sparse workspace
+// (plan_mask_blocks; per batch entry in varlen, whose lengths differ). Without a mask_mod: the plan of one.
+inline Plan block_sparse_plan(const KernelConfig& main, const ProblemDesc& p, const BlockSkipping& b) {
   Plan out;
-  if (main.s.mods != nullptr && !main.s.mods->mask_mod.empty()) {
-    KernelConfig cls = default_step("mask_blocks", p, main.s.arch);
-    cls.t[0] = block_m;
-    cls.t[1] = block_n;
-    out.steps.push_back(cls);
-    const int shared = ((p.mask_mod_depends & 1) == 0 && !p.varlen ? 1 : 0) | ((p.mask_mod_depends & 2) == 0 ? 2 : 0);
-    for (int bm : block_ms)
-      for (int bn : block_ns) {
-        Plan probe;
-        out.workspace_reserve_bytes = std::max(out.workspace_reserve_bytes, block_workspace(p, bm, bn, shared, lists, &probe));
-      }
-    out.workspace_bytes = block_workspace(p, block_m, block_n, shared, lists, &out);
-  }
+  if (main.s.mods != nullptr && !main.s.mods->mask_mod.empty()) out.workspace_bytes = plan_mask_blocks(main, p, b, 0, &out);
   out.steps.push_back(main);
   out.tuned_step = static_cast<int>(out.steps.size()) - 1;
   return out;

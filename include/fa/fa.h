@@ -152,13 +152,23 @@ FA_API int fa_context_has_device(fa_context context);
  * GPU with the caller's privileges, as any kernel the caller launches; it must be pure (no writes, no
  * synchronization) and total (defined for every b, h, i, j in range). A body that does not compile fails the call
  * with FA_ERROR_COMPILE and NVRTC's log, its lines counted in the user's own snippet ("mask_mod(3): error: ...").
- * Block skipping (the tensor-core forwards: the Hopper one on sm_90, the mma one elsewhere): with a mask_mod, each
- * call first classifies every (query block, key block) tile on the device with the mask (built-in mask, key range and
- * mask_mod together): key blocks the mask hides wholly are never loaded, blocks it hides nowhere skip the per-element
- * mask. The classification is per
- * (b, h) unless mask_mod_depends (version 2) says the mask ignores h or b: then it is computed once and shared.
- * Forward only for now (the backward rejects mods). */
-#define FA_MODS_VERSION 2
+ * Block skipping (the tensor-core kernels: the forwards, the Hopper one on sm_90 and the mma one elsewhere, and
+ * bwd_mma, the tensor-core backward): with a mask_mod, each call first classifies every (query block, key block)
+ * tile on the device with the mask (built-in mask, key range and mask_mod together): blocks the mask hides wholly
+ * are never loaded (the forwards skip key blocks, the backward skips the query blocks of each key block), blocks it
+ * hides nowhere skip the per-element mask. The classification is per (b, h) unless mask_mod_depends (version 2)
+ * says the mask ignores h or b: then it is computed once and shared.
+ * Backward (fa_run_backward with fwd->mods): mask_mod needs nothing more. A score_mod needs its derivative with
+ * respect to s, score_mod_grad (version 3), the body of
+ *   float score_mod_grad(float s, int b, int h, int i, int j, const FaUser& u)   d score_mod / d s at this s
+ * where s is the same raw score the forward's score_mod receives (after softmax_scale, softcap, bias and ALiBi; the
+ * backward chains it with softcap's own derivative). A backward call with a score_mod and no score_mod_grad fails
+ * with FA_ERROR_INVALID_ARGUMENT naming mods.score_mod_grad. The forward never reads it, and it is not part of the
+ * forward's kernel key. Examples (README.md shows them with their score_mods):
+ *   softcap c:       score_mod  return u.scalar[0] * tanhf(s / u.scalar[0]);
+ *                    grad       float t = tanhf(s / u.scalar[0]); return 1.0f - t * t;
+ *   ALiBi, relative bias (anything of the form s + f(b, h, i, j)):  grad  return 1.0f; */
+#define FA_MODS_VERSION 3
 #define FA_MOD_DEPENDS_BATCH 1 /* mask_mod_depends bits: mask_mod reads b (e.g. per-sequence document ids) */
 #define FA_MOD_DEPENDS_HEAD 2  /* mask_mod reads h */
 #define FA_MAX_USER_BUFFERS 4
@@ -188,6 +198,9 @@ typedef struct fa_mods {
                                version 1: both). A wrong 0 bit gives wrong results: the block classification of
                                b = 0 / h = 0 is used for every batch entry / head. Never part of the kernel key. */
   int32_t reserved1;        /* must be 0 */
+  /* ---- version 3 */
+  const char* score_mod_grad; /* NUL-terminated body of d score_mod / d s (see above), or NULL; needed by the
+                                 backward when score_mod is set, must be NULL without a score_mod */
 } fa_mods;
 FA_API fa_status fa_mods_init(fa_mods* mods);
 
@@ -293,8 +306,9 @@ FA_API int fa_is_supported(fa_context context, const fa_params* params);
 FA_API fa_status fa_problem_key(fa_context context, const fa_params* params, char* buf, size_t size);
 
 /* ---- backward -------------------------------------------------------------------------------------------------- */
-/* The forward params (q, k, v, o, lse, masks, bias, alibi, softcap, scale, varlen) describe the problem; lse must be
- * the forward's LSE. Bias is an input only: no gradient with respect to bias is computed. */
+/* The forward params (q, k, v, o, lse, masks, bias, alibi, softcap, scale, varlen, mods) describe the problem; lse
+ * must be the forward's LSE. Bias is an input only: no gradient with respect to bias (or to anything user code
+ * reads) is computed. User code (fwd->mods) runs here too: a score_mod needs score_mod_grad (fa_mods above). */
 #define FA_BWD_PARAMS_VERSION 1
 typedef struct fa_bwd_params {
   uint32_t struct_size; /* sizeof(fa_bwd_params) */

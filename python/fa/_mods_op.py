@@ -1,7 +1,10 @@
-"""The PyTorch operator fa::attention_mods: the forward with user code (fa.Mods), forward only.
+"""The PyTorch operators fa::attention_mods / fa::attention_mods_bwd: the forward and backward with user code
+(fa.Mods).
 
-Same op-level views and arguments as fa::attention_fwd (see _torch_ops), plus the Mods' bodies, buffers and
-scalars as plain op arguments, with a fake (meta) implementation so that torch.compile traces it.
+Same op-level views and arguments as fa::attention_fwd / fa::attention_bwd (see _torch_ops), plus the Mods' bodies,
+buffers and scalars as plain op arguments, with fake (meta) implementations so that torch.compile traces them, and
+autograd wired from the forward op to the backward one (q, k, v get gradients; buffers, scalars, bias, ALiBi slopes
+and cu_seqlens none). In eager mode the same implementations run under a plain autograd.Function, as _torch_ops does.
 """
 
 # No `from __future__ import annotations` here: torch.library.custom_op reads the annotations as types.
@@ -12,24 +15,29 @@ import torch
 from torch import Tensor
 
 from ._tensor_params import last_dim_contiguous, output_shapes
-from ._torch_ops import run_forward
+from ._torch_ops import eager_function, run_backward, run_forward
 from .mods import Mods
 
 
-def _mods_impl(q: Tensor, k: Tensor, v: Tensor, mask_mod: Optional[str], score_mod: Optional[str],
-               buffers: List[Tensor], scalars: List[float], iscalars: List[int], bias: Optional[Tensor],
-               alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
-               max_seqlen_q: int, max_seqlen_k: int, mask: int, window_left: int, window_right: int, softcap: float,
-               scale: float, depends: str) -> Tuple[Tensor, Tensor]:
-    q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
-
+def _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device):
+    """attach(params) for run_forward / run_backward: the fa_mods of these op arguments, kept alive by the caller."""
     def attach(p):
-        m, keep = Mods(mask_mod, score_mod, buffers, scalars, iscalars, depends=depends).to_struct(q.device)
+        m, keep = Mods(mask_mod, score_mod, buffers, scalars, iscalars, depends=depends,
+                       score_mod_grad=score_mod_grad).to_struct(device)
         p.mods = ctypes.pointer(m)
         return m, keep
+    return attach
 
+
+def _mods_impl(q: Tensor, k: Tensor, v: Tensor, mask_mod: Optional[str], score_mod: Optional[str],
+               score_mod_grad: Optional[str], buffers: List[Tensor], scalars: List[float], iscalars: List[int],
+               bias: Optional[Tensor], alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
+               cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, mask: int, window_left: int,
+               window_right: int, softcap: float, scale: float, depends: str) -> Tuple[Tensor, Tensor]:
+    q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
     rest = (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left,
             window_right, softcap, scale)
+    attach = _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, q.device)
     return run_forward(q, k, v, rest, attach)
 
 
@@ -37,20 +45,86 @@ attention_mods = torch.library.custom_op("fa::attention_mods", mutates_args=())(
 
 
 @attention_mods.register_fake
-def _attention_mods_fake(q, k, v, mask_mod, score_mod, buffers, scalars, iscalars, bias, alibi_slopes, cu_seqlens_q,
-                         cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left, window_right, softcap, scale,
-                         depends):
+def _attention_mods_fake(q, k, v, mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, bias,
+                         alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left,
+                         window_right, softcap, scale, depends):
     o_shape, lse_shape = output_shapes(q, k, v, cu_seqlens_q)
     return q.new_empty(o_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
 
+def _mods_bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, mask_mod: Optional[str],
+                   score_mod: Optional[str], score_mod_grad: Optional[str], buffers: List[Tensor],
+                   scalars: List[float], iscalars: List[int], bias: Optional[Tensor], alibi_slopes: Optional[Tensor],
+                   cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
+                   max_seqlen_k: int, mask: int, window_left: int, window_right: int, softcap: float, scale: float,
+                   depends: str, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    rest = (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left,
+            window_right, softcap, scale)
+    attach = _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, q.device)
+    return run_backward(dout, q, k, v, o, lse, rest, deterministic, attach)
+
+
+attention_mods_bwd = torch.library.custom_op("fa::attention_mods_bwd", mutates_args=())(_mods_bwd_impl)
+
+
+@attention_mods_bwd.register_fake
+def _attention_mods_bwd_fake(dout, q, k, v, o, lse, *_rest):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, bias, alibi_slopes, cu_seqlens_q,
+     cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left, window_right, softcap, scale, depends) = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *buffers)
+    ctx.fa_buffers = len(buffers)
+    ctx.fa_code = (mask_mod, score_mod, score_mod_grad)
+    ctx.fa_scalars = (list(scalars), list(iscalars))
+    ctx.fa_args = (max_seqlen_q, max_seqlen_k, mask, window_left, window_right, softcap, scale, depends)
+    ctx.mark_non_differentiable(lse)
+
+
+def _grads(bwd, ctx, dout, list_grads=(None, None, None)):
+    """The gradients of the forward's 21 inputs through `bwd` (the op, or its implementation in eager mode); the
+    entries of the list inputs (buffers, scalars, iscalars) are `list_grads` (an autograd.Function wants None, the
+    op's autograd a value shaped as it flattens the input: see _list_grad)."""
+    q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *buffers = ctx.saved_tensors
+    dq, dk, dv = bwd(dout, q, k, v, o, lse, *ctx.fa_code, list(buffers), *ctx.fa_scalars, bias, alibi_slopes,
+                     cu_seqlens_q, cu_seqlens_k, *ctx.fa_args, torch.are_deterministic_algorithms_enabled())
+    return (dq, dk, dv, None, None, None, *list_grads) + (None,) * 12
+
+
+def _list_grad(n: int, of_tensors: bool):
+    """The gradient entry the op's autograd expects for a list input of n items: it flattens a list of tensors (and
+    an empty list, of anything) into its items, so those take a list of Nones, and keeps any other list whole."""
+    return [None] * n if of_tensors or n == 0 else None
+
+
+def _backward(ctx, dout, _dlse):
+    scalars, iscalars = ctx.fa_scalars
+    return _grads(torch.ops.fa.attention_mods_bwd, ctx, dout,
+                  (_list_grad(ctx.fa_buffers, True), _list_grad(len(scalars), False),
+                   _list_grad(len(iscalars), False)))
+
+
+attention_mods.register_autograd(_backward, setup_context=_setup_context)
+
+
+# Eager mode: the implementations under a plain autograd.Function (no dispatcher cost per call).
+_EagerModsAttention = eager_function(_mods_impl, _mods_bwd_impl, _setup_context, _grads)
+
+
 def forward_with_mods(q, k, v, mods: Mods, rest) -> Tuple[Tensor, Tensor]:
-    """(o, lse) of the op-level views with user code: the op while torch.compile traces, else its implementation."""
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise NotImplementedError("fa: the backward with user code (mods) is not supported yet; run the forward "
-                                  "under torch.no_grad() or without requires_grad")
-    args = (q, k, v, mods.mask_mod, mods.score_mod, list(mods.buffers), list(mods.scalars), list(mods.iscalars),
-            *rest, mods.depends)
+    """(o, lse) of the op-level views with user code: the op while torch.compile traces, else its implementation
+    (under autograd when q, k or v requires grad; the backward then runs fa_run_backward with the same code)."""
+    if mods.score_mod is not None and mods.score_mod_grad is None and torch.is_grad_enabled() and (
+            q.requires_grad or k.requires_grad or v.requires_grad):
+        raise ValueError("fa: the backward of a score_mod needs its derivative: give fa.Mods(score_mod_grad=...), "
+                         "the body of d score_mod / d s at the same s (include/fa/fa.h, fa_mods)")
+    args = (q, k, v, mods.mask_mod, mods.score_mod, mods.score_mod_grad, list(mods.buffers), list(mods.scalars),
+            list(mods.iscalars), *rest, mods.depends)
     if torch.compiler.is_compiling():
         return torch.ops.fa.attention_mods(*args)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _EagerModsAttention.apply(*args)
     return _mods_impl(*args)

@@ -98,7 +98,7 @@ class UserBuffer(ctypes.Structure):
 
 
 class Mods(ctypes.Structure):
-    """fa_mods (user code: mask_mod / score_mod bodies, buffers, scalars)."""
+    """fa_mods (user code: mask_mod / score_mod / score_mod_grad bodies, buffers, scalars)."""
     _fields_ = [
         ("struct_size", c_uint32),
         ("version", c_uint32),
@@ -111,6 +111,7 @@ class Mods(ctypes.Structure):
         ("iscalars", c_int32 * 8),
         ("mask_mod_depends", c_int32),
         ("reserved1", c_int32),
+        ("score_mod_grad", ctypes.c_char_p),
     ]
 
 

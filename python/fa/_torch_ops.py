@@ -121,6 +121,14 @@ def _bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Ten
                   alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
                   max_seqlen_q: int, max_seqlen_k: int, mask: int, window_left: int, window_right: int,
                   softcap: float, scale: float, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    return run_backward(dout, q, k, v, o, lse, (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                max_seqlen_k, mask, window_left, window_right, softcap, scale),
+                        deterministic)
+
+
+def run_backward(dout, q, k, v, o, lse, rest, deterministic: bool, attach=None) -> Tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) of the op-level views: gradients allocated, fa_params filled from the forward's arguments `rest`
+    (then `attach(params)` may add to it, as in run_forward), fa_run_backward on the current stream."""
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
     o, dout = last_dim_contiguous(o), last_dim_contiguous(dout)
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -128,12 +136,12 @@ def _bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Ten
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     if q.numel() == 0 or k.numel() == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
-    p, keep = build_params(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                           max_seqlen_k, mask, window_left, window_right, softcap, scale)
-    bp = build_bwd_params(p, dout, dq, dk, dv, cu_seqlens_q is not None, deterministic)
+    p, keep = build_params(q, k, v, o, lse, *rest)
+    keep_attached = attach(p) if attach is not None else None
+    bp = build_bwd_params(p, dout, dq, dk, dv, rest[2] is not None, deterministic)
     with torch.cuda.device(q.device):
         default_context(_device_index(q.device)).run_backward(bp, _stream(q.device))
-    del keep
+    del keep, keep_attached
     return dq, dk, dv
 
 
@@ -170,21 +178,27 @@ def _backward(ctx, dout, _dlse):
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-class _EagerAttention(torch.autograd.Function):
-    """Eager mode: the ops' own implementations under a plain autograd.Function. The dispatcher path of a
+def eager_function(fwd_impl, bwd_impl, setup_context, grads):
+    """Eager mode: an op pair's own implementations under a plain autograd.Function. The dispatcher path of a
     torch.library.custom_op costs a few hundred microseconds of host time per call (H200, torch 2.11: backward
     312 us through torch.ops.fa.attention_bwd against 88 us for the library call it wraps), which is more than the
     GPU time of a small problem; torch.compile still sees the ops (attention() picks them while compiling)."""
 
-    @staticmethod
-    def forward(ctx, *inputs):
-        o, lse = _fwd_impl(*inputs)
-        _setup_context(ctx, inputs, (o, lse))
-        return o, lse
+    class _Eager(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *inputs):
+            o, lse = fwd_impl(*inputs)
+            setup_context(ctx, inputs, (o, lse))
+            return o, lse
 
-    @staticmethod
-    def backward(ctx, dout, _dlse):
-        return _grads(_bwd_impl, ctx, dout)
+        @staticmethod
+        def backward(ctx, dout, _dlse):
+            return grads(bwd_impl, ctx, dout)
+
+    return _Eager
+
+
+_EagerAttention = eager_function(_fwd_impl, _bwd_impl, _setup_context, _grads)
 
 
 def _forward(q, k, v, rest):
@@ -244,7 +258,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
               scale: Optional[float] = None, layout: str = "bshd", cu_seqlens_q: Optional[Tensor] = None,
               cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q: Optional[int] = None,
               max_seqlen_k: Optional[int] = None, return_lse: bool = False, mods=None):
-    """FlashAttention forward (differentiable; with user code `mods` (fa.Mods), forward only). See python/README.md and include/fa/fa.h for the semantics.
+    """FlashAttention forward (differentiable, with user code `mods` (fa.Mods) too: a score_mod then needs its
+    score_mod_grad). See python/README.md and include/fa/fa.h for the semantics.
 
     q [B, Sq, Hq, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv] (layout="bshd"), or [B, H, S, D] views
     (layout="bhsd", no copy), or varlen [total, H, D] with cu_seqlens_q/k (int32 [B+1]). Masks are aligned to the

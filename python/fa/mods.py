@@ -1,15 +1,19 @@
 """User code for fa.attention: any mask (mask_mod) and any score function (score_mod), as CUDA C source.
 
-A Mods holds the BODIES of two device functions that fa compiles into its kernel with NVRTC (include/fa/fa.h,
+A Mods holds the BODIES of device functions that fa compiles into its kernels with NVRTC (include/fa/fa.h,
 "user code"):
-    bool  mask_mod (int b, int h, int i, int j, const FaUser& u)            -> may query i see key j?
-    float score_mod(float s, int b, int h, int i, int j, const FaUser& u)   -> the new score
+    bool  mask_mod (int b, int h, int i, int j, const FaUser& u)                 -> may query i see key j?
+    float score_mod(float s, int b, int h, int i, int j, const FaUser& u)        -> the new score
+    float score_mod_grad(float s, int b, int h, int i, int j, const FaUser& u)   -> d score_mod / d s at s
 plus up to 4 tensors the code reads (u.buf[n], typed as fa_buf<n>_t; u.shape[n][d], u.stride[n][d] in elements)
 and up to 8 float scalars (u.scalar[n]) and 8 int scalars (u.iscalar[n]). The kernel key holds a hash of the code
-and the tensors' dtypes and ranks: new tensor contents, shapes or scalars never recompile. Forward only for now.
+and the tensors' dtypes and ranks: new tensor contents, shapes or scalars never recompile. The backward (autograd)
+runs them too: a score_mod then needs score_mod_grad, its derivative at the same raw s the forward's score_mod
+receives; a mask_mod needs nothing more. No gradient flows into the buffers or scalars.
 
-The ready mods below (document, prefix_lm, sinks_window, chunked, relative_bias) each carry a PyTorch restatement
-(`reference_mask` / `reference_score`) that the tests compare against.
+The ready mods below (document, prefix_lm, sinks_window, chunked, relative_bias, softcap) each carry a PyTorch
+restatement (`reference_mask` / `reference_score`) that the tests compare against, and their derivative where they
+have a score_mod.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ def _dtype_code(t) -> int:
 
 
 class Mods:
-    """mask_mod / score_mod bodies (str or None), buffers (tensors on the attention's device, up to 4, rank <= 4),
+    """mask_mod / score_mod bodies (str or None), score_mod_grad (the body of d score_mod / d s, needed for the
+    backward of a score_mod), buffers (tensors on the attention's device, up to 4, rank <= 4),
     scalars (up to 8 floats), iscalars (up to 8 ints). reference_mask(b, h, i, j) / reference_score(s, b, h, i, j)
     are optional PyTorch restatements over broadcast index tensors (tests, debugging). depends: which of "b", "h"
     mask_mod's result depends on (a string holding those letters; default "bh"): fa classifies key blocks for block
@@ -47,7 +52,7 @@ class Mods:
     def __init__(self, mask_mod: Optional[str] = None, score_mod: Optional[str] = None, buffers: Sequence = (),
                  scalars: Sequence[float] = (), iscalars: Sequence[int] = (),
                  reference_mask: Optional[Callable] = None, reference_score: Optional[Callable] = None,
-                 depends: str = "bh"):
+                 depends: str = "bh", score_mod_grad: Optional[str] = None):
         if set(depends) - set("bh"):
             raise ValueError(f"fa: depends holds the letters 'b' and 'h' only, got {depends!r}")
         self.depends = depends
@@ -58,7 +63,9 @@ class Mods:
         for t in buffers:
             if t.dim() > 4:
                 raise ValueError(f"fa: a mods buffer has at most 4 dims, got {tuple(t.shape)}")
-        self.mask_mod, self.score_mod = mask_mod, score_mod
+        if score_mod_grad is not None and score_mod is None:
+            raise ValueError("fa: score_mod_grad is the derivative of score_mod: give a score_mod too")
+        self.mask_mod, self.score_mod, self.score_mod_grad = mask_mod, score_mod, score_mod_grad
         self.buffers = list(buffers)
         self.scalars = [float(x) for x in scalars]
         self.iscalars = [int(x) for x in iscalars]
@@ -66,7 +73,7 @@ class Mods:
 
     def __repr__(self):
         return (f"fa.Mods(mask_mod={self.mask_mod!r}, score_mod={self.score_mod!r}, "
-                f"buffers={[tuple(t.shape) for t in self.buffers]}, scalars={self.scalars}, iscalars={self.iscalars})")
+                f"score_mod_grad={self.score_mod_grad!r}, buffers={[tuple(t.shape) for t in self.buffers]}, scalars={self.scalars}, iscalars={self.iscalars})")
 
     def depends_bits(self) -> int:
         return (S.FA_MOD_DEPENDS_BATCH if "b" in self.depends else 0) | (S.FA_MOD_DEPENDS_HEAD if "h" in self.depends else 0)
@@ -77,7 +84,7 @@ class Mods:
         m = S.Mods()
         _lib.check(_lib.lib().fa_mods_init(ctypes.byref(m)))
         keep = []
-        for name in ("mask_mod", "score_mod"):
+        for name in ("mask_mod", "score_mod", "score_mod_grad"):
             src = getattr(self, name)
             if src is not None:
                 b = src.encode()
@@ -151,7 +158,8 @@ def chunked(chunk: int) -> Mods:
 
 def relative_bias(table, max_distance: int) -> Mods:
     """A learned relative-position bias: s + table[h, clamp(i - j, -max_distance, max_distance) + max_distance];
-    table float32 [Hq, 2 * max_distance + 1] (T5-style buckets precomputed into it)."""
+    table float32 [Hq, 2 * max_distance + 1] (T5-style buckets precomputed into it). Derivative: 1 (the table gets
+    no gradient)."""
     import torch
     if table.dtype != torch.float32 or table.dim() != 2 or table.shape[1] != 2 * max_distance + 1:
         raise ValueError(f"fa: relative_bias wants float32 [heads_q, {2 * max_distance + 1}], got {table.dtype} "
@@ -163,4 +171,14 @@ def relative_bias(table, max_distance: int) -> Mods:
     def ref(s, b, h, i, j):
         r = (i - j).clamp(-max_distance, max_distance) + max_distance
         return s + table[h][r]
-    return Mods(score_mod=body, buffers=[table], iscalars=[max_distance], reference_score=ref)
+    return Mods(score_mod=body, score_mod_grad="return 1.0f;", buffers=[table], iscalars=[max_distance],
+                reference_score=ref)
+
+
+def softcap(cap: float) -> Mods:
+    """Logit soft-capping (Gemma 2, Grok): cap * tanh(s / cap), the built-in softcap restated as user code (compose
+    it with other code by copying the bodies). Derivative: 1 - tanh^2(s / cap)."""
+    import torch
+    return Mods(score_mod="return u.scalar[0] * tanhf(s / u.scalar[0]);",
+                score_mod_grad="const float t = tanhf(s / u.scalar[0]);\nreturn 1.0f - t * t;", scalars=[cap],
+                reference_score=lambda s, b, h, i, j: cap * torch.tanh(s / cap))

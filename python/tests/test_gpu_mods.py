@@ -1,6 +1,8 @@
 """fa.attention with user code (fa.Mods): each ready mod against the float32 reference given the mod's PyTorch
-restatement; a mod restating a built-in agrees with the built-in; new buffer contents and scalars never recompile;
-a body that does not compile raises fa.CompileError naming its line; torch.compile traces the op."""
+restatement, forward and backward (autograd; score_mods with their derivative); a mod restating a built-in agrees
+with the built-in, gradients too; new buffer contents and scalars never recompile; a body that does not compile
+raises fa.CompileError naming its line; a score_mod without its derivative refuses the backward; torch.compile
+traces the ops, forward and backward."""
 import os
 
 import pytest
@@ -80,11 +82,106 @@ def test_bad_code_raises_compile_error_with_its_line():
     assert "mask_mod(2)" in str(e.value)
 
 
-def test_backward_with_mods_is_refused_clearly():
+def grads_vs_reference(q, k, v, mods, causal=False, **kw):
+    """(fa's gradient error, torch's own error in q's dtype) per input, each against the float32 reference's
+    gradients through the mod's PyTorch restatement (attention_ref)."""
+    qs, ks, vs = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    o = fa.attention(qs, ks, vs, mods=mods, causal=causal, **kw)
+    do = torch.randn_like(o)
+    got = torch.autograd.grad(o, (qs, ks, vs), do)
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    o_ref, _ = attention_ref(q32, k32, v32, causal=causal, mods=mods)
+    ref = torch.autograd.grad(o_ref, (q32, k32, v32), do.float())
+    ql, kl, vl = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    o_low, _ = attention_ref(ql, kl, vl, causal=causal, mods=mods, upcast=False)
+    low = torch.autograd.grad(o_low, (ql, kl, vl), do)
+    out = []
+    for g, r, lo in zip(got, ref, low):
+        assert not torch.isnan(g).any()
+        out.append(((g.float() - r).abs().max().item(), (lo.float() - r).abs().max().item()))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", ["document", "prefix_lm", "sinks_window", "chunked", "relative_bias", "softcap"])
+def test_ready_mods_backward_match_the_reference(name, dtype):
+    """Autograd through fa.attention with each ready mod (score_mods with their derivative) against the reference's
+    gradients: within twice torch's own error in the same dtype, plus a small slack."""
+    q, k, v = inputs(dtype=dtype, seed=hash(name) % 1000 + 17)
+    mods = ready_mods(q.shape[1], q.shape[2])[name] if name != "softcap" else fa.mods.softcap(5.0)
+    causal = name == "relative_bias"
+    for e_fa, e_torch in grads_vs_reference(q, k, v, mods, causal=causal):
+        assert e_fa <= 2 * e_torch + 2e-3, (e_fa, e_torch)
+
+
+def test_restated_builtins_give_the_builtins_gradients():
+    """Causal + softcap restated as user code (mask_mod; score_mod with its derivative) give the built-in's
+    gradients; ALiBi restated through a buffer of slopes likewise."""
+    q, k, v = inputs(seed=3)
+    do = torch.randn(q.shape[:3] + (v.shape[3],), device="cuda", dtype=q.dtype)
+
+    def grads(**kw):
+        qs, ks, vs = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        return torch.autograd.grad(fa.attention(qs, ks, vs, **kw), (qs, ks, vs), do)
+    restated = fa.Mods(mask_mod="return j <= i;", score_mod="return u.scalar[0] * tanhf(s / u.scalar[0]);",
+                       score_mod_grad="const float t = tanhf(s / u.scalar[0]);\nreturn 1.0f - t * t;",
+                       scalars=[20.0])
+    for a, b in zip(grads(causal=True, softcap=20.0), grads(mods=restated)):
+        assert (a.float() - b.float()).abs().max().item() < 3e-2
+    slopes = torch.rand(q.shape[2], device="cuda", dtype=torch.float32)
+    alibi = fa.Mods(score_mod="const float* sl = static_cast<const float*>(u.buf[0]);\n"
+                              "return s - sl[h] * fabsf((float)(i - j));",
+                    score_mod_grad="return 1.0f;", buffers=[slopes])
+    for a, b in zip(grads(alibi_slopes=slopes), grads(mods=alibi)):
+        assert (a.float() - b.float()).abs().max().item() < 3e-2
+
+
+def test_score_mod_without_its_derivative_refuses_the_backward_clearly():
     q, k, v = inputs(seed=6)
     q.requires_grad_(True)
-    with pytest.raises(NotImplementedError):
-        fa.attention(q, k, v, mods=fa.mods.prefix_lm(5))
+    no_grad = fa.Mods(score_mod="return 2.0f * s;")
+    with pytest.raises(ValueError, match="score_mod_grad"):
+        fa.attention(q, k, v, mods=no_grad)
+    with torch.no_grad():
+        fa.attention(q, k, v, mods=no_grad)  # the forward alone needs no derivative
+    fa.attention(q, k, v, mods=fa.mods.prefix_lm(5)).sum().backward()  # a mask_mod needs nothing more
+    assert q.grad is not None and not torch.isnan(q.grad).any()
+
+
+@pytest.mark.parametrize("docs", [1, 8])
+def test_document_block_skipping_backward_matches_the_reference(docs):
+    """Several query and key blocks, GQA: the backward's block skipping gives the reference's gradients, in the
+    deterministic mode too."""
+    q, k, v = inputs(b=2, s=1100, hq=4, hkv=2, d=128, seed=docs + 40)
+    cuts = torch.rand((2, 1100), device="cuda").argsort(dim=-1) < (docs - 1)
+    mods = fa.mods.document(torch.cumsum(cuts.to(torch.int32), dim=-1).to(torch.int32))
+    for deterministic in (False, True):
+        torch.use_deterministic_algorithms(deterministic)
+        try:
+            for e_fa, e_torch in grads_vs_reference(q, k, v, mods):
+                assert e_fa <= 2 * e_torch + 2e-3, (e_fa, e_torch)
+        finally:
+            torch.use_deterministic_algorithms(False)
+
+
+@pytest.mark.parametrize("which", ["relative_bias", "softcap", "sinks_window"])
+def test_compile_traces_the_mods_backward(which):
+    # The three shapes of the op's list inputs (buffers, scalars, iscalars): empty, of tensors, of numbers.
+    q, k, v = inputs(seed=8)
+    mods = {"relative_bias": lambda: fa.mods.relative_bias(torch.randn(q.shape[2], 17, device="cuda"), 8),
+            "softcap": lambda: fa.mods.softcap(20.0),
+            "sinks_window": lambda: fa.mods.sinks_window(4, 64)}[which]()
+    qs, ks, vs = (t.detach().clone().requires_grad_() for t in (q, k, v))
+
+    def f(q, k, v):
+        return fa.attention(q, k, v, mods=mods, causal=True)
+
+    out = torch.compile(f, fullgraph=True, dynamic=True)(qs, ks, vs)
+    out.float().square().sum().backward()
+    q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    fa.attention(q2, k2, v2, mods=mods, causal=True).float().square().sum().backward()
+    for a, b in ((qs.grad, q2.grad), (ks.grad, k2.grad), (vs.grad, v2.grad)):
+        assert (a.float() - b.float()).abs().max().item() < 1e-2
 
 
 def test_compile_traces_the_mods_op():

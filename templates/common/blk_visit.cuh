@@ -1,8 +1,10 @@
-// common/blk_visit.cuh -- the forwards' walk over the key blocks of one query block as the mask_blocks step
-// classified them (FaFwdArgs::blk_cls: 0 the mask hides every pair, 1 some, 2 none; fa_args.cuh). Blocks of [lo, hi)
-// are taken from the last to the first, class 0 skipped; each visited block is the entry (n_block << 1) | full, the
-// format of fwd_mma's visiting lists (blk_list). Warp-collective: the 32 lanes of a warp call these with the same
-// arguments (one ballot per 32 blocks). cls null: every block of the range is visited, none full.
+// common/blk_visit.cuh -- block skipping's walks over a row (or column) of tiles as the mask_blocks step classified
+// them (FaFwdArgs::blk_cls / blk_cls_t: 0 the mask hides every pair, 1 some, 2 none; fa_args.cuh), shared by fwd_mma,
+// fwd_wgmma and bwd_mma. Class 0 is skipped; each visited block is the entry (n_block << 1) | full, the format of the
+// visiting lists (blk_list: fwd_mma's key blocks of a query block, last first; bwd_mma's query blocks of a key block
+// for each head of its group, first first, tagged ((hl * query blocks + m) << 1) | full). Warp-collective: the 32
+// lanes of a warp call these with the same arguments (one ballot per 32 blocks). cls null: every block of the range
+// is visited, none full.
 #ifndef FA_COMMON_BLK_VISIT_CUH
 #define FA_COMMON_BLK_VISIT_CUH
 
@@ -48,5 +50,21 @@ struct FaBlkCursor {
     return ((base - l) << 1) | (int)((full >> l) & 1u);
   }
 };
+
+// Compacts the visited blocks of [lo, hi) into the visiting list list[0 .. count), entries ((tag + block) << 1) |
+// full, last block first (kDescending) or first first; only a warp with `write` stores. Returns the count.
+template <bool kDescending>
+FA_DEVICE int fa_blk_list(const unsigned char* cls, int lo, int hi, int tag, int* list, bool write) {
+  const int lane = (int)(threadIdx.x & 31);
+  int count = 0;
+  for (int k0 = 0; k0 < hi - lo; k0 += 32) {
+    const int nb = kDescending ? hi - 1 - k0 - lane : lo + k0 + lane;
+    const int c = (kDescending ? nb >= lo : nb < hi) ? (cls != nullptr ? (int)cls[nb] : 1) : 0;
+    const unsigned visit = __ballot_sync(0xffffffffu, c != 0);
+    if (write && c != 0) list[count + __popc(visit & ((1u << lane) - 1u))] = ((tag + nb) << 1) | (c == 2 ? 1 : 0);
+    count += __popc(visit);
+  }
+  return count;
+}
 
 #endif  // FA_COMMON_BLK_VISIT_CUH

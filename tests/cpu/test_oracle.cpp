@@ -518,6 +518,67 @@ TEST(Oracle, DenseMatchesStrided) {
   }
 }
 
+// ---- user code (fa_mods callbacks) ------------------------------------------------------------------------------
+// The oracle's backward with a mask_mod and a nonlinear score_mod (a softcap plus a relative bias, on top of a
+// built-in softcap and causal mask) against central finite differences of its own forward: the derivative
+// callback enters at the s the score_mod receives. A score_mod without its derivative is refused.
+TEST(Oracle, ModsBackwardMatchesFiniteDifferences) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  fo::Problem p;
+  p.batch = 2;
+  p.seqlen_q = 9;
+  p.seqlen_k = 11;
+  p.heads_q = 4;
+  p.heads_kv = 2;
+  p.head_dim = 8;
+  p.head_dim_v = 8;
+  p.mask = fo::kMaskCausal;
+  p.softcap = 2.5;
+  p.scale = 0.9;
+  const double cap = 1.7;
+  p.mask_mod = [](int b, int h, int i, int j) { return (i + j + b + h) % 5 != 0 && !(i == 3 && b == 1); };
+  p.score_mod = [cap](double s, int, int h, int i, int j) { return cap * std::tanh(s / cap) + 0.1 * h - 0.05 * (i - j); };
+  p.score_mod_grad = [cap](double s, int, int, int, int) {
+    const double t = std::tanh(s / cap);
+    return 1.0 - t * t;
+  };
+  const size_t nq = size_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim;
+  const size_t nk = size_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim;
+  std::vector<double> q(nq), k(nk), v(nk), dout(nq);
+  for (auto* t : {&q, &k, &v, &dout})
+    for (double& x : *t) x = dist(rng);
+  const fo::DenseBackward g = fo::backward(p, q, k, v, dout);
+  auto loss = [&]() {
+    const fo::DenseForward f = fo::forward(p, q, k, v);
+    double acc = 0.0;
+    for (size_t n = 0; n < f.o.size(); ++n) acc += f.o[n] * dout[n];
+    return acc;
+  };
+  auto numeric = [&](std::vector<double>& x) {
+    std::vector<double> out;
+    for (double& e : x) {
+      const double saved = e;
+      e = saved + 1e-5;
+      const double plus = loss();
+      e = saved - 1e-5;
+      const double minus = loss();
+      e = saved;
+      out.push_back((plus - minus) / 2e-5);
+    }
+    return out;
+  };
+  EXPECT_LE(fo::relative_error(g.dq, numeric(q)), 1e-6) << "dq";
+  EXPECT_LE(fo::relative_error(g.dk, numeric(k)), 1e-6) << "dk";
+  EXPECT_LE(fo::relative_error(g.dv, numeric(v)), 1e-6) << "dv";
+  const fo::DenseForward f = fo::forward(p, q, k, v);
+  EXPECT_EQ(f.lse[size_t(1 * p.heads_q * p.seqlen_q + 0 * p.seqlen_q + 3)], -kInf) << "mask_mod hides row 3 of b 1";
+  p.score_mod_grad = nullptr;
+  EXPECT_THROW(fo::backward(p, q, k, v, dout), std::invalid_argument);
+}
+
 // ---- relative_error semantics ----------------------------------------------------------------------------------
 TEST(Oracle, RelativeError) {
   const uint64_t seed = fresh_seed();

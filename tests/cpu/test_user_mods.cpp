@@ -1,7 +1,8 @@
 // test_user_mods.cpp -- user code in the params (fa_mods): validation names its fields, the kernel key holds a hash
 // of the code and the buffers' types but never their values, the tensor-core forwards run it (fwd_wgmma on sm_90,
-// fwd_mma before) with the plan [mask_blocks, forward] for a mask_mod, and NVRTC compiles
-// the code on this machine: a good body compiles (then fails only for want of a GPU), a bad one fails with
+// fwd_mma before) with the plan [mask_blocks, forward] for a mask_mod, the backward's plan and its need for
+// score_mod's derivative (fa_mods version 3; older versions by their struct size), and NVRTC compiles the code on
+// this machine: a good body compiles (then fails only for want of a GPU), a bad one fails with
 // FA_ERROR_COMPILE and NVRTC's log counting lines in the user's own snippet.
 #include <gtest/gtest.h>
 
@@ -128,6 +129,7 @@ TEST_F(UserMods, TensorCoreForwardsRunUserCode) {
     EXPECT_NE(plan.off_blk_cls, SIZE_MAX);
     // fwd_mma keeps per-CTA visiting lists in the workspace; fwd_wgmma's warps walk the classes themselves
     EXPECT_EQ(plan.off_blk_list == SIZE_MAX, arch == 90);
+    EXPECT_EQ(plan.off_blk_cls_t, SIZE_MAX) << "only backward plans hold the classes transposed";
   }
   d.tma_ok = false;  // e.g. a stride TMA cannot describe: the mma forward serves sm_90 too
   EXPECT_STREQ(fa::gen::family_name(fa::gen::select_forward(d, 90)), "fwd_mma");
@@ -187,19 +189,128 @@ TEST_F(UserMods, NullBuffer) { m.buffers[0].ptr = nullptr; expect_rejected(FA_ER
 TEST_F(UserMods, MisalignedBuffer) { m.buffers[0].ptr = addr(0x50000002); expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].ptr"); }
 TEST_F(UserMods, NegativeStride) { m.buffers[0].stride[0] = -1; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].stride[0]"); }
 
-TEST_F(UserMods, BackwardRefusesMods) {
-  p.lse = reinterpret_cast<float*>(0x60000000);
-  fa_bwd_params b;
-  fa_bwd_params_init(&b);
-  b.fwd = &p;
-  const int64_t D = 64;
-  b.dout = addr(0x90000000); b.dout_stride_batch = 64 * 4 * D; b.dout_stride_seq = 4 * D; b.dout_stride_head = D;
-  b.dq = addr(0xa0000000); b.dq_stride_batch = 64 * 4 * D; b.dq_stride_seq = 4 * D; b.dq_stride_head = D;
-  b.dk = addr(0xb0000000); b.dk_stride_batch = 64 * 4 * D; b.dk_stride_seq = 4 * D; b.dk_stride_head = D;
-  b.dv = addr(0xc0000000); b.dv_stride_batch = 64 * 4 * D; b.dv_stride_seq = 4 * D; b.dv_stride_head = D;
+// The backward of the fixture's problem (placeholder gradient buffers: nothing is launched on the CPU).
+struct UserModsBackward : UserMods {
+  fa_bwd_params b{};
+  void SetUp() override {
+    UserMods::SetUp();
+    p.lse = reinterpret_cast<float*>(0x60000000);
+    fa_bwd_params_init(&b);
+    b.fwd = &p;
+    const int64_t D = 64, sb = 64 * 4 * D, ss = 4 * D;
+    b.dout = addr(0x90000000); b.dout_stride_batch = sb; b.dout_stride_seq = ss; b.dout_stride_head = D;
+    b.dq = addr(0xa0000000); b.dq_stride_batch = sb; b.dq_stride_seq = ss; b.dq_stride_head = D;
+    b.dk = addr(0xb0000000); b.dk_stride_batch = sb; b.dk_stride_seq = ss; b.dk_stride_head = D;
+    b.dv = addr(0xc0000000); b.dv_stride_batch = sb; b.dv_stride_seq = ss; b.dv_stride_head = D;
+  }
+  fa::gen::Plan plan() {
+    fa::rt::BwdView v;
+    fa::gen::ProblemDesc d;
+    const fa::rt::Status st = fa::rt::validate_backward(&b, &v, &d);
+    EXPECT_TRUE(st.ok()) << st.message;
+    return fa::gen::make_plan(fa::gen::select_backward(d, 90), d);
+  }
+  void expect_bwd_rejected(const char* field) {
+    size_t bytes = 0;
+    EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_ERROR_INVALID_ARGUMENT) << fa_last_error();
+    EXPECT_NE(std::string(fa_last_error()).find(field), std::string::npos) << fa_last_error();
+  }
+};
+
+// mask_mod needs nothing more: the backward's plan classifies tiles at bwd_mma's own tile (the classes transposed
+// for its key-block-major CTAs); bwd_pre and bwd_post run no user code, so their keys carry no mod tag.
+TEST_F(UserModsBackward, MaskModPlanClassifiesBlocks) {
   size_t bytes = 0;
-  EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_ERROR_NOT_SUPPORTED);
-  EXPECT_NE(std::string(fa_last_error()).find("mods"), std::string::npos) << fa_last_error();
+  ASSERT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_OK) << fa_last_error();
+  const fa::gen::Plan pl = plan();
+  ASSERT_EQ(pl.steps.size(), 4u);
+  const char* names[] = {"bwd_pre", "mask_blocks", "bwd_mma", "bwd_post"};
+  for (size_t n = 0; n < 4; ++n) EXPECT_STREQ(fa::gen::family_name(pl.steps[n].s), names[n]);
+  EXPECT_EQ(pl.tuned_step, 2);
+  EXPECT_EQ(pl.steps[0].s.mods, nullptr);
+  EXPECT_EQ(pl.steps[3].s.mods, nullptr);
+  EXPECT_NE(pl.steps[2].s.mods, nullptr);
+  const auto& mma = pl.steps[2];
+  EXPECT_EQ(pl.steps[1].t[0], mma.t[mma.s.family->knob_index("block_m")]);
+  EXPECT_EQ(pl.steps[1].t[1], mma.t[mma.s.family->knob_index("block_n")]);
+  EXPECT_NE(pl.off_blk_cls, SIZE_MAX);
+  EXPECT_NE(pl.off_blk_cls_t, SIZE_MAX);
+  EXPECT_NE(pl.off_blk_list, SIZE_MAX);
+  EXPECT_GT(pl.off_blk_cls, pl.off_dq_accum);
+  EXPECT_GE(bytes, pl.workspace_bytes);
+  // every tunable point's plan fits the reported size, which is the largest of them
+  size_t most = 0;
+  for (const auto& t : fa::gen::all_valid_points(mma.s, fa::gen::limits_for_arch(90))) {
+    fa::rt::BwdView v;
+    fa::gen::ProblemDesc d;
+    ASSERT_TRUE(fa::rt::validate_backward(&b, &v, &d).ok());
+    const fa::gen::Plan other = fa::gen::make_plan(mma.s, t, d);
+    EXPECT_LE(other.workspace_bytes, bytes) << fa::gen::tunables_key(mma.s, t);
+    most = std::max(most, other.workspace_bytes);
+  }
+  EXPECT_EQ(most, bytes);
+  // without a mask_mod: no classification step
+  m.mask_mod = nullptr;
+  EXPECT_EQ(plan().steps.size(), 3u);
+}
+
+// A score_mod needs its derivative in the backward (never in the forward), named in the error; the derivative
+// alone is refused; the forward's key ignores it, the backward's holds it.
+TEST_F(UserModsBackward, ScoreModNeedsItsDerivative) {
+  m.score_mod = "return s + 0.5f * (float)h;";
+  EXPECT_EQ(fa_is_supported(ctx, &p), 1) << fa_last_error();
+  expect_bwd_rejected("mods.score_mod_grad");
+  const std::string fwd_key = key();
+  m.score_mod_grad = "return 1.0f;";
+  size_t bytes = 0;
+  EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_OK) << fa_last_error();
+  EXPECT_EQ(key(), fwd_key) << "the forward never reads the derivative";
+  const fa::gen::Plan with = plan();
+  m.score_mod_grad = "return 2.0f;";
+  EXPECT_NE(fa::gen::canonical_key(plan().steps[2]), fa::gen::canonical_key(with.steps[2]));
+  m.score_mod = nullptr;  // a derivative without a score_mod
+  EXPECT_EQ(fa_run(ctx, &p, nullptr), FA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fa_last_error()).find("mods.score_mod_grad"), std::string::npos) << fa_last_error();
+  expect_bwd_rejected("mods.score_mod_grad");
+}
+
+// Older fa_mods versions validate by their own struct size: version 2 (no derivative field) runs a mask_mod's
+// backward, and a score_mod's backward fails naming the field and the version; sizes of other versions fail.
+TEST_F(UserModsBackward, OlderVersionsBySize) {
+  m.version = 2;
+  m.struct_size = offsetof(fa_mods, score_mod_grad);
+  m.score_mod_grad = "this field lies beyond a version-2 struct: never read";
+  size_t bytes = 0;
+  EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_OK) << fa_last_error();
+  m.score_mod = "return s;";
+  EXPECT_EQ(fa_is_supported(ctx, &p), 1) << fa_last_error();
+  expect_bwd_rejected("mods.score_mod_grad");
+  EXPECT_NE(std::string(fa_last_error()).find("version 3"), std::string::npos) << fa_last_error();
+  m.struct_size = sizeof(fa_mods);  // a version-2 struct has the version-2 size
+  EXPECT_EQ(fa_run(ctx, &p, nullptr), FA_ERROR_INVALID_VERSION);
+  EXPECT_NE(std::string(fa_last_error()).find("mods.struct_size"), std::string::npos) << fa_last_error();
+  m.version = 3;
+  m.struct_size = offsetof(fa_mods, score_mod_grad);
+  EXPECT_EQ(fa_run(ctx, &p, nullptr), FA_ERROR_INVALID_VERSION);
+  m.struct_size = sizeof(fa_mods);
+  m.score_mod_grad = "return 1.0f;";
+  EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_OK) << fa_last_error();
+  fa_mods fresh;
+  ASSERT_EQ(fa_mods_init(&fresh), FA_OK);
+  EXPECT_EQ(fresh.version, 3u);
+  EXPECT_EQ(fresh.struct_size, sizeof(fa_mods));
+  EXPECT_EQ(fresh.score_mod_grad, nullptr);
+}
+
+// NVRTC on the CPU: a derivative that does not compile fails the backward with FA_ERROR_COMPILE and the log
+// counts lines in its own snippet.
+TEST_F(UserModsBackward, BadDerivativeNamesItsLine) {
+  m.mask_mod = nullptr;
+  m.score_mod = "return s * 2.0f;";
+  m.score_mod_grad = "float g = 2.0f;\nreturn g +;";
+  EXPECT_EQ(fa_prepare_backward(ctx, &b), FA_ERROR_COMPILE);
+  const std::string log = fa_last_error();
+  EXPECT_NE(log.find("score_mod_grad(2)"), std::string::npos) << log;
 }
 
 // NVRTC on the CPU: the good body compiles (the call then stops at the missing GPU), the bad one does not, and the

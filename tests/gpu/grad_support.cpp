@@ -78,4 +78,41 @@ double grad_error(int dtype, const DevBuf& buf, const std::vector<double>& input
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-3 * std::sqrt(double(g.size())));
 }
 
+GradResult check_grads(const Case& c, Grads& g) {
+  Gpu& gp = gpu();
+  GradResult r;
+  poison_grads(c, g);
+  if (fa_run_backward(gp.ctx, &g.b, gp.stream) != FA_OK) {
+    r.failure = std::string("fa_run_backward: ") + fa_last_error();
+    return r;
+  }
+  const CUresult cr = gp.d->cuStreamSynchronize(gp.stream);
+  if (cr != CUDA_SUCCESS) {
+    r.failure = rt::driver_error(*gp.d, "cuStreamSynchronize", cr);
+    return r;
+  }
+  r.dq = grad_error(c.dtype, g.d_dq, c.q, g.dq_ref, &r.padding_ok);
+  r.dk = grad_error(c.dtype, g.d_dk, c.k, g.dk_ref, &r.padding_ok);
+  r.dv = grad_error(c.dtype, g.d_dv, c.v, g.dv_ref, &r.padding_ok);
+  return r;
+}
+
+void prepare_in_parallel(const std::vector<const fa_params*>& problems) {
+  parallel_for(problems.size(), [&](size_t i) {
+    const fa_params& p = *problems[i];
+    fa_prepare(gpu().ctx, &p);
+    fa_bwd_params b;
+    fa_bwd_params_init(&b);
+    b.fwd = &p;
+    b.dout = p.o; b.dout_stride_batch = p.o_stride_batch; b.dout_stride_seq = p.o_stride_seq; b.dout_stride_head = p.o_stride_head;
+    b.dq = reinterpret_cast<void*>(0x100000000000ull);
+    b.dq_stride_batch = p.q_stride_batch; b.dq_stride_seq = p.q_stride_seq; b.dq_stride_head = p.q_stride_head;
+    b.dk = reinterpret_cast<void*>(0x200000000000ull);
+    b.dk_stride_batch = p.k_stride_batch; b.dk_stride_seq = p.k_stride_seq; b.dk_stride_head = p.k_stride_head;
+    b.dv = reinterpret_cast<void*>(0x300000000000ull);
+    b.dv_stride_batch = p.v_stride_batch; b.dv_stride_seq = p.v_stride_seq; b.dv_stride_head = p.v_stride_head;
+    fa_prepare_backward(gpu().ctx, &b);
+  });
+}
+
 }  // namespace fa::test

@@ -3,6 +3,10 @@
 // per-dtype tolerance.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <string>
+
 #include "tests/gpu/gpu_support.h"
 
 namespace fa::test {
@@ -24,5 +28,19 @@ void poison_grads(const Case& c, Grads& g);
 // Relative error over the valid elements (those the reference input had: non-NaN); padding must stay poisoned.
 double grad_error(int dtype, const DevBuf& buf, const std::vector<double>& input, const std::vector<double>& ref,
                   bool* padding_ok);
+
+struct GradResult {
+  double dq = INFINITY, dk = INFINITY, dv = INFINITY;
+  bool padding_ok = true;
+  std::string failure;  // empty: fa_run_backward returned FA_OK
+  double worst() const { return std::max(dq, std::max(dk, dv)); }
+  bool ok(int dtype) const { return failure.empty() && padding_ok && worst() <= bwd_tolerance(dtype); }
+};
+// fa_run_backward of g (the case's forward already ran: its o and lse are on the device) on the test stream, with
+// the gradients poisoned first, against the oracle's gradients.
+GradResult check_grads(const Case& c, Grads& g);
+// Compiles the kernels of these problems' forward and backward (fa_prepare, fa_prepare_backward with placeholder
+// gradient pointers: nothing runs) in parallel, so that the serial checks after it only launch. LSE must be set.
+void prepare_in_parallel(const std::vector<const fa_params*>& problems);
 
 }  // namespace fa::test

@@ -1,18 +1,27 @@
 // test_block_sparse.cpp -- block skipping with a mask_mod (the plans [mask_blocks, fwd_mma] and [mask_blocks,
-// fwd_wgmma]) against the float64 oracle: document masks of 1, 2 and 8 documents (ids per batch entry: the mask
-// depends on b), prefix-LM, sinks + window, chunked, masks that hide whole rows and whole query blocks, a mask that
-// depends on h, and the FA_MOD_DEPENDS_* sharing (classification once for every head / batch entry). Each case runs
-// through fa_run (the selected family) and through the plan of every tensor-core forward that covers it on this GPU
-// (fwd_wgmma and fwd_mma on sm_90). Lengths span several query blocks and key blocks, ragged and even; outputs
-// poisoned before every run. Every tunable point of each family with user code: test_tunables_agree.cpp.
+// fwd_wgmma], and bwd_mma's [bwd_pre, mask_blocks, bwd_mma, bwd_post] for the gradients) against the float64 oracle:
+// document masks of 1, 2 and 8 documents (ids per batch entry: the mask depends on b), prefix-LM, sinks + window,
+// chunked, masks that hide whole rows and whole query blocks, a mask that depends on h, and the FA_MOD_DEPENDS_*
+// sharing (classification once for every head / batch entry). Each forward case runs through fa_run (the selected
+// family) and through the plan of every tensor-core forward that covers it on this GPU (fwd_wgmma and fwd_mma on
+// sm_90); the gradients through fa_run_backward and every valid bwd_mma point. Lengths span several query blocks and
+// key blocks, ragged and even; outputs and gradients poisoned before every run. Every tunable point of each forward
+// with user code: test_tunables_agree.cpp.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 
+#include "api/backward_at.h"
+#include "generator/family.h"
+#include "generator/problem.h"
+#include "runtime/launch.h"
+#include "runtime/validate.h"
 #include "tests/gpu/gpu_support.h"
+#include "tests/gpu/grad_support.h"
 #include "tests/gpu/plan_support.h"
 
 namespace fa::test {
@@ -43,14 +52,18 @@ void sparse_case(std::mt19937_64& rng, const std::string& desc, int dtype, int b
   c->desc = desc;  // the case's name (materialize writes the problem's)
 }
 
-TEST(GpuBlockSparse, MasksMatchTheOracle) {
-  Gpu& g = gpu();
-  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
-  std::mt19937_64 rng(test_seed() + 2222);
-  constexpr int kB = 2, kHq = 4, kHkv = 2;
-  int failures = 0;
-  for (int s : {640, 700}) {
-    // Buffer 0: document ids int32 [kB, s] for `docs` documents of random lengths per batch entry.
+constexpr int kB = 2, kHq = 4, kHkv = 2;
+
+// The masks of the block-skipping tests at length s, with the document ids they read (buffer 0, int32 [kB, s]):
+// documents of 1, 2 and 8 random lengths per batch entry, prefix-LM, sinks + window, chunked, hidden rows and
+// query blocks, a per-head mask, nothing visible.
+struct SparseMasks {
+  int s;
+  std::vector<int> doc1, doc2, doc8;
+  DevBuf d1, d2, d8;
+  std::vector<std::pair<SparseCase, const DevBuf*>> cases;
+
+  SparseMasks(std::mt19937_64& rng, int len) : s(len) {
     auto make_docs = [&](int docs) {
       std::vector<int> ids(size_t(kB) * s);
       for (int b = 0; b < kB; ++b) {
@@ -62,20 +75,24 @@ TEST(GpuBlockSparse, MasksMatchTheOracle) {
       }
       return ids;
     };
-    const std::vector<int> doc1 = make_docs(1), doc2 = make_docs(2), doc8 = make_docs(8);
-    DevBuf d1(doc1.size() * 4), d2(doc2.size() * 4), d8(doc8.size() * 4);
+    doc1 = make_docs(1);
+    doc2 = make_docs(2);
+    doc8 = make_docs(8);
+    d1 = DevBuf(doc1.size() * 4);
+    d2 = DevBuf(doc2.size() * 4);
+    d8 = DevBuf(doc8.size() * 4);
     d1.upload(doc1.data(), doc1.size() * 4);
     d2.upload(doc2.data(), doc2.size() * 4);
     d8.upload(doc8.data(), doc8.size() * 4);
     const char* doc_body = "const fa_buf0_t* d = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
                            "return j <= i && d[b * u.stride[0][0] + i] == d[b * u.stride[0][0] + j];";
-    auto doc_ref = [s](const std::vector<int>* ids) {
-      return [ids, s](int b, int, int i, int j) {
-        return j <= i && (*ids)[size_t(b) * s + i] == (*ids)[size_t(b) * s + j];
+    auto doc_ref = [len](const std::vector<int>* ids) {
+      return [ids, len](int b, int, int i, int j) {
+        return j <= i && (*ids)[size_t(b) * len + i] == (*ids)[size_t(b) * len + j];
       };
     };
     const int BH = FA_MOD_DEPENDS_BATCH | FA_MOD_DEPENDS_HEAD;
-    std::vector<std::pair<SparseCase, const DevBuf*>> cases = {
+    cases = {
         {{"document 1", doc_body, FA_MOD_DEPENDS_BATCH, doc_ref(&doc1)}, &d1},
         {{"document 2", doc_body, FA_MOD_DEPENDS_BATCH, doc_ref(&doc2)}, &d2},
         {{"document 8", doc_body, FA_MOD_DEPENDS_BATCH, doc_ref(&doc8)}, &d8},
@@ -100,22 +117,37 @@ TEST(GpuBlockSparse, MasksMatchTheOracle) {
          &d1},
         {{"nothing visible", "return false;", 0, [](int, int, int, int) { return false; }}, &d1},
     };
+  }
+  // Case n of the list at head dim d in *c, its mod in *m.
+  void make(std::mt19937_64& rng, size_t n, int d, Case* c, fa_mods* m) const {
+    const auto& [sc, buf] = cases[n];
+    sparse_case(rng, fmt::format("{} s {} d {}", sc.name, s, d), FA_DTYPE_BF16, kB, s, kHq, kHkv, d, sc.mask, c);
+    fa_mods_init(m);
+    m->mask_mod = sc.mask_mod;
+    m->mask_mod_depends = sc.depends;
+    m->num_buffers = 1;
+    m->buffers[0] = fa_user_buffer{buf->get(), FA_USER_I32, 2, {kB, s}, {s, 1}};
+    c->params.mods = m;
+  }
+};
+
+TEST(GpuBlockSparse, MasksMatchTheOracle) {
+  Gpu& g = gpu();
+  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
+  std::mt19937_64 rng(test_seed() + 2222);
+  int failures = 0;
+  for (int s : {640, 700}) {
+    const SparseMasks masks(rng, s);
     // every case first (oracle results), then every plan compiled in parallel, then the runs one by one
     struct Run {
       Case c;
       fa_mods m;
     };
     std::vector<std::unique_ptr<Run>> runs;
-    for (auto& [sc, buf] : cases)
+    for (size_t n = 0; n < masks.cases.size(); ++n)
       for (int d : {64, 128}) {
         auto r = std::make_unique<Run>();
-        sparse_case(rng, fmt::format("{} s {} d {}", sc.name, s, d), FA_DTYPE_BF16, kB, s, kHq, kHkv, d, sc.mask, &r->c);
-        fa_mods_init(&r->m);
-        r->m.mask_mod = sc.mask_mod;
-        r->m.mask_mod_depends = sc.depends;
-        r->m.num_buffers = 1;
-        r->m.buffers[0] = fa_user_buffer{buf->get(), FA_USER_I32, 2, {kB, s}, {s, 1}};
-        r->c.params.mods = &r->m;
+        masks.make(rng, n, d, &r->c, &r->m);
         runs.push_back(std::move(r));
       }
     std::vector<Case*> all;
@@ -125,7 +157,49 @@ TEST(GpuBlockSparse, MasksMatchTheOracle) {
   EXPECT_EQ(failures, 0);
 }
 
-// The plan: [mask_blocks, fwd_mma] with a mask_mod, its workspace sized by the sharing; a caller's workspace works.
+// The backward with block skipping (bwd_mma's [bwd_pre, mask_blocks, bwd_mma, bwd_post] plan: each key block's CTA
+// visits the query blocks its classes name) against the oracle's gradients, every mask, GQA, ragged and even
+// lengths, the deterministic mode (its dQ' tickets count the visible key blocks of each row) on every other case.
+TEST(GpuBlockSparse, BackwardMatchesTheOracle) {
+  Gpu& g = gpu();
+  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
+  std::mt19937_64 rng(test_seed() + 2225);
+  std::vector<std::unique_ptr<SparseMasks>> masks;
+  std::vector<std::unique_ptr<Case>> cases;
+  std::vector<std::unique_ptr<fa_mods>> mods;
+  std::vector<const fa_params*> problems;
+  for (int s : {640, 700}) {
+    masks.push_back(std::make_unique<SparseMasks>(rng, s));
+    for (size_t n = 0; n < masks.back()->cases.size(); ++n)
+      for (int d : {64, 128}) {
+        if (d == 128 && n % 3 != 2) continue;  // the float64 oracle's backward is the cost: a third at d 128
+        cases.push_back(std::make_unique<Case>());
+        mods.push_back(std::make_unique<fa_mods>());
+        masks.back()->make(rng, n, d, cases.back().get(), mods.back().get());
+        problems.push_back(&cases.back()->params);
+      }
+  }
+  prepare_in_parallel(problems);  // kernels compile in parallel, the checks below only launch
+  int failures = 0;
+  for (size_t n = 0; n < cases.size(); ++n) {
+    Case& c = *cases[n];
+    const CaseResult fwd = check_case(c);
+    const bool fwd_ok = fwd.failure.empty() && fwd.err_o <= tolerance(FA_DTYPE_BF16) && fwd.err_lse <= 1e-3 &&
+                        fwd.padding_intact;
+    Grads gr;
+    setup_grads(rng, c, gr);
+    gr.b.deterministic = static_cast<int>(n % 2);
+    const GradResult r = check_grads(c, gr);
+    const bool ok = fwd_ok && r.ok(FA_DTYPE_BF16);
+    if (!ok) ++failures;
+    std::printf("  %-34s det %d %s err_o %.2e dq %.2e dk %.2e dv %.2e%s %s%s\n", c.desc.c_str(), gr.b.deterministic,
+                ok ? "ok  " : "FAIL", fwd.err_o, r.dq, r.dk, r.dv, r.padding_ok ? "" : " PADDING WRITTEN",
+                fwd.failure.c_str(), r.failure.c_str());
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+// The plan: [mask_blocks, forward] with a mask_mod, its workspace sized by the sharing; a caller's workspace works.
 TEST(GpuBlockSparse, CallerWorkspaceAndSizes) {
   Gpu& g = gpu();
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
@@ -150,6 +224,94 @@ TEST(GpuBlockSparse, CallerWorkspaceAndSizes) {
   EXPECT_TRUE(r.failure.empty()) << r.failure;
   EXPECT_LE(r.err_o, tolerance(FA_DTYPE_FP16));
   EXPECT_LE(r.err_lse, 1e-3);
+}
+
+// Every valid point of sem's family (spread to at most 48), the kernels of each one's plan compiled in parallel (the
+// checks then launch serially).
+std::vector<gen::Tunables> compiled_points(const gen::Semantic& sem, const gen::ProblemDesc& pd) {
+  Gpu& g = gpu();
+  const std::vector<gen::Tunables> all = gen::all_valid_points(sem, g.ctx->limits);
+  const size_t step = std::max<size_t>(1, (all.size() + 47) / 48);
+  std::vector<gen::Tunables> pts;
+  for (size_t n = 0; n < all.size(); n += step) pts.push_back(all[n]);
+  parallel_for(pts.size(), [&](size_t n) {
+    for (const gen::KernelConfig& k : gen::make_plan(sem, pts[n], pd).steps) {
+      std::shared_ptr<rt::Kernel> kk;
+      rt::kernel_for(g.ctx, k, true, &kk);
+    }
+  });
+  return pts;
+}
+
+// The tunables tests' problem: batch 2 of s x s under a document mask of 5 equal documents (buffer 0, int32 [s]),
+// classes shared over heads when s is even (FA_MOD_DEPENDS_HEAD otherwise).
+struct DocumentFive {
+  std::vector<int> ids;
+  DevBuf dids;
+  fa_mods m;
+  void make(std::mt19937_64& rng, int s, int d, int dtype, int hq, int hkv, Case* c) {
+    ids.resize(static_cast<size_t>(s));
+    for (int j = 0; j < s; ++j) ids[size_t(j)] = (j * 5) / s;
+    dids = DevBuf(ids.size() * 4);
+    dids.upload(ids.data(), ids.size() * 4);
+    const std::vector<int>* doc = &ids;
+    sparse_case(rng, fmt::format("document 5 s {} d {}", s, d), dtype, 2, s, hq, hkv, d,
+                [doc](int, int, int i, int j) { return j <= i && (*doc)[size_t(i)] == (*doc)[size_t(j)]; }, c);
+    fa_mods_init(&m);
+    m.mask_mod = "const int* d = static_cast<const int*>(u.buf[0]);\nreturn j <= i && d[i] == d[j];";
+    m.num_buffers = 1;
+    m.buffers[0] = fa_user_buffer{dids.get(), FA_USER_I32, 1, {s}, {1}};
+    m.mask_mod_depends = s % 2 ? FA_MOD_DEPENDS_HEAD : 0;
+    c->params.mods = &m;
+  }
+};
+
+// Tunables never change the gradients with block skipping: every valid bwd_mma point (spread to at most 48) runs
+// through its own plan (mask_blocks at that tile) via rt::run_backward_at against the oracle's gradients, for a
+// document mask with a GQA group of 2, classes per head and shared, ragged and even lengths, half the points in the
+// deterministic mode.
+TEST(GpuBlockSparse, EveryValidBackwardPointGivesTheSameGradients) {
+  Gpu& g = gpu();
+  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
+  std::mt19937_64 rng(test_seed() + 2226);
+  int failures = 0, runs = 0;
+  for (int s : {512, 449})
+    for (int d : {64, 128}) {
+      Case c;
+      DocumentFive doc;
+      doc.make(rng, s, d, FA_DTYPE_FP16, 4, 2, &c);
+      ASSERT_TRUE(check_case(c).failure.empty());
+      Grads gr;
+      setup_grads(rng, c, gr);
+      rt::BwdView view;
+      gen::ProblemDesc pd;
+      ASSERT_TRUE(rt::validate_backward(&gr.b, &view, &pd).ok());
+      const gen::Semantic sem = gen::semantic_for(*gen::find_family("bwd_mma"), pd, g.ctx->arch);
+      const std::vector<gen::Tunables> pts = compiled_points(sem, pd);
+      for (size_t n = 0; n < pts.size(); ++n) {
+        poison_grads(c, gr);
+        gr.b.deterministic = static_cast<int>(n % 2);
+        const rt::Status st = rt::run_backward_at(g.ctx, &gr.b, pts[n], g.stream);
+        g.d->cuStreamSynchronize(g.stream);
+        GradResult r;
+        if (st.ok()) {
+          r.dq = grad_error(c.dtype, gr.d_dq, c.q, gr.dq_ref, &r.padding_ok);
+          r.dk = grad_error(c.dtype, gr.d_dk, c.k, gr.dk_ref, &r.padding_ok);
+          r.dv = grad_error(c.dtype, gr.d_dv, c.v, gr.dv_ref, &r.padding_ok);
+        } else {
+          r.failure = st.message;
+        }
+        ++runs;
+        if (!r.ok(c.dtype)) {
+          ++failures;
+          std::printf("  %s %s det %d: FAIL dq %.2e dk %.2e dv %.2e%s %s\n", c.desc.c_str(),
+                      gen::tunables_key(sem, pts[n]).c_str(), gr.b.deterministic, r.dq, r.dk, r.dv,
+                      r.padding_ok ? "" : " PADDING WRITTEN", r.failure.c_str());
+        }
+      }
+    }
+  std::printf("  %d backward plans checked\n", runs);
+  EXPECT_EQ(failures, 0);
 }
 
 }  // namespace

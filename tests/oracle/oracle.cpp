@@ -40,8 +40,8 @@ double dot(const double* a, const double* b, int n) {
   return acc;
 }
 
-// One query row of one head: probabilities P_j (0 where hidden) and, for the backward, the softcap derivative
-// dS/dX_j. Returns lse (-inf when every key is hidden).
+// One query row of one head: probabilities P_j (0 where hidden) and, for the backward, the derivative dS/dX_j of
+// softcap and score_mod. Returns lse (-inf when every key is hidden).
 struct RowScratch {
   std::vector<double> prob, dsdx;
 };
@@ -72,8 +72,11 @@ double row_softmax(const Problem& p, Tensor4 q, Tensor4 k, int b, int h, int i, 
     if (p.alibi != nullptr) {
       s -= p.alibi[h] * std::fabs(static_cast<double>(i + sk - sq - j));
     }
-    if (p.score_mod) s = p.score_mod(s, b, h, i, j);
     if (p.mask_mod && !p.mask_mod(b, h, i, j)) continue;
+    if (p.score_mod) {
+      if (p.score_mod_grad) dsdx *= p.score_mod_grad(s, b, h, i, j);  // at the s score_mod receives
+      s = p.score_mod(s, b, h, i, j);
+    }
     rs.prob[sj] = s;
     rs.dsdx[sj] = dsdx;
     if (s > row_max) row_max = s;
@@ -231,6 +234,7 @@ void forward(const Problem& p, Tensor4 q, Tensor4 k, Tensor4 v, MutTensor4 o, do
 void backward(const Problem& p, Tensor4 q, Tensor4 k, Tensor4 v, Tensor4 dout, MutTensor4 dq, MutTensor4 dk,
               MutTensor4 dv) {
   validate(p);
+  if (p.score_mod && !p.score_mod_grad) bad("score_mod_grad: the backward of a score_mod needs its derivative");
   const int group = p.heads_q / p.heads_kv;
   const int dim_v = head_dim_v_of(p);
   const double scale = effective_scale(p);

@@ -7,12 +7,14 @@
  *     s_ij = softcap * tanh(x_ij / softcap)                        (softcap > 0; otherwise s_ij = x_ij)
  *     s_ij += bias[b*sb + h*sh + i*sq + j*sk]                      (bias != nullptr; i, j local to the sequence)
  *     s_ij += -alibi[h] * |i + Sk - Sq - j|                        (alibi != nullptr)
- *     s_ij = score_mod(s_ij, b, h, i, j)                          (score_mod set; forward only)
+ *     s_ij = score_mod(s_ij, b, h, i, j)                          (score_mod set)
  *     s_ij = -inf where the mask or mask_mod(b, h, i, j) == false hides j from i (bottom-right aligned; key_visible)
  *     lse_i = log(sum_j exp(s_ij)),  o_i = sum_j exp(s_ij - lse_i) v[b,j,g,:]
  *   A row with every key hidden (or Sk = 0) gives o_i = 0 and lse_i = -inf.
  * Backward, given dO (P_ij = exp(s_ij - lse_i), D_i = dot(dO_i, o_i)):
  *     dP_ij = dot(dO_i, v_j),  dS_ij = P_ij (dP_ij - D_i),  dX_ij = dS_ij * (1 - tanh^2(x_ij / softcap)) (softcap)
+ *                                                             * score_mod_grad(s_ij, b, h, i, j)   (score_mod; s_ij
+ *                                                               before score_mod, as score_mod received it)
  *     dq_i = scale * sum_j dX_ij k_j,  dk_j = scale * sum_{h in group, i} dX_ij q_i,
  *     dv_j = sum_{h in group, i} P_ij dO_i
  *   No gradient with respect to bias or alibi slopes.
@@ -65,9 +67,11 @@ struct Problem {
   const double* alibi = nullptr;  // [heads_q] or nullptr
   double softcap = 0.0;           // > 0 enables
   double scale = 0.0;             // 0 means 1/sqrt(head_dim)
-  // User code (fa_mods), forward only: the score after ALiBi is score_mod(s, b, h, i, j); a key is hidden where
-  // mask_mod(b, h, i, j) is false (on top of the mask). Empty: none. i, j local to the sequence.
+  // User code (fa_mods): the score after ALiBi is score_mod(s, b, h, i, j); a key is hidden where mask_mod(b, h, i,
+  // j) is false (on top of the mask). The backward needs score_mod_grad (d score_mod / d s at the same s) whenever
+  // score_mod is set. Empty: none. i, j local to the sequence.
   std::function<double(double s, int b, int h, int i, int j)> score_mod;
+  std::function<double(double s, int b, int h, int i, int j)> score_mod_grad;
   std::function<bool(int b, int h, int i, int j)> mask_mod;
 };
 

@@ -1,7 +1,8 @@
 // compile_sweep.cpp -- compiles kernel variants through NVRTC for sm_80 and sm_90a and fails on any compile error
 // or any ptxas spill. --sample: a fixed covering sample (every family, dtype, mask, feature flag, a spread of head
 // dims, every valid tunable point of each family at head dim 128, and of fwd_mma at 64, and the heuristic defaults of
-// fwd_mma and bwd_mma). --full: the whole product.
+// fwd_mma and bwd_mma; user code: takes_user_code, sweep_mods). --full: the whole product (each point also with user
+// code where the family runs it).
 // --full --limit N [--seed S]: a random sample of N points of the whole product (it has ~300k points).
 // --family NAME: only that family's kernels.
 // Also checks that the predicate is the only rejection: a point it accepts must compile without spills.
@@ -65,9 +66,17 @@ bool reads_pages(const Family& f, const Semantic& s) {
 constexpr size_t kSampleAll = 96;  // --sample: points per semantic in the "every valid point" loop
 constexpr size_t kSampleMods = 32;  // --sample: points per semantic and kind of user code
 
-// Whether family f runs user code (fa_mods): the forwards that cover a problem with it, and their plans' steps.
+// The backward families that run user code (bwd_ref's second kernel, bwd_ref_dkdv, is a step of its plan).
+bool backward_user_code(const Family& f) {
+  for (const char* n : {"bwd_mma", "bwd_ref_dq", "bwd_ref_dkdv"})
+    if (f.name == std::string(n)) return true;
+  return false;
+}
+
+// Whether family f runs user code (fa_mods): the forwards that cover a problem with it, the backwards, and the
+// plans' classification step.
 bool takes_user_code(const Family& f, int arch) {
-  if (f.name == std::string("mask_blocks")) return true;
+  if (f.name == std::string("mask_blocks") || backward_user_code(f)) return true;
   if (f.role != Role::Forward) return false;
   static const int dtypes[1] = {1}, ranks[1] = {1};
   ProblemDesc p;
@@ -78,8 +87,10 @@ bool takes_user_code(const Family& f, int arch) {
 
 // The user code of the sweep, the heaviest of the ready mods (python/fa/mods.py): kind 0 the document mask over
 // per-batch ids (two int32 [B, S] buffers, 64-bit strides: block skipping), 1 the relative-position bias (a float32
-// table read per element), 2 both.
-const UserMods* sweep_mods(int kind) {
+// table read per element), 2 both, 3 (backward families) a softcap-like score_mod alone (tanh). In the backward
+// (`backward`) each score_mod comes with its derivative: 1 for the bias, 1 - tanh^2 for the softcap (the records
+// bwd_mma's valid() was measured on).
+const UserMods* sweep_mods(int kind, bool backward) {
   static const int dtypes[3] = {1, 1, 3}, ranks[3] = {2, 2, 2};
   const char* mask =
       "const fa_buf0_t* d0 = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
@@ -89,7 +100,18 @@ const UserMods* sweep_mods(int kind) {
       "const float* t = static_cast<const float*>(u.buf[2]);\n"
       "const int r = min(max(i - j, -u.iscalar[0]), u.iscalar[0]) + u.iscalar[0];\n"
       "return s + t[h * u.stride[2][0] + r * u.stride[2][1]];";
-  return intern_user_mods(kind == 1 ? "" : mask, kind == 0 ? "" : score, 3, dtypes, ranks);
+  if (kind == 3)
+    return intern_user_mods("", "return u.scalar[0] * tanhf(s / u.scalar[0]);", 3, dtypes, ranks,
+                            backward ? "const float t = tanhf(s / u.scalar[0]);\nreturn 1.0f - t * t;" : "");
+  return intern_user_mods(kind == 1 ? "" : mask, kind == 0 ? "" : score, 3, dtypes, ranks,
+                          backward && kind != 0 ? "return 1.0f;" : "");
+}
+// The kinds of user code family f is swept with (mask_blocks: those with a mask_mod, the rest never reaching its
+// code).
+std::vector<int> sweep_kinds(const Family& f) {
+  if (backward_user_code(f)) return {0, 2, 1, 3};
+  if (f.role != Role::Forward) return {0, 2};
+  return {0, 2, 1};
 }
 
 // At most n of `points`, evenly spread.
@@ -138,7 +160,10 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
           for (bool mods : {false, true}) {
             if (mods && !takes_user_code(f, arch)) continue;
             Semantic sv = s;
-            if (mods) sv.mods = sweep_mods(v % 3);
+            if (mods) {
+              const std::vector<int> kinds = sweep_kinds(f);
+              sv.mods = sweep_mods(kinds[static_cast<size_t>(v) % kinds.size()], backward_user_code(f));
+            }
             for (const Tunables& t : all_valid_points(sv, lim)) {
               KernelConfig c{sv, t};
               push(c);
@@ -177,17 +202,18 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
               push(KernelConfig{sd, f.defaults(sd)});
             }
           }
-          if ((d == 64 || d == 128) && takes_user_code(f, arch) && !f.reference) {
+          if ((d == 64 || d == 128) && takes_user_code(f, arch) && !(f.reference && f.role == Role::Forward)) {
             // user code (fa_mods): a document mask (block skipping) alone and with a score_mod at every valid point
-            // of the knobs (at most kSampleMods, evenly spread: the forwards' register budgets for user code;
-            // mask_blocks' tile shapes), a score_mod alone at the default
-            for (int kind : {0, 2, 1}) {
+            // of the knobs (at most kSampleMods, evenly spread: the register budgets for user code; mask_blocks'
+            // tile shapes), a score_mod alone at the default in the forwards and at every point in the backwards
+            // (whose budgets were measured on it)
+            const bool bwd = backward_user_code(f);
+            for (int kind : sweep_kinds(f)) {
               Semantic sm = s;
-              sm.mods = sweep_mods(kind);
-              if (kind == 1 && f.role != Role::Forward) continue;  // no mask_mod: no classification step
+              sm.mods = sweep_mods(kind, bwd);
               // every valid point at d128 fp16, the default elsewhere; both shape classes
               std::vector<Tunables> pts = {f.defaults(sm)};
-              if (d == 128 && dt == kFp16 && kind != 1) pts = spread(all_valid_points(sm, lim), kSampleMods);
+              if (d == 128 && dt == kFp16 && (kind != 1 || bwd)) pts = spread(all_valid_points(sm, lim), kSampleMods);
               for (const Tunables& t : pts)
                 for (bool ek : {false, true}) {
                   if (ek && (sm.varlen || !has_shape_class(f))) continue;

@@ -2,12 +2,15 @@
 // aligned problems. Grid: (key blocks of block_n, kv heads, batch); each CTA loops over its GQA group's query heads
 // and the query blocks (block_m) that meet the mask band. Knobs: block_m in {16, 32, 64, 128}, block_n in {32, 64,
 // 128}, warps in {4, 8}, stages in {1, 2} (Q/dO double buffering).
-// Plan: bwd_pre -> bwd_mma -> bwd_post over one float32 workspace (regions 256-byte aligned):
+// Plan: bwd_pre -> [mask_blocks ->] bwd_mma -> bwd_post over one workspace (regions 256-byte aligned):
 //   delta     float32 [heads_q * rows_q]         indexed like the LSE (args.f.lse_sb / lse_sh)
 //   dq_accum  float32 [rows_q rounded up to 8, heads_q * head_dim], 8 x 8 tiled (fa_dq_accum_off in
 //                                               templates/common/dq_accum.cuh); accum_q_stride_row = heads_q * head_dim
 //   dk_accum  int32   [rows_q, heads_q]          deterministic mode only: the dQ ordering semaphores (no float32
 //                                               dK/dV buffers: GQA groups are summed inside the CTA)
+//   blk_*     with a mask_mod (fa_mods): mask_blocks' tile classes at this kernel's block_m x block_n, in both
+//             layouts, and the CTAs' visiting lists (families/common.h: block_workspace; bwd_mma.cuh: block
+//             skipping)
 // rows_q = total_q (varlen) or batch * seqlen_q. Binding sets the causal CTA-order fields (fa_bwd_cta_order).
 // The warp layouts come from templates/bwd_mma_tiling.cuh, compiled
 // here and in the kernel, so `valid` and the template share one rule. `valid` also bounds the float32
@@ -30,6 +33,7 @@
 #include <fmt/format.h>
 
 #include "../common.h"
+#include "generator/user_mods.h"
 #include "templates/fa_args.cuh"
 #include "templates/bwd_mma_tiling.cuh"
 #include "templates/smem_layout.cuh"
@@ -50,6 +54,7 @@ constexpr int kBwdMmaBiasSTile = 64;         // with a bias, S^T/dP^T floats per
 constexpr int kBwdMmaBiasPersistent = 64;    // which only 8 warps, 2 stages and exactly 64 dK/dV registers are clean
 constexpr int kBwdMmaBiasPaddedBudget = 144; // with a bias and a head dim that is not a multiple of 16
 constexpr int kBwdMmaCausalBudget = 144;     // with a bias and a causal mask (the CTA-order decode)
+constexpr int kBwdMmaUserCodeBudget = 144;   // with a score_mod, or a bias and a mask_mod (user code, fa_mods)
 
 FaBwdLayout layout(const KernelConfig& c) {
   return fa_bwd_layout(c.t[kBlockM], c.t[kBlockN], std::max(1, c.t[kWarps]), c.s.head_dim, c.s.head_dim_v);
@@ -104,7 +109,9 @@ bool valid(const KernelConfig& c, std::string* why) {
   const bool narrow = regs <= kBwdMmaRegBudget && transient <= kBwdMmaMaxTransient &&
                       (transient <= kBwdMmaWideTransient || even_cols);
   const bool wide = t[kWarps] == 8 && transient <= kBwdMmaWideTransient && regs <= kBwdMmaWideBudget && even_cols;
-  const bool features = c.s.has_bias || c.s.has_alibi || c.s.has_softcap;
+  // score_mod (user code) runs on the feature path (bwd_mma.cuh: kFeat), so it is held to the features' rules.
+  const bool score_code = c.s.mods != nullptr && !c.s.mods->score_mod.empty();
+  const bool features = c.s.has_bias || c.s.has_alibi || c.s.has_softcap || score_code;
   if (features && !even_cols && regs > kBwdMmaFeatUnevenBudget)
     return fail(fmt::format("registers: estimated {} float32 accumulators per thread with bias/ALiBi/softcap and "
                             "unevenly split head columns, expected <= {} (no spills)",
@@ -113,8 +120,10 @@ bool valid(const KernelConfig& c, std::string* why) {
   // bias/ALiBi/softcap at head dims 64 (NVRTC 13, plain, masked and varlen, fp16 and bf16; 2026-11-22). It spills
   // 12 bytes on sm_80, 24-84 bytes at head dims 32-48 and 12 bytes at 56 (padded to 64, one stage; 2026-11-23, also
   // before this session's changes), so it stays outside the rule elsewhere.
-  const bool fa2_d64_tile = c.s.arch >= 90 && !features && t[kBlockM] == 128 && t[kBlockN] == 128 && t[kWarps] == 8 &&
-                            c.s.head_dim == 64 && c.s.head_dim_v == 64;
+  // A mask_mod (user code in the masking step, block skipping; bwd_mma.cuh: kBlockSparse) spills 18-78 bytes there.
+  const bool mask_code = c.s.mods != nullptr && !c.s.mods->mask_mod.empty();
+  const bool fa2_d64_tile = c.s.arch >= 90 && !features && !mask_code && t[kBlockM] == 128 && t[kBlockN] == 128 &&
+                            t[kWarps] == 8 && c.s.head_dim == 64 && c.s.head_dim_v == 64;
   if (!narrow && !wide && !fa2_d64_tile)
     return fail(fmt::format("registers: estimated {} float32 accumulators per thread ({} transient{}), expected <= {} "
                             "with <= {} transient (<= {} unless the columns split evenly), or <= {} with 8 warps, <= "
@@ -147,6 +156,12 @@ bool valid(const KernelConfig& c, std::string* why) {
   // fa2_d64_tile), d 120 64 x 128 x 8 two stages (4 bytes) and d 64 64 x 64 x 4 one stage (8 bytes); with a bias
   // (bias + ALiBi + softcap, varlen) estimate 160 spilled 4-20 bytes (d 128 32 x 64 x 4, 32 x 128 x 8) and 144 was
   // clean. So: a causal bias is held to 144, and the two plain points are out.
+  // A mask_mod keeps the wide budget except in FA2's d 128 tile shape on sm_90a with two stages (a 64-float S/dP
+  // tile at estimate 192: 64 x 128 x 8 warps spilled 114 bytes there; one stage and sm_80 were clean; ptxas -v with a
+  // document mask, 2026-11-25).
+  if (mask_code && !narrow && c.s.arch >= 90 && t[kStages] == 2 && 2 * L.mt1 * L.nt1 * 4 >= 64)
+    return fail(fmt::format("tile: {} x {} x {} warps with 2 stages and a mask_mod spills on sm_90 (ptxas); use 1 stage",
+                            t[kBlockM], t[kBlockN], t[kWarps]));
   const bool causal = c.s.mask == kMaskCausal;
   const bool padded = L.dp != c.s.head_dim || L.dvp != c.s.head_dim_v;  // head dims padded to 16 (guarded)
   if (causal && !features && padded && t[kBlockN] == 128 && t[kWarps] == 8 && regs > kBwdMmaRegBudget)
@@ -156,22 +171,47 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (causal && !features && t[kBlockM] == 64 && t[kBlockN] == 64 && t[kWarps] == 4 && t[kStages] == 1 && L.dp == 64 &&
       L.dvp == 64)
     return fail("tile: 64 x 64 x 4 warps with 1 stage at head dim 64 spills with a causal mask (ptxas); use 2 stages");
-  if (c.s.has_bias) {
+  // User code costs what a bias costs, or more: a score_mod (and its derivative) runs beside every S element with
+  // whatever it loads, a mask_mod beside every element of the masked tiles. ptxas -v over every valid point with a
+  // document mask (buffer loads), the mask with a relative-bias score_mod (table loads; derivative 1) and a softcap
+  // score_mod (tanh; its derivative), sm_80 and sm_90a, bf16, head dims 40-256, masks none / causal / window, with and
+  // without bias + ALiBi + softcap and varlen (2026-11-25, 2 x ~80 semantics): a score_mod spilled 4-88 bytes past
+  // estimate 144 (d 64 16 x 128 x 4, d 128 32 x 64 x 4 and 32 x 128 x 8) and with a 64-float S/dP tile beside
+  // >= 64 dK/dV registers (d 64 64 x 64 x 4 and 64 x 128 x 8 even with 2 stages, d 128 128 x 64 x 8), like a bias
+  // without its exception; a mask_mod with a bias spilled 12-32 bytes at estimate 160 (d 128 32 x 64 x 4 and
+  // 32 x 128 x 8) and 12 bytes in the exception (d 128 128 x 64 x 8, 2 stages, sm_90a). So user code takes the
+  // bias rules without the exception and at most 144: a score_mod always, a mask_mod beside a bias.
+  if (c.s.has_bias || score_code) {
     const int s_tile = 2 * L.mt1 * L.nt1 * 4;  // S^T and dP^T floats per thread (the GEMM 1 part of the estimate)
     const int dkdv = fa_bwd_persistent_regs(L);
-    const int budget = padded ? kBwdMmaBiasPaddedBudget : causal ? kBwdMmaCausalBudget : kBwdMmaRegBudget;
+    const int budget = padded                     ? kBwdMmaBiasPaddedBudget
+                       : causal                   ? kBwdMmaCausalBudget
+                       : score_code || mask_code  ? kBwdMmaUserCodeBudget
+                                                  : kBwdMmaRegBudget;
+    const char* what = score_code ? "a score_mod" : c.s.has_bias && mask_code ? "a bias and a mask_mod" : "a bias";
     if (regs > budget)
-      return fail(fmt::format("registers: estimated {} float32 accumulators per thread with a bias{}, expected <= {} "
+      return fail(fmt::format("registers: estimated {} float32 accumulators per thread with {}{}, expected <= {} "
                               "(no spills)",
-                              regs, padded ? " and head dims padded to 16" : causal ? " and a causal mask" : "",
+                              regs, what, padded ? " and head dims padded to 16" : causal ? " and a causal mask" : "",
                               budget));
+    const bool user_code = score_code || mask_code;  // no exception (a mask_mod beside a bias: 12 bytes at d 128
+                                                     // 128 x 64 x 8 warps, 2 stages, sm_90a)
     if (s_tile >= kBwdMmaBiasSTile && dkdv >= kBwdMmaBiasPersistent &&
-        !(t[kWarps] == 8 && t[kStages] == 2 && dkdv == kBwdMmaBiasPersistent && !padded))
+        (user_code || !(t[kWarps] == 8 && t[kStages] == 2 && dkdv == kBwdMmaBiasPersistent && !padded)))
       return fail(fmt::format("tile: a {} x {} tile with {} warps and {} stage(s) holds {} S/dP floats per thread; "
-                              "with a bias and {} dK/dV registers (>= {}) it needs 8 warps, 2 stages, exactly {} "
-                              "dK/dV registers and head dims that are multiples of 16 to compile without spills",
-                              t[kBlockM], t[kBlockN], t[kWarps], t[kStages], s_tile, dkdv, kBwdMmaBiasPersistent,
-                              kBwdMmaBiasPersistent));
+                              "with {} and {} dK/dV registers (>= {}) it needs {} to compile without spills",
+                              t[kBlockM], t[kBlockN], t[kWarps], t[kStages], s_tile, what, dkdv, kBwdMmaBiasPersistent,
+                              user_code ? "fewer S/dP floats or dK/dV registers"
+                                         : "8 warps, 2 stages, exactly 64 dK/dV registers and head dims that are "
+                                           "multiples of 16"));
+    // A score_mod beside a bias keeps no 64-float S/dP tile even with few dK/dV registers: the compile sweep's
+    // relative-bias record (a float table with 2D strides, its clamp read from a scalar; --full --seed 31,
+    // 2026-11-25) spilled 8 bytes at d 24 (sm_90a, causal) and 68 at d 16 (sm_80, with a mask_mod, varlen) in
+    // 64 x 64 x 4 warps, 2 stages, bias + ALiBi.
+    if (score_code && c.s.has_bias && s_tile >= kBwdMmaBiasSTile)
+      return fail(fmt::format("tile: a {} x {} tile with {} warps holds {} S/dP floats per thread; with a score_mod "
+                              "and a bias it needs fewer than {} to compile without spills",
+                              t[kBlockM], t[kBlockN], t[kWarps], s_tile, kBwdMmaBiasSTile));
   }
   return true;
 }
@@ -204,6 +244,10 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
   };
   if (p.dtype != kFp16 && p.dtype != kBf16) return no(fmt::format("dtype: bwd_mma needs fp16 or bf16, got {}", dtype_name(p.dtype)));
   if (!p.aligned16) return no("alignment: bwd_mma needs 16-byte aligned pointers and strides");
+  // Block skipping's list entries ((hl * query blocks + m) << 1 | full, int32) must fit at the smallest block_m.
+  if (p.mods != nullptr && !p.mods->mask_mod.empty() &&
+      static_cast<long long>(p.heads_q / p.heads_kv) * ((p.seqlen_q + 15) / 16) >= (1ll << 30))
+    return no("bwd_mma: too many (query head, query block) pairs per kv head for block skipping's lists");
   const Semantic s = semantic_for(*find_family("bwd_mma"), p, arch);
   std::string reason;
   if (!is_valid(KernelConfig{s, defaults(s)}, limits_for_arch(arch), &reason))
@@ -224,9 +268,16 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
     out.off_dk_accum = off;
     off = fam::align256(off + static_cast<size_t>(rows) * static_cast<size_t>(p.heads_q) * sizeof(int));
   }
+  // Block skipping (a mask_mod): the tile classes at this kernel's tile, transposed too, and the visiting lists.
+  if (main.s.mods != nullptr && !main.s.mods->mask_mod.empty()) {
+    const Family& f = *main.s.family;
+    off = fam::plan_mask_blocks(main, p, fam::BlockSkipping{main.t[kBlockM], main.t[kBlockN], f.knobs[kBlockM].values,
+                                                            f.knobs[kBlockN].values, true, true},
+                                off, &out);
+  }
   out.tuned_step = static_cast<int>(out.steps.size());
   out.steps.push_back(main);
-  out.steps.push_back(fam::default_step("bwd_post", p, main.s.arch));
+  out.steps.push_back(fam::plain_step("bwd_post", p, main.s.arch));
   out.workspace_bytes = std::max<size_t>(off, 256);
   return out;
 }
@@ -255,7 +306,11 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
     a.lpt_magic_tail = a.lpt_tail > 0 ? fa_div_magic(static_cast<unsigned>(a.lpt_tail)) : 0;
     a.lpt_magic_heads = fa_div_magic(in.launch.grid[1]);
   }
-  if (out->add(&a, sizeof a, alignof(FaBwdArgs))) return true;
+  // (FaBwdArgs[, FaUser with user code]): the template's fa_kernel(args FA_USER_PARAM)
+  if (c.s.mods != nullptr && in.user == nullptr) return fam::fail(why, "bwd_mma", "the user code's arguments (FaUser) are missing");
+  if (out->add(&a, sizeof a, alignof(FaBwdArgs)) &&
+      (c.s.mods == nullptr || out->add(in.user, sizeof(FaUser), alignof(FaUser))))
+    return true;
   if (why) *why = "bwd_mma: kernel parameters do not fit";
   return false;
 }

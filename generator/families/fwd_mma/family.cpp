@@ -163,11 +163,11 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
 }
 
 // With a mask_mod (fa_mods): [mask_blocks at this block_m x block_n, fwd_mma] over the classes and the per-CTA
-// visiting lists (common.h); without: the plan of one.
+// visiting lists (common.h: block_sparse_plan); without: the plan of one.
 Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   const Family& f = *main.s.family;
-  return fam::block_sparse_plan(main, p, main.t[kBlockM], main.t[kBlockN], f.knobs[kBlockM].values,
-                                f.knobs[kBlockN].values, true);
+  return fam::block_sparse_plan(main, p, fam::BlockSkipping{main.t[kBlockM], main.t[kBlockN], f.knobs[kBlockM].values,
+                                                            f.knobs[kBlockN].values, false, true});
 }
 
 // even_k: fixed-length and seqlen_k a multiple of block_n (no key-boundary predicates).

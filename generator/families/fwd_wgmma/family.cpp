@@ -154,8 +154,8 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   const Family& f = *main.s.family;
   std::vector<int> block_ms;
   for (int c : f.knobs[kConsumers].values) block_ms.push_back(64 * c);
-  return fam::block_sparse_plan(main, p, 64 * main.t[kConsumers], main.t[kBlockN], block_ms, f.knobs[kBlockN].values,
-                                false);
+  return fam::block_sparse_plan(main, p, fam::BlockSkipping{64 * main.t[kConsumers], main.t[kBlockN], block_ms,
+                                                            f.knobs[kBlockN].values, false, false});
 }
 
 void finalize(KernelConfig* c, const ProblemDesc& p) {

@@ -1,8 +1,10 @@
-// mask_blocks -- host side of the block classification step (templates/mask_blocks.cuh): a Step of the plan of
-// fwd_mma and fwd_wgmma when the problem has a mask_mod (fa_mods). It classifies the tiles of the forward's own
-// block_m x block_n grid, so its two knobs take the forwards' tile sizes and are copied from the forward's tunables
-// by the plan (fam::block_sparse_plan; never tuned on their own). The classification is shared over batch entries
-// and heads where fa_mods.mask_mod_depends allows it (LaunchShape::blk_shared).
+// mask_blocks -- host side of the block classification step (templates/mask_blocks.cuh): a Step of the plans of
+// fwd_mma, fwd_wgmma and bwd_mma when the problem has a mask_mod (fa_mods). It classifies the tiles of that kernel's
+// own block_m x block_n grid, so its two knobs take the union of those families' tile sizes and are copied from the
+// kernel's tunables by the plan (families/common.h: plan_mask_blocks; never tuned on their own). The classification
+// is shared over batch entries and heads where fa_mods.mask_mod_depends allows it (LaunchShape::blk_shared). In a
+// backward plan it receives the FaBwdArgs (its first member is the FaFwdArgs the kernel reads) and also writes the
+// classes transposed (FaFwdArgs::blk_cls_t).
 #include "../common.h"
 
 namespace fa::gen {
@@ -27,7 +29,7 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
 
 const Family kFamily{.name = "mask_blocks", .template_name = "mask_blocks.cuh", .role = Role::Step,
                      .tuned_on_first_use = false,
-                     .knobs = {fam::block_m({64, 128, 192}),
+                     .knobs = {fam::block_m({16, 32, 64, 128, 192}),
                                fam::block_n({32, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256})},
                      .defaults = &defaults, .launch = &launch};
 
