@@ -30,7 +30,8 @@ extern "C" __global__ void __launch_bounds__(128) fa_kernel(const FaFwdArgs args
     sq = args.seqlen_q; sk = args.seqlen_k;
   }
   const int m0 = mb * kBM, kn = nb * kBN;
-  const int rows = m0 < sq ? min(kBM, sq - m0) : 0;
+  // a key block at or past the key length is hidden whole: no row takes part (and below, kn < sk)
+  const int rows = m0 < sq && kn < sk ? min(kBM, sq - m0) : 0;
   bool any = false, all = true;  // over this warp's rows: warp, warp + 4, ...
   // each lane owns the key columns lane, lane + 32, ... below kBN; the lanes of a warp walk the same rows (the votes
   // below are warp-uniform)
@@ -48,7 +49,9 @@ extern "C" __global__ void __launch_bounds__(128) fa_kernel(const FaFwdArgs args
       if (kBN % 32 != 0 && c >= kBN) continue;
       const int j = kn + c;
       bool vis = j >= lo && j < hi;
-      if constexpr (fa_cfg::kHasMaskMod) vis = vis && fa_user_mask(bb, hh, i, j, FA_USER_ARGS);
+      // the user's mask at every lane, branch-free (a key past the length asks for the last key and is hidden by
+      // vis): a short-circuit per column nests a divergent branch per column, and ptxas spills convergence state
+      if constexpr (fa_cfg::kHasMaskMod) vis = vis & fa_user_mask(bb, hh, i, min(j, sk - 1), FA_USER_ARGS);
       any |= vis;
       all &= vis;
     }
