@@ -96,18 +96,19 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse)
 
 
-def _grads(bwd, ctx, dout, buffer_grads=None):
-    """The gradients of the forward's 21 inputs through `bwd` (the op, or its implementation in eager mode); the
-    buffers' entry is `buffer_grads` (the op's autograd wants a list shaped like the list input, an
-    autograd.Function None)."""
+def _grads(bwd, ctx, dout, op=False):
+    """The gradients of the forward's 21 inputs through `bwd` (the op, or its implementation in eager mode). `op`:
+    the op's autograd, which wants each list input's entry shaped like it (the buffers' a list of None; an empty
+    scalars list an empty list, a non-empty one, a leaf, None); an autograd.Function wants None for them all."""
     q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *buffers = ctx.saved_tensors
     dq, dk, dv = bwd(dout, q, k, v, o, lse, *ctx.fa_code, list(buffers), *ctx.fa_scalars, bias, alibi_slopes,
                      cu_seqlens_q, cu_seqlens_k, *ctx.fa_args, torch.are_deterministic_algorithms_enabled())
-    return (dq, dk, dv, None, None, None, buffer_grads) + (None,) * 14
+    lists = ([None] * ctx.fa_buffers, *([] if not x else None for x in ctx.fa_scalars)) if op else (None,) * 3
+    return (dq, dk, dv, None, None, None, *lists) + (None,) * 12
 
 
 def _backward(ctx, dout, _dlse):
-    return _grads(torch.ops.fa.attention_mods_bwd, ctx, dout, [None] * ctx.fa_buffers)
+    return _grads(torch.ops.fa.attention_mods_bwd, ctx, dout, op=True)
 
 
 attention_mods.register_autograd(_backward, setup_context=_setup_context)
