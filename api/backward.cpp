@@ -69,8 +69,10 @@ FaBwdArgs make_bwd_args(const Prepared& P) {
 // FaBwdArgs it is given.
 static_assert(offsetof(FaBwdArgs, f) == 0, "FaBwdArgs starts with the forward's args");
 
-// Enqueues P.plan on `stream` with workspace `ws` (or a stream-ordered allocation when null).
-Status enqueue(fa_context c, const Prepared& P, bool allow_compile, CUstream stream, void* ws, size_t ws_size) {
+// Enqueues P.plan on `stream` with workspace `ws` (or a stream-ordered allocation when null); `cache`: the
+// classification may be kept or reused across calls (runtime/mask_cache.h; not while tuning candidates).
+Status enqueue(fa_context c, const Prepared& P, bool allow_compile, CUstream stream, void* ws, size_t ws_size,
+               bool cache = true) {
   FaBwdArgs args = make_bwd_args(P);
   const fa::gen::Plan& plan = P.plan;
   bind_block_sizes(plan, &args.f);
@@ -85,6 +87,8 @@ Status enqueue(fa_context c, const Prepared& P, bool allow_compile, CUstream str
   const FaUser user = make_user_args(P.v.fwd);  // user code's buffers and scalars (zero without mods)
   PlanArgs pa{&args, sizeof args, bind_workspace};
   pa.user = P.v.fwd.mods != nullptr ? &user : nullptr;
+  pa.fwd = &args.f;
+  if (cache && pa.user != nullptr) cache_classes(c, fa::gen::Role::Backward, P.d, plan, P.v.fwd, user, &args.f, &pa);
   return enqueue_plan(c, plan, fa::gen::launch_shape(P.d), pa, allow_compile, stream, ws, ws_size);
 }
 
@@ -95,7 +99,7 @@ TuneRequest backward_tune_request(fa_context c, const Prepared& P, CUstream stre
   r.launch = [c, P, stream](const fa::gen::KernelConfig& cfg) -> Status {
     Prepared Q = P;
     Q.plan = fa::gen::make_plan(cfg.s, cfg.t, P.d);
-    return enqueue(c, Q, true, stream, nullptr, 0);
+    return enqueue(c, Q, true, stream, nullptr, 0, false);
   };
   return r;
 }

@@ -109,6 +109,7 @@ static Status create(const fa_context_options* in, fa_context* out) {
   if (Status env = read_log_env(c.get()); !env.ok()) return env;
   if (Status env = read_cache_readonly_env(c.get()); !env.ok()) return env;
   if (Status env = read_arch_env(c.get()); !env.ok()) return env;
+  if (Status env = read_mask_cache_env(c.get()); !env.ok()) return env;
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   Status st = bind_device(c.get());
@@ -119,6 +120,7 @@ static Status create(const fa_context_options* in, fa_context* out) {
   c->create_store_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
   c->kernels = std::make_unique<KernelCache>(c->store.get());
   c->chooser = make_chooser(c.get());
+  c->mask_cache = make_mask_cache(c.get());
   *out = c.release();
   return Status::Ok();
 }
@@ -134,6 +136,7 @@ extern "C" FA_API fa_status fa_context_create(const fa_context_options* options,
 extern "C" FA_API void fa_context_destroy(fa_context c) {
   if (c == nullptr) return;
   c->chooser->stop_background();  // joins the worker: nothing tunes or loads past this line
+  c->mask_cache.reset();          // waits for the context's device work when it kept classifications, frees them
   if (c->has_device) {
     {
       CtxGuard g(c);

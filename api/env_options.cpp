@@ -5,6 +5,7 @@
 #include <string>
 
 #include "runtime/arch.h"
+#include "runtime/mask_cache.h"
 
 namespace fa::rt {
 
@@ -28,6 +29,14 @@ Status read_arch_env(fa_context c) {
   if (!text.empty() && !parse_arch(text, &arch)) return invalid("FA_ARCH", arch_expected(), "'" + text + "'");
   c->arch = arch;
   c->limits = gen::limits_for_arch(arch);
+  return Status::Ok();
+}
+
+Status read_mask_cache_env(fa_context c) {
+  const char* v = std::getenv("FA_MASK_CACHE_MB");
+  if (!parse_mask_cache_mb(v, &c->mask_cache_bytes))
+    return invalid("FA_MASK_CACHE_MB", "a whole number of MiB (0: no classification cache; default 64)",
+                   std::string("'") + v + "'");
   return Status::Ok();
 }
 

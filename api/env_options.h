@@ -16,6 +16,10 @@ Status read_cache_readonly_env(fa_context c);
 // and c->limits (the device's replace them when there is one).
 Status read_arch_env(fa_context c);
 
+// $FA_MASK_CACHE_MB: unset or "": 64; else a whole number of MiB (0: no classification cache). Sets
+// c->mask_cache_bytes (runtime/mask_cache.h).
+Status read_mask_cache_env(fa_context c);
+
 // $FA_LOG: unset or "": warn; else one of off, warn, info, debug (runtime/log.h). c->verbose == 1 raises the level
 // to at least info. Sets c->log_level.
 Status read_log_env(fa_context c);

@@ -41,9 +41,15 @@ Status run(fa_context c, const fa_params* in, CUstream stream) {
     user_storage = make_user_args(p);
     user = &user_storage;
   }
+  // The plan's launches with their args; the classification cache keyed when the caller's fa_mods allows it.
+  auto plan_args = [&](const fa::gen::Plan& plan) {
+    PlanArgs pa = forward_plan_args(plan, &args, user);
+    if (user != nullptr) cache_classes(c, fa::gen::Role::Forward, d, plan, p, *user, &args, &pa);
+    return pa;
+  };
   if (auto hit = c->plans.find(sig))
-    return enqueue_steps(c, hit->plan, hit->kernels, fa::gen::launch_shape(d), forward_plan_args(hit->plan, &args, user),
-                         stream, p.workspace, p.workspace_size);
+    return enqueue_steps(c, hit->plan, hit->kernels, fa::gen::launch_shape(d), plan_args(hit->plan), stream,
+                         p.workspace, p.workspace_size);
 
   const uint64_t generation = c->plans.generation();  // read before the choice (plan_cache.h)
   bool capturing = false;
@@ -57,8 +63,8 @@ Status run(fa_context c, const fa_params* in, CUstream stream) {
   if (!st.ok()) return st;
   st = resolve_kernels(c, entry->plan, !capturing, &entry->kernels);
   if (!st.ok()) return st;
-  st = enqueue_steps(c, entry->plan, entry->kernels, fa::gen::launch_shape(d), forward_plan_args(entry->plan, &args, user),
-                     stream, p.workspace, p.workspace_size);
+  st = enqueue_steps(c, entry->plan, entry->kernels, fa::gen::launch_shape(d), plan_args(entry->plan), stream,
+                     p.workspace, p.workspace_size);
   if (st.ok() && !capturing) {
     entry->sig = sig;
     entry->generation = generation;

@@ -92,6 +92,12 @@ struct Plan {
   // (families/common.h: block_workspace).
   size_t off_blk_cls = SIZE_MAX, off_blk_cls_t = SIZE_MAX, off_blk_list = SIZE_MAX;
   int blk_nkb = 0, blk_mblocks = 0, blk_shared = 0;
+  // The classification step (mask_blocks) and the workspace bytes it writes, [off_blk_cls, off_blk_cls_end): every
+  // region the step writes lies there (the classes, transposed too), and nothing else does. A context may keep those
+  // bytes across calls (runtime/mask_cache.h) and then skip the step, binding the regions to its copy
+  // (rt::bind_block_classes); a region the step writes outside the span would be left unwritten. -1 / SIZE_MAX: none.
+  int blk_cls_step = -1;
+  size_t off_blk_cls_end = SIZE_MAX;
 };
 
 // A tensor map the runtime encodes for a family (cuTensorMapEncodeTiled): element type, global dims (innermost

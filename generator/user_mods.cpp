@@ -41,26 +41,25 @@ uint64_t content_hash(std::string_view mask_mod, std::string_view score_mod, std
   return h;
 }
 
+// Whether record m holds exactly these contents.
+bool holds(const UserMods& m, std::string_view mask_mod, std::string_view score_mod, std::string_view grad,
+           int num_buffers, const std::array<int, kMaxUserBuffers>& dtype, const std::array<int, kMaxUserBuffers>& rank) {
+  return m.mask_mod == mask_mod && m.score_mod == score_mod && m.score_mod_grad == grad &&
+         m.num_buffers == num_buffers && m.buf_dtype == dtype && m.buf_rank == rank;
+}
+
 const UserMods* find(const std::vector<std::unique_ptr<UserMods>>& same_hash, std::string_view mask_mod,
                      std::string_view score_mod, std::string_view grad, int num_buffers,
                      const std::array<int, kMaxUserBuffers>& dtype, const std::array<int, kMaxUserBuffers>& rank) {
   for (const auto& m : same_hash)
-    if (m->mask_mod == mask_mod && m->score_mod == score_mod && m->score_mod_grad == grad &&
-        m->num_buffers == num_buffers && m->buf_dtype == dtype && m->buf_rank == rank)
-      return m.get();
+    if (holds(*m, mask_mod, score_mod, grad, num_buffers, dtype, rank)) return m.get();
   return nullptr;
 }
 
-}  // namespace
-
-const UserMods* intern_user_mods(std::string_view mask_mod, std::string_view score_mod, int num_buffers,
-                                 const int* buf_dtype, const int* buf_rank, std::string_view grad) {
-  if (mask_mod.empty() && score_mod.empty() && grad.empty() && num_buffers == 0) return nullptr;
-  std::array<int, kMaxUserBuffers> dtype{}, rank{};
-  for (int n = 0; n < num_buffers && n < kMaxUserBuffers; ++n) {
-    dtype[static_cast<size_t>(n)] = buf_dtype[n];
-    rank[static_cast<size_t>(n)] = buf_rank[n];
-  }
+// The interned record of these contents (hashed, looked up, added when new).
+const UserMods* intern_hashed(std::string_view mask_mod, std::string_view score_mod, std::string_view grad,
+                              int num_buffers, const std::array<int, kMaxUserBuffers>& dtype,
+                              const std::array<int, kMaxUserBuffers>& rank) {
   const uint64_t h = content_hash(mask_mod, score_mod, grad, num_buffers, dtype, rank);
   Interned& t = interned();
   {
@@ -82,6 +81,27 @@ const UserMods* intern_user_mods(std::string_view mask_mod, std::string_view sco
   m->hash = h;
   same_hash.push_back(std::move(m));
   return same_hash.back().get();
+}
+
+}  // namespace
+
+const UserMods* intern_user_mods(std::string_view mask_mod, std::string_view score_mod, int num_buffers,
+                                 const int* buf_dtype, const int* buf_rank, std::string_view grad) {
+  if (mask_mod.empty() && score_mod.empty() && grad.empty() && num_buffers == 0) return nullptr;
+  std::array<int, kMaxUserBuffers> dtype{}, rank{};
+  for (int n = 0; n < num_buffers && n < kMaxUserBuffers; ++n) {
+    dtype[static_cast<size_t>(n)] = buf_dtype[n];
+    rank[static_cast<size_t>(n)] = buf_rank[n];
+  }
+  // The records this thread returned last: a repeated call compares the contents (memcmp) instead of hashing them
+  // byte by byte (about 1 us per KiB of code); records are never freed, so the pointers stay valid.
+  thread_local std::array<const UserMods*, 4> recent{};
+  thread_local size_t recent_next = 0;
+  for (const UserMods* m : recent)
+    if (m != nullptr && holds(*m, mask_mod, score_mod, grad, num_buffers, dtype, rank)) return m;
+  const UserMods* found = intern_hashed(mask_mod, score_mod, grad, num_buffers, dtype, rank);
+  recent[recent_next++ % recent.size()] = found;
+  return found;
 }
 
 std::string user_mods_tag(const UserMods& m) { return "mod" + hex64(m.hash); }

@@ -30,6 +30,25 @@ CtxGuard::~CtxGuard() {
 
 int context_arch(fa_context c) { return c->arch; }
 
+std::unique_ptr<MaskCache> make_mask_cache(fa_context c) {
+  MaskCache::Device dev;
+  dev.alloc = [c](size_t bytes, CUstream s, CUdeviceptr* out) {
+    return c->has_device && c->drv->cuMemAllocAsync(out, bytes, s) == CUDA_SUCCESS;
+  };
+  dev.new_event = [c](CUevent* ev) {
+    return c->has_device && c->drv->cuEventCreate(ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+  };
+  dev.release_all = [c](const std::vector<CUdeviceptr>& mem, const std::vector<CUevent>& events) {
+    if (!c->has_device) return;
+    CtxGuard g(c);
+    if (!g.status().ok()) return;
+    c->drv->cuCtxSynchronize();  // every reader of every entry, on any stream, is done before the frees
+    for (CUdeviceptr p : mem) c->drv->cuMemFree(p);
+    for (CUevent e : events) c->drv->cuEventDestroy(e);
+  };
+  return std::make_unique<MaskCache>(std::move(dev), c->mask_cache_bytes);
+}
+
 Status bind_device(fa_context c) {
   std::string why;
   c->drv = driver(&why);

@@ -16,6 +16,7 @@
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/log.h"
+#include "runtime/mask_cache.h"
 #include "runtime/plan_cache.h"
 #include "runtime/status.h"
 
@@ -75,6 +76,9 @@ struct fa_context_s {
   std::unique_ptr<fa::rt::KernelCache> kernels;
   std::unique_ptr<fa::rt::TunableChooser> chooser;
   fa::rt::PlanCache plans;           // fa_run's fast path: validated shape -> resolved plan (runtime/plan_cache.h)
+  // Block classifications kept across calls (runtime/mask_cache.h; $FA_MASK_CACHE_MB bytes at most, 0: none).
+  size_t mask_cache_bytes = size_t{64} << 20;
+  std::unique_ptr<fa::rt::MaskCache> mask_cache;
   // fa_context_create's own cost, split (bench/tuning_figures [2]): binding the device (driver table, cuInit,
   // primary context: the part any CUDA process pays once) and opening the cache store (SQLite open, checks).
   double create_bind_ms = 0, create_store_ms = 0;
@@ -99,6 +103,10 @@ class CtxGuard {
   bool pushed_ = false;
   Status st_;
 };
+
+// The context's classification cache (mask_cache_bytes at most) over its driver: stream-ordered memory, events,
+// and at destruction a context synchronization before the frees.
+std::unique_ptr<MaskCache> make_mask_cache(fa_context c);
 
 // Arch the context compiles for: the device's, or $FA_ARCH / rt::kDefaultArchWithoutDevice (90) without a device.
 int context_arch(fa_context c);

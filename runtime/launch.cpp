@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "runtime/alignment_note.h"
+#include "runtime/validate.h"
 
 namespace fa::rt {
 
@@ -98,14 +99,30 @@ void bind_block_sizes(const gen::Plan& plan, FaFwdArgs* args) {
 }
 
 void bind_block_workspace(const gen::Plan& plan, FaFwdArgs* args, char* ws) {
-  if (plan.off_blk_cls != SIZE_MAX) args->blk_cls = reinterpret_cast<unsigned char*>(ws + plan.off_blk_cls);
-  if (plan.off_blk_cls_t != SIZE_MAX) args->blk_cls_t = reinterpret_cast<unsigned char*>(ws + plan.off_blk_cls_t);
+  if (plan.off_blk_cls != SIZE_MAX) bind_block_classes(plan, args, ws + plan.off_blk_cls);
   if (plan.off_blk_list != SIZE_MAX) args->blk_list = reinterpret_cast<int*>(ws + plan.off_blk_list);
+}
+
+void bind_block_classes(const gen::Plan& plan, FaFwdArgs* args, char* span) {
+  if (plan.off_blk_cls == SIZE_MAX) return;
+  args->blk_cls = reinterpret_cast<unsigned char*>(span);
+  if (plan.off_blk_cls_t != SIZE_MAX) args->blk_cls_t = reinterpret_cast<unsigned char*>(span + (plan.off_blk_cls_t - plan.off_blk_cls));
+}
+
+void cache_classes(fa_context c, gen::Role role, const gen::ProblemDesc& d, const gen::Plan& plan, const fa_params& p,
+                   const FaUser& user, FaFwdArgs* fwd, PlanArgs* pa) {
+  const uint64_t epoch = mods_epoch(p.mods);
+  if (epoch == 0 || plan.blk_cls_step < 0 || plan.off_blk_cls_end == SIZE_MAX || !c->mask_cache) return;
+  pa->cache_classes = true;
+  pa->cls_key = mask_cache_key(role, d, plan, user, d.varlen ? p.cu_seqlens_q : nullptr,
+                               d.varlen ? p.cu_seqlens_k : nullptr, epoch);
+  pa->fwd = fwd;
 }
 
 PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args, const FaUser* user) {
   PlanArgs pa{args, sizeof *args, {}};
   pa.user = user;
+  pa.fwd = args;
   args->num_splits = plan.num_splits;
   bind_block_sizes(plan, args);
   // One binding for every workspace region the plan has (split partials, block classes and visiting lists).
@@ -228,6 +245,16 @@ bool encode_tensor_map(void* ctx, const gen::TensorMapDesc& t, void* out128, std
   return false;
 }
 
+// The cache's entry for a.cls_key on `stream`: none while the stream is being captured (a graph classifies on every
+// replay), or when the stream cannot be told apart (cuStreamGetId failing).
+MaskCache::Lease classes_lease(fa_context c, const gen::Plan& plan, const PlanArgs& a, CUstream stream) {
+  bool capturing = true;
+  unsigned long long id = 0;
+  if (!stream_capturing(c, stream, &capturing).ok() || capturing || c->drv->cuStreamGetId(stream, &id) != CUDA_SUCCESS)
+    return c->mask_cache->acquire_none();
+  return c->mask_cache->acquire(a.cls_key, id, stream, plan.off_blk_cls_end - plan.off_blk_cls);
+}
+
 }  // namespace
 
 Status resolve_kernels(fa_context c, const gen::Plan& plan, bool allow_compile,
@@ -260,23 +287,38 @@ Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std:
   shape.blk_shared = plan.blk_shared;
   CtxGuard g(c);
   if (!g.status().ok()) return g.status();
+  if (ws_in != nullptr && ws_size < plan.workspace_bytes)
+    return invalid("workspace_size", fmt::format(">= {} bytes ({})", plan.workspace_bytes,
+                                                 plan.off_delta != SIZE_MAX ? "fa_backward_workspace_size"
+                                                                            : "fa_forward_workspace_size"),
+                   ws_size);
+  const MaskCache::Lease lease = a.cache_classes ? classes_lease(c, plan, a, stream) : MaskCache::Lease{};
+  const bool hit = lease.use == MaskCache::Use::kHit;
+  // a hit needs no workspace when the classes are all the plan keeps there (fwd_wgmma's plan)
+  const bool ws_needed = !(hit && plan.off_blk_cls == 0 && plan.off_blk_cls_end >= plan.workspace_bytes);
   CUdeviceptr ws = reinterpret_cast<CUdeviceptr>(ws_in);
   bool owned = false;
-  if (ws_in != nullptr) {
-    if (ws_size < plan.workspace_bytes)
-      return invalid("workspace_size", fmt::format(">= {} bytes ({})", plan.workspace_bytes,
-                                                   plan.off_delta != SIZE_MAX ? "fa_backward_workspace_size"
-                                                                              : "fa_forward_workspace_size"),
-                     ws_size);
-  } else if (plan.workspace_bytes > 0) {
+  if (ws_in == nullptr && plan.workspace_bytes > 0 && ws_needed) {
     CUresult r = c->drv->cuMemAllocAsync(&ws, plan.workspace_bytes, stream);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) return error(FA_ERROR_OUT_OF_MEMORY, driver_error(*c->drv, "cuMemAllocAsync", r));
-    if (r != CUDA_SUCCESS) return error(FA_ERROR_DRIVER, driver_error(*c->drv, "cuMemAllocAsync", r));
+    if (r != CUDA_SUCCESS) {
+      c->mask_cache->release(lease, false);
+      if (r == CUDA_ERROR_OUT_OF_MEMORY) return error(FA_ERROR_OUT_OF_MEMORY, driver_error(*c->drv, "cuMemAllocAsync", r));
+      return error(FA_ERROR_DRIVER, driver_error(*c->drv, "cuMemAllocAsync", r));
+    }
     owned = true;
   }
   if (a.bind_workspace) a.bind_workspace(reinterpret_cast<char*>(ws));
   Status st;
+  if (lease.use != MaskCache::Use::kNone) {  // the classes live in the cache entry
+    bind_block_classes(plan, a.fwd, reinterpret_cast<char*>(lease.ptr));
+    if (lease.wait_ready) {  // filled on another stream: its classification first
+      CUresult r = c->drv->cuStreamWaitEvent(stream, lease.ready, 0);
+      if (r != CUDA_SUCCESS) st = error(FA_ERROR_DRIVER, driver_error(*c->drv, "cuStreamWaitEvent", r));
+    }
+  }
   for (size_t i = 0; i < plan.steps.size() && st.ok(); ++i) {
+    const bool classify = static_cast<int>(i) == plan.blk_cls_step;
+    if (classify && hit) continue;
     const gen::KernelConfig& step = plan.steps[i];
     const gen::Family& f = *step.s.family;
     gen::BindInput in;
@@ -302,8 +344,16 @@ Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std:
       st = error(FA_ERROR_INTERNAL, "the arguments of " + kernels[i]->key + " do not fit (or its user code's are missing)");
     }
     if (st.ok()) st = launch_pushed(c, *kernels[i], in.launch, params, stream);
+    if (st.ok() && classify) {
+      if (c->mask_cache) c->mask_cache->count_classified();
+      if (lease.use == MaskCache::Use::kFill) {  // hits on other streams wait for this point
+        CUresult r = c->drv->cuEventRecord(lease.ready, stream);
+        if (r != CUDA_SUCCESS) st = error(FA_ERROR_DRIVER, driver_error(*c->drv, "cuEventRecord", r));
+      }
+    }
   }
   if (owned) c->drv->cuMemFreeAsync(ws, stream);
+  if (lease.use != MaskCache::Use::kNone) c->mask_cache->release(lease, st.ok());
   return st;
 }
 

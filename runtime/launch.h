@@ -12,6 +12,7 @@
 #include "generator/family.h"
 #include "generator/problem.h"
 #include "runtime/context.h"
+#include "runtime/mask_cache.h"
 #include "templates/fa_args.cuh"
 
 namespace fa::rt {
@@ -36,7 +37,18 @@ struct PlanArgs {
   size_t size = 0;
   std::function<void(char* ws)> bind_workspace;
   const FaUser* user = nullptr;  // the second kernel parameter of steps with user code (Semantic::mods)
+  // The classification cache (runtime/mask_cache.h; set by cache_classes): the key of the plan's classification,
+  // and the FaFwdArgs whose class pointers a cached copy rebinds (the args, or a FaBwdArgs' forward part).
+  bool cache_classes = false;
+  MaskCacheKey cls_key{};
+  FaFwdArgs* fwd = nullptr;
 };
+
+// Lets enqueue_steps keep or reuse the classification of `plan` (a mask_blocks step) across calls when the caller's
+// fa_mods allows it (version 4, mask_epoch != 0) and the context's cache is on: fills pa's key for problem d of
+// `role` (p: the validated params; user: its user code's values) and `fwd`. A no-op otherwise.
+void cache_classes(fa_context c, gen::Role role, const gen::ProblemDesc& d, const gen::Plan& plan, const fa_params& p,
+                   const FaUser& user, FaFwdArgs* fwd, PlanArgs* pa);
 
 // The forward plan's args: the split count, and the workspace binding of the split partials (plan and args must
 // outlive the returned PlanArgs' use).
@@ -45,13 +57,18 @@ PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args, const FaUser*
 // workspace regions (classes, transposed classes, visiting lists). No-ops for plans without.
 void bind_block_sizes(const gen::Plan& plan, FaFwdArgs* args);
 void bind_block_workspace(const gen::Plan& plan, FaFwdArgs* args, char* ws);
+// The pointers of the regions the classification step writes (Plan::off_blk_cls .. off_blk_cls_end), into a copy of
+// that span at `span` (the workspace's: ws + off_blk_cls; a cached one: its entry).
+void bind_block_classes(const gen::Plan& plan, FaFwdArgs* args, char* span);
 // The user code's parameter (fa_mods' buffers and scalars) of params p; zero without mods.
 FaUser make_user_args(const fa_params& p);
 
 // Enqueues every step of `plan` on `stream`: kernels (allow_compile as in kernel_for), the workspace (the caller's
 // `ws` of `ws_size` bytes, or a stream-ordered allocation freed on the stream after the last step), each step's
 // parameters (the family's bind, which places a.user itself; default: the common args, then a.user for a step with
-// user code), the launch (with the family's cluster dims and dependent-launch flag).
+// user code), the launch (with the family's cluster dims and dependent-launch flag). With a.cache_classes, outside
+// stream capture: a cached classification skips the classification step (and the workspace when the classes are
+// all it holds), or a new one is classified into a cache entry (runtime/mask_cache.h).
 // Never synchronizes.
 Status enqueue_plan(fa_context c, const gen::Plan& plan, const gen::LaunchShape& shape, const PlanArgs& a,
                     bool allow_compile, CUstream stream, void* ws, size_t ws_size);

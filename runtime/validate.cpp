@@ -86,6 +86,7 @@ Status validate_mods(const fa_mods& m, bool backward, const gen::UserMods** out,
   // Each version's struct ends where the next one's fields begin; fields past it are never read.
   const size_t expected = m.version == 1   ? offsetof(fa_mods, mask_mod_depends)
                           : m.version == 2 ? offsetof(fa_mods, score_mod_grad)
+                          : m.version == 3 ? offsetof(fa_mods, mask_epoch)
                                            : sizeof(fa_mods);
   if (m.struct_size != expected)
     return error(FA_ERROR_INVALID_VERSION,
@@ -137,6 +138,8 @@ Status validate_mods(const fa_mods& m, bool backward, const gen::UserMods** out,
   *out = gen::intern_user_mods(mask, score, m.num_buffers, dtypes, ranks, backward ? grad : "");
   return Status::Ok();
 }
+
+uint64_t mods_epoch(const fa_mods* m) { return m != nullptr && m->version >= 4 ? m->mask_epoch : 0; }
 
 Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* desc) {
   if (in == nullptr) return invalid("params", "a non-NULL fa_params*", "NULL");

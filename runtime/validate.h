@@ -15,6 +15,9 @@ namespace fa::rt {
 // record then holds (the forward's record never does: its kernel keys do not depend on the derivative).
 Status validate_mods(const fa_mods& m, bool backward, const gen::UserMods** out, int* depends);
 
+// fa_mods.mask_epoch of a validated fa_mods (0: none, or a version below 4 that has no such field; nullptr: 0).
+uint64_t mods_epoch(const fa_mods* m);
+
 Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* desc);
 
 struct BwdView {

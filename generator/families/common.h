@@ -134,6 +134,7 @@ inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bo
     out->off_blk_cls_t = off;
     off = align256(off + batch_c * heads_c * tiles);
   }
+  out->off_blk_cls_end = off;  // what mask_blocks writes ends here (Plan::off_blk_cls_end); the kernels' lists follow
   if (!lists) return off;
   out->off_blk_list = off;
   return off + align256(static_cast<size_t>(p.batch) * p.heads_q * tiles * sizeof(int));
@@ -146,6 +147,7 @@ inline size_t plan_mask_blocks(const KernelConfig& main, const ProblemDesc& p, c
   KernelConfig cls = default_step("mask_blocks", p, main.s.arch);
   cls.t[0] = b.block_m;
   cls.t[1] = b.block_n;
+  out->blk_cls_step = static_cast<int>(out->steps.size());
   out->steps.push_back(cls);
   for (int bm : b.block_ms)
     for (int bn : b.block_ns) {

@@ -158,6 +158,21 @@ FA_API int fa_context_has_device(fa_context context);
  * are never loaded (the forwards skip key blocks, the backward skips the query blocks of each key block), blocks it
  * hides nowhere skip the per-element mask. The classification is per (b, h) unless mask_mod_depends (version 2)
  * says the mask ignores h or b: then it is computed once and shared.
+ * Caching the classification (version 4, mask_epoch): fa cannot see what a buffer holds, so by default it classifies
+ * on every call. A caller that sets mask_epoch != 0 lets the context keep the classification on the device and reuse
+ * it: a later call whose classification has the same inputs launches no classification at all. The cache key holds
+ * the code, the shape (batch, heads, lengths, the built-in mask and window, the kernel's tile, mask_mod_depends, in
+ * varlen mode the cu_seqlens_q / cu_seqlens_k pointers), every buffer's pointer, dtype, shape and strides, the
+ * scalars and mask_epoch; never the contents behind a pointer. So the rule for the caller: whenever the contents of
+ * a buffer the mask_mod reads (or, in varlen mode, of cu_seqlens_q / cu_seqlens_k) change while its pointer stays,
+ * pass a mask_epoch never passed before with those pointers (e.g. increment a counter; the fa Python package does it
+ * from each tensor's version counter). New pointers, shapes, lengths or scalars need nothing. Entries stay for the
+ * context's life, within $FA_MASK_CACHE_MB of device memory (default 64; 0: no cache), reused only once their readers
+ * on the stream that filled them are done; when none is free, the call classifies into its workspace as without an
+ * epoch. While the stream is being captured into a CUDA graph nothing is cached or looked up: the graph classifies on
+ * every replay, so a replay sees the buffers' contents of that moment. fa_forward_workspace_size and
+ * fa_backward_workspace_size do not change (a cached call may leave the classes' part of the workspace unused).
+ * fa_context_destroy waits for the device work of the context's calls when entries were cached (their memory is freed).
  * Backward (fa_run_backward with fwd->mods): mask_mod needs nothing more. A score_mod needs its derivative with
  * respect to s, score_mod_grad (version 3), the body of
  *   float score_mod_grad(float s, int b, int h, int i, int j, const FaUser& u)   d score_mod / d s at this s
@@ -168,7 +183,7 @@ FA_API int fa_context_has_device(fa_context context);
  *   softcap c:       score_mod  return u.scalar[0] * tanhf(s / u.scalar[0]);
  *                    grad       float t = tanhf(s / u.scalar[0]); return 1.0f - t * t;
  *   ALiBi, relative bias (anything of the form s + f(b, h, i, j)):  grad  return 1.0f; */
-#define FA_MODS_VERSION 3
+#define FA_MODS_VERSION 4
 #define FA_MOD_DEPENDS_BATCH 1 /* mask_mod_depends bits: mask_mod reads b (e.g. per-sequence document ids) */
 #define FA_MOD_DEPENDS_HEAD 2  /* mask_mod reads h */
 #define FA_MAX_USER_BUFFERS 4
@@ -201,6 +216,11 @@ typedef struct fa_mods {
   /* ---- version 3 */
   const char* score_mod_grad; /* NUL-terminated body of d score_mod / d s (see above), or NULL; needed by the
                                  backward when score_mod is set, must be NULL without a score_mod */
+  /* ---- version 4 */
+  uint64_t mask_epoch;        /* 0 (fa_mods_init and versions 1..3): the classification is never cached. Else the
+                                 caller's generation of the buffers' contents: change it whenever the contents of a
+                                 buffer the mask_mod reads (or of cu_seqlens in varlen mode) change in place (see
+                                 "Caching the classification" above). Never part of the kernel key. */
 } fa_mods;
 FA_API fa_status fa_mods_init(fa_mods* mods);
 

@@ -5,6 +5,10 @@ Same op-level views and arguments as fa::attention_fwd / fa::attention_bwd (see 
 buffers and scalars as plain op arguments, with fake (meta) implementations so that torch.compile traces them, and
 autograd wired from the forward op to the backward one (q, k, v get gradients; buffers, scalars, bias, ALiBi slopes
 and cu_seqlens none). In eager mode the same implementations run under a plain autograd.Function, as _torch_ops does.
+
+Host cost: the fa_mods struct of a signature is filled once (mods.mods_struct; each call copies it and sets the
+contents' epoch that keys the library's classification cache), and a fixed-length forward without bias or ALiBi
+keeps its filled fa_params per signature as the plain forward does (_torch_ops._cached_forward).
 """
 
 # No `from __future__ import annotations` here: torch.library.custom_op reads the annotations as types.
@@ -14,16 +18,17 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._tensor_params import last_dim_contiguous, output_shapes
-from ._torch_ops import eager_function, run_backward, run_forward
-from .mods import Mods
+from ._tensor_params import build_params, last_dim_contiguous, output_shapes
+from ._torch_ops import _cached_forward, eager_function, run_backward, run_forward
+from .mods import Mods, mods_struct
 
 
-def _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device):
-    """attach(params) for run_forward / run_backward: the fa_mods of these op arguments, kept alive by the caller."""
+def _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device, contents=()):
+    """attach(params) for run_forward / run_backward: the fa_mods of these op arguments (epoch over the buffers
+    and `contents`: the varlen offsets), kept alive by the caller."""
     def attach(p):
-        m, keep = Mods(mask_mod, score_mod, buffers, scalars, iscalars, depends=depends,
-                       score_mod_grad=score_mod_grad).to_struct(device)
+        m, keep = mods_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device,
+                              contents)
         p.mods = ctypes.pointer(m)
         return m, keep
     return attach
@@ -37,7 +42,13 @@ def _mods_impl(q: Tensor, k: Tensor, v: Tensor, mask_mod: Optional[str], score_m
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
     rest = (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left,
             window_right, softcap, scale)
-    attach = _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, q.device)
+    if bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None:
+        m, keep = mods_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, q.device)
+        key = ("mods", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device, mask,
+               window_left, window_right, softcap, scale)
+        return _cached_forward(key, q, k, v, True, lambda o, lse: build_params(q, k, v, o, lse, *rest)[0], mods=m)
+    attach = _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, q.device,
+                     (cu_seqlens_q, cu_seqlens_k))
     return run_forward(q, k, v, rest, attach)
 
 
@@ -60,7 +71,8 @@ def _mods_bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse
                    depends: str, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
     rest = (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left,
             window_right, softcap, scale)
-    attach = _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, q.device)
+    attach = _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, q.device,
+                     (cu_seqlens_q, cu_seqlens_k))
     return run_backward(dout, q, k, v, o, lse, rest, deterministic, attach)
 
 

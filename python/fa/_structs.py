@@ -8,7 +8,7 @@ new_bwd_params() or new_merge_params(), which call the library's *_init function
 from __future__ import annotations
 
 import ctypes
-from ctypes import c_float, c_int32, c_int64, c_size_t, c_uint32, c_void_p
+from ctypes import c_float, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 
 # ---- fa_status ---------------------------------------------------------------------------------------------------------
 FA_OK = 0
@@ -60,7 +60,7 @@ FA_CONTEXT_OPTIONS_VERSION = 1
 FA_PARAMS_VERSION = 2
 FA_BWD_PARAMS_VERSION = 1
 FA_MERGE_PARAMS_VERSION = 1
-FA_MODS_VERSION = 2
+FA_MODS_VERSION = 4
 FA_MOD_DEPENDS_BATCH, FA_MOD_DEPENDS_HEAD = 1, 2
 FA_MAX_USER_BUFFERS = 4
 FA_MAX_USER_SCALARS = 8
@@ -112,6 +112,7 @@ class Mods(ctypes.Structure):
         ("mask_mod_depends", c_int32),
         ("reserved1", c_int32),
         ("score_mod_grad", ctypes.c_char_p),
+        ("mask_epoch", c_uint64),
     ]
 
 

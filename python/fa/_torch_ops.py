@@ -10,6 +10,7 @@ Work is enqueued on torch.cuda.current_stream() of the tensors' device with that
 """
 
 # No `from __future__ import annotations` here: torch.library.custom_op reads the annotations as types.
+import ctypes
 from typing import Optional, Tuple
 
 import torch
@@ -45,9 +46,10 @@ _PARAMS_CACHE: dict = {}
 _PARAMS_CACHE_MAX = 256
 
 
-def _cached_forward(key, q, k, v, want_lse: bool, params_of):
+def _cached_forward(key, q, k, v, want_lse: bool, params_of, mods=None):
     """(o, lse or None) of the plain forward of `key`; params_of(o, lse) fills fa_params on the first call of a key
-    (and makes every check there: the key holds all that they read)."""
+    (and makes every check there: the key holds all that they read). `mods`: an fa_mods (S.Mods) the call points at
+    (user code; the key then holds everything of the params but the code's own struct)."""
     o = torch.empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=q.dtype, device=q.device)
     lse = (torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
            if want_lse else None)
@@ -67,6 +69,8 @@ def _cached_forward(key, q, k, v, want_lse: bool, params_of):
     p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
     if lse is not None:
         p.lse = lse.data_ptr()
+    if mods is not None:
+        p.mods = ctypes.pointer(mods)
     default_context(device).run(p, _stream_of(device))
     return o, lse
 
@@ -273,8 +277,12 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
         out = _eager_plain(q, k, v, causal, window, softcap, scale, return_lse)
         if out is not None:
             return out
-    q2, k2, v2, rest, bhsd = _op_args(q, k, v, causal, window, bias, alibi_slopes, softcap, scale, layout,
-                                      cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    if (mods is not None and bias is None and alibi_slopes is None and cu_seqlens_q is None
+            and cu_seqlens_k is None):
+        q2, k2, v2, rest, bhsd = _op_args_fixed(q, k, v, causal, window, softcap, scale, layout)
+    else:
+        q2, k2, v2, rest, bhsd = _op_args(q, k, v, causal, window, bias, alibi_slopes, softcap, scale, layout,
+                                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     if mods is not None:
         from ._mods_op import forward_with_mods
         o, lse = forward_with_mods(q2, k2, v2, mods, rest)
@@ -283,6 +291,26 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
     if bhsd:
         o = o.transpose(1, 2)
     return (o, lse) if return_lse else o
+
+
+# _op_args of a fixed-length call without bias or ALiBi, keyed by the raw arguments: the checks and the remaining op
+# arguments of a known signature are taken from the first call (fa.attention with user code: host cost per call).
+_OP_ARGS_CACHE: dict = {}
+
+
+def _op_args_fixed(q, k, v, causal, window, softcap, scale, layout):
+    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, causal,
+           None if window is None else tuple(window), softcap, scale, layout)
+    rest = _OP_ARGS_CACHE.get(key)
+    if rest is None:
+        out = _op_args(q, k, v, causal, window, None, None, softcap, scale, layout, None, None, None, None)
+        if len(_OP_ARGS_CACHE) >= _PARAMS_CACHE_MAX:
+            _OP_ARGS_CACHE.clear()
+        _OP_ARGS_CACHE[key] = out[3]
+        return out
+    if layout == "bhsd":
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), rest, True
+    return q, k, v, rest, False
 
 
 # The eager, gradient-free call without bias, ALiBi, varlen or user code (inference loops): keyed by the raw

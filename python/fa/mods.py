@@ -14,14 +14,88 @@ receives; a mask_mod needs nothing more. No gradient flows into the buffers or s
 The ready mods below (document, prefix_lm, sinks_window, chunked, relative_bias, softcap) each carry a PyTorch
 restatement (`reference_mask` / `reference_score`) that the tests compare against, and their derivative where they
 have a score_mod.
+
+Block classification cache: fa keeps the block classification of a mask_mod across calls (fa.h, fa_mods.mask_epoch)
+and reuses it while the code, shapes, scalars, buffers and their contents are unchanged. The contents are tracked
+through each tensor's identity and PyTorch's version counter (every in-place op bumps it): a new tensor, or any
+in-place write to a buffer (ids.copy_(...), ids[3] = 1, an out= op), makes the next call classify afresh. Writes that
+bypass the version counter (through .data, DLPack, a raw pointer, another process) need `mods.changed()`. Inference
+tensors (torch.inference_mode) have no version counter: their mods are classified on every call.
 """
 
 from __future__ import annotations
 
 import ctypes
+import itertools
+import weakref
 from typing import Callable, Optional, Sequence
 
 from . import _structs as S
+
+# ---- the contents' epoch (fa_mods.mask_epoch) -------------------------------------------------------------------------
+# Each buffer incarnation (the tensor object at its address, at its version) gets a number from one process-wide
+# counter the first time it is seen; a call's epoch is the largest number among its buffers. A changed buffer (a new
+# tensor at the address, or a new version) takes a number never used before, so the epoch of a call differs from
+# every earlier call's with the same pointers unless every buffer is the incarnation it was then; the library keys
+# its cache on the pointers and the epoch. 1: no buffer (nothing but the key's own values to depend on).
+_EPOCH_COUNTER = itertools.count(2)
+_EPOCHS: dict = {}  # data_ptr -> (weakref to the tensor, its _version, its number)
+_EPOCHS_MAX = 4096
+
+
+def contents_epoch(tensors) -> int:
+    """fa_mods.mask_epoch for buffers `tensors` (None entries skipped; cu_seqlens in varlen mode too): nonzero, the
+    same while every tensor is the same object at the same version, else new; 0 (classify every call) when a
+    tensor has no version counter (an inference tensor)."""
+    epoch = 1
+    for t in tensors:
+        if t is None:
+            continue
+        ptr = t.data_ptr()
+        try:
+            version = t._version
+        except RuntimeError:  # inference tensors track no version
+            return 0
+        ent = _EPOCHS.get(ptr)
+        if ent is None or ent[1] != version or ent[0]() is not t:
+            if len(_EPOCHS) >= _EPOCHS_MAX:
+                _EPOCHS.clear()
+            ent = (weakref.ref(t), version, next(_EPOCH_COUNTER))
+            _EPOCHS[ptr] = ent
+        if ent[2] > epoch:
+            epoch = ent[2]
+    return epoch
+
+
+def forget_contents(tensors) -> None:
+    """The next call reading any of `tensors` classifies afresh (their contents changed behind the version counter)."""
+    for t in tensors:
+        if t is not None:
+            _EPOCHS.pop(t.data_ptr(), None)
+
+
+# ---- fa_mods structs, filled once per signature ----------------------------------------------------------------------
+_STRUCTS: dict = {}
+_STRUCTS_MAX = 256
+
+
+def mods_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device, contents=()):
+    """A fresh fa_mods for these op arguments (its mask_epoch from the buffers and `contents`, e.g. varlen offsets)
+    and what it keeps alive. The first call of a signature (the code, depends, scalars, device and each buffer's
+    address, dtype, shape and strides) builds it through Mods.to_struct with every check; later ones copy it."""
+    sig = (mask_mod, score_mod, score_mod_grad, depends, tuple(scalars), tuple(iscalars), device,
+           tuple((t.data_ptr(), t.dtype, t.shape, t.stride()) for t in buffers))
+    ent = _STRUCTS.get(sig)
+    if ent is None:
+        m, keep = Mods(mask_mod, score_mod, buffers, scalars, iscalars, depends=depends,
+                       score_mod_grad=score_mod_grad).to_struct(device)
+        if len(_STRUCTS) >= _STRUCTS_MAX:
+            _STRUCTS.clear()
+        ent = (bytes(m), [x for x in keep if isinstance(x, bytes)])  # the code's bytes; buffers live in the call
+        _STRUCTS[sig] = ent
+    m = S.Mods.from_buffer_copy(ent[0])
+    m.mask_epoch = contents_epoch(itertools.chain(buffers, contents)) if mask_mod is not None else 0
+    return m, ent[1]
 
 _DTYPES = None
 
@@ -74,6 +148,11 @@ class Mods:
     def __repr__(self):
         return (f"fa.Mods(mask_mod={self.mask_mod!r}, score_mod={self.score_mod!r}, "
                 f"score_mod_grad={self.score_mod_grad!r}, buffers={[tuple(t.shape) for t in self.buffers]}, scalars={self.scalars}, iscalars={self.iscalars})")
+
+    def changed(self) -> None:
+        """Say that a buffer's contents changed where PyTorch's version counter cannot see it (written through .data,
+        DLPack or a raw pointer): the next call classifies afresh. In-place PyTorch ops need no call."""
+        forget_contents(self.buffers)
 
     def depends_bits(self) -> int:
         return (S.FA_MOD_DEPENDS_BATCH if "b" in self.depends else 0) | (S.FA_MOD_DEPENDS_HEAD if "h" in self.depends else 0)

@@ -2,7 +2,8 @@
 restatement, forward and backward (autograd; score_mods with their derivative); a mod restating a built-in agrees
 with the built-in, gradients too; new buffer contents and scalars never recompile; a body that does not compile
 raises fa.CompileError naming its line; a score_mod without its derivative refuses the backward; torch.compile
-traces the ops, forward and backward."""
+traces the ops, forward and backward; the kept block classification follows new buffer contents (version counter,
+mods.changed()) and a captured graph classifies on every replay."""
 import os
 
 import pytest
@@ -223,3 +224,53 @@ def test_per_head_mask():
     o_ref = attention_ref(q, k, v, mods=mods)
     o_ref = o_ref[0] if isinstance(o_ref, tuple) else o_ref
     assert (o.float() - o_ref).abs().max().item() < 2e-2
+
+
+def test_changed_buffers_give_the_new_answer():
+    """The library keeps a mask_mod's block classification across calls (fa.h: fa_mods.mask_epoch); Python keys it
+    on each buffer's identity and version counter. New ids written in place, and a write behind the version counter
+    followed by mods.changed(), give the new ids' answer; without changed() such a write is not seen (the cache was
+    in use)."""
+    s = 1100
+    q, k, v = inputs(b=1, s=s, hq=4, hkv=4, d=64, seed=50)
+    ids = torch.zeros(s, device="cuda", dtype=torch.int32)  # one document
+    mods = fa.mods.document(ids)
+
+    def error():
+        o = fa.attention(q, k, v, mods=mods)
+        o_ref, _ = attention_ref(q, k, v, mods=mods)
+        return (o.float() - o_ref).abs().max().item()
+    assert error() < 2e-2
+    assert error() < 2e-2  # the same buffers: the kept classification
+    ids.copy_(torch.sort(torch.randint(0, 8, (s,), device="cuda", dtype=torch.int32)).values)  # in place
+    assert error() < 2e-2
+    ids.data.copy_(torch.zeros_like(ids))  # .data: a write the version counter does not see
+    stale = error()
+    mods.changed()
+    assert error() < 2e-2
+    assert stale > 2e-2, "the write behind the version counter was seen without mods.changed(): nothing was cached"
+
+
+def test_graph_replays_classify_every_time():
+    """A captured call classifies on every replay (nothing is cached or looked up while capturing): ids written into
+    the captured buffer between replays give their own answer, also after eager calls kept a classification."""
+    s = 900
+    q, k, v = inputs(b=1, s=s, hq=4, hkv=4, d=64, seed=51)
+    ids = torch.zeros(s, device="cuda", dtype=torch.int32)
+    mods = fa.mods.document(ids)
+    fa.prepare(q, k, v, mods=mods)
+    fa.attention(q, k, v, mods=mods)
+    fa.attention(q, k, v, mods=mods)  # eager: kept, then reused
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            out = fa.attention(q, k, v, mods=mods)
+    torch.cuda.current_stream().wait_stream(stream)
+    for docs in (8, 1, 3):
+        ids.copy_(torch.sort(torch.randint(0, docs, (s,), device="cuda", dtype=torch.int32)).values)
+        graph.replay()
+        torch.cuda.synchronize()
+        o_ref, _ = attention_ref(q, k, v, mods=mods)
+        assert (out.float() - o_ref).abs().max().item() < 2e-2, docs

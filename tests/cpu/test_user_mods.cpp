@@ -292,14 +292,19 @@ TEST_F(UserModsBackward, OlderVersionsBySize) {
   m.version = 3;
   m.struct_size = offsetof(fa_mods, score_mod_grad);
   EXPECT_EQ(fa_run(ctx, &p, nullptr), FA_ERROR_INVALID_VERSION);
-  m.struct_size = sizeof(fa_mods);
+  m.struct_size = offsetof(fa_mods, mask_epoch);  // version 3 ends before version 4's mask_epoch
   m.score_mod_grad = "return 1.0f;";
+  EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_OK) << fa_last_error();
+  m.struct_size = sizeof(fa_mods);  // a version-3 struct has the version-3 size
+  EXPECT_EQ(fa_run(ctx, &p, nullptr), FA_ERROR_INVALID_VERSION);
+  m.version = 4;
   EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_OK) << fa_last_error();
   fa_mods fresh;
   ASSERT_EQ(fa_mods_init(&fresh), FA_OK);
-  EXPECT_EQ(fresh.version, 3u);
+  EXPECT_EQ(fresh.version, 4u);
   EXPECT_EQ(fresh.struct_size, sizeof(fa_mods));
   EXPECT_EQ(fresh.score_mod_grad, nullptr);
+  EXPECT_EQ(fresh.mask_epoch, 0u) << "fa_mods_init: nothing cached unless the caller gives an epoch";
 }
 
 // NVRTC on the CPU: a derivative that does not compile fails the backward with FA_ERROR_COMPILE and the log

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""mods_host.py -- host time per call of fa.attention with user code (issue 22) against the built-in: a restated
+causal (mask_mod "return j <= i;") and a document mask (ids in a buffer) beside the built-in causal, on a problem
+small enough that the GPU never holds the host back (bf16, d128, 16 heads, batch 1, --seq tokens). Each figure: the
+host clock around --calls back-to-back calls (enqueue only, synchronized before and after), the median of --rounds
+rounds, the contenders interleaved. Rows: fa.attention without grad (inference), with q requiring grad (the
+forward under autograd), and fa_run alone through ctypes on filled params (the C library's own cost per call, ctypes
+included). --profile: cProfile of the restated causal's inference calls, top functions by own time.
+
+  FA_LIBRARY=build/lib/libfa.so PYTHONPATH=python python3 bench/mods_host.py [--calls N] [--rounds R] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+os.environ.setdefault("FA_TUNE_POLICY", "defaults")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    import torch
+
+    import fa
+    from fa import _torch_ops
+    torch.manual_seed(0)
+    s = args.seq
+    q, k, v = (torch.randn(1, s, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    qg = q.detach().clone().requires_grad_()
+    ids = torch.sort(torch.randint(0, 4, (s,), device="cuda", dtype=torch.int32)).values
+    causal_mod = fa.Mods(mask_mod="return j <= i;", depends="")
+    doc_mod = fa.mods.document(ids)
+    stream = torch.cuda.current_stream().cuda_stream
+    ctx = fa.default_context(torch.cuda.current_device())
+
+    def raw(**kw):
+        p, keep, _ = _torch_ops._problem(q, k, v, dict(kw))
+        return lambda: ctx.run(p, stream) or keep
+
+    contenders = {
+        "built-in causal": lambda: fa.attention(q, k, v, causal=True),
+        "causal (mod)": lambda: fa.attention(q, k, v, mods=causal_mod),
+        "document (mod)": lambda: fa.attention(q, k, v, mods=doc_mod),
+        "built-in causal, q grad": lambda: fa.attention(qg, k, v, causal=True),
+        "causal (mod), q grad": lambda: fa.attention(qg, k, v, mods=causal_mod),
+        "fa_run: built-in causal": raw(causal=True),
+        "fa_run: causal (mod)": raw(mods=causal_mod),
+    }
+    for fn in contenders.values():  # compile, warm up
+        for _ in range(20):
+            fn()
+    torch.cuda.synchronize()
+
+    def timed(fn, n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        return 1e6 * (t1 - t0) / n
+
+    per = {name: [] for name in contenders}
+    names = list(contenders)
+    for r in range(args.rounds):
+        for name in names if r % 2 == 0 else reversed(names):
+            per[name].append(timed(contenders[name], args.calls))
+    print(f"host us per call (median of {args.rounds} rounds of {args.calls} calls; min), s {s}:")
+    for name in names:
+        print(f"  {name:<26}{statistics.median(per[name]):>8.1f}{min(per[name]):>8.1f}")
+    if args.profile:
+        import cProfile
+        import pstats
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(args.calls):
+            contenders["causal (mod)"]()
+        prof.disable()
+        torch.cuda.synchronize()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
