@@ -16,6 +16,9 @@
 #ifndef PROBE_L2
 #define PROBE_L2 0
 #endif
+#ifndef PROBE_SCHED
+#define PROBE_SCHED 0
+#endif
 #ifndef PROBE_NAME
 #define PROBE_NAME "full"
 #endif
@@ -39,6 +42,7 @@ constexpr int kBlockN = 64;
 constexpr int kStages = 2;
 constexpr int kSplitTarget = 1;
 constexpr int kL2Ahead = PROBE_L2;
+constexpr int kSched = PROBE_SCHED;
 }  // namespace fa_cfg
 #include "fa_args.cuh"
 #include "fa_common.cuh"

@@ -10,6 +10,7 @@
 #   no_ogemm    O += P V not computed
 #   no_softmax  the exponentials replaced by the scores themselves (no MUFU work)
 #   gemms_only  no copies and no exponentials: the two GEMMs, the barriers and the bookkeeping
+#   seesaw      the seesaw schedule (knob sched 1, fwd_mla_seesaw.cuh) as the library compiles it
 # Usage (on the GPU machine): bash bench/mla_probe.sh [build|run|all] [OUTDIR]; needs nvcc and python3. Shapes:
 # PROBE_SHAPES="BATCH:KEYS:SPLITS ..." (default: batch 32 x 32k keys / 2 splits, 128 x 32k / 1, 1 x 32k / 64).
 set -u
@@ -18,7 +19,7 @@ MODE="${1:-all}"
 OUTDIR="${2:-/tmp/mla_probe}"
 mkdir -p "$OUTDIR"
 SHAPES="${PROBE_SHAPES:-32:32768:2 128:32768:1 1:32768:64}"
-VARIANTS="full l2_2 sets2 no_load no_sgemm no_ogemm no_softmax gemms_only"
+VARIANTS="full l2_2 sets2 no_load no_sgemm no_ogemm no_softmax gemms_only seesaw"
 if [ "$MODE" != run ]; then
 python3 - "$ROOT/templates/fwd_mla.cuh" "$OUTDIR" <<'EOF'
 import os, sys
@@ -52,13 +53,14 @@ for name, reps in patches.items():
     open(os.path.join(d, "fwd_mla.cuh"), "w").write(t)
 EOF
 [ $? -eq 0 ] || exit 1
-build() {  # name l2
-  nvcc -O3 -std=c++17 --extra-device-vectorization -diag-suppress 177 -Xptxas -v -gencode=arch=compute_90a,code=sm_90a -DPROBE_NAME="\"$1\"" -DPROBE_L2="$2" \
+build() {  # name l2 dir [sched]
+  nvcc -O3 -std=c++17 --extra-device-vectorization -diag-suppress 177 -Xptxas -v -gencode=arch=compute_90a,code=sm_90a -DPROBE_NAME="\"$1\"" -DPROBE_L2="$2" -DPROBE_SCHED="${4:-0}" \
     -I"$OUTDIR/$3" -I"$ROOT/templates" "$ROOT/bench/mla_probe.cu" -o "$OUTDIR/probe_$1" > "$OUTDIR/build_$1.log" 2>&1 ||
     { echo "build $1 failed"; cat "$OUTDIR/build_$1.log" | head -20; }
 }
 build full 0 full &
 build l2_2 2 full &
+build seesaw 0 full 1 &
 for v in sets2 no_load no_sgemm no_ogemm no_softmax gemms_only; do build "$v" 0 "$v" & done
 wait
 fi

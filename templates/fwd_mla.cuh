@@ -5,7 +5,9 @@
 // Work: a CTA owns kFaMlaRows = 64 packed rows (packed row R = i * group + hq: query token i, query head g * group +
 // hq) of one (batch b, KV head g) and one split of its key blocks (common/split.cuh: fa_split_work); grid x = row
 // tile (the tiles reading the same keys launch side by side and share them through L2), y = split + num_splits * g,
-// z = b. Three warpgroups, __launch_bounds__(384, 1):
+// z = b. Two schedules (fa_cfg::kSched): 0, lockstep (below), and 1, seesaw (fwd_mla_seesaw.cuh: each consumer the
+// scores of its own block of a pair, the softmax of one under the other's GEMMs). The lockstep schedule: three
+// warpgroups, __launch_bounds__(384, 1):
 //   producer (warpgroup 0, setmaxnreg.dec): half h (64 threads) owns stage h and copies blocks h, h + 2, .. (kBlockN
 //     = 64 keys x head_dim each) by 16-byte cp.async into 128-byte-swizzled rows (thread: rows (t / 8) + 8 k, 16-byte
 //     column t % 8 of every 64-column chunk; a row is one key, its page from the block table, so any page size
@@ -39,7 +41,7 @@
 // Masks: bottom-right aligned to the used length (common/split.cuh); blocks crossing a band edge, the used length or
 // holding a key on a page outside the pool mask per key (-inf), others not at all. Q rows past the packed rows are
 // zero and never written. Shared memory: fwd_mla_layout.cuh. Reads fa_cfg: kDtype, kHeadDim (a multiple of 64,
-// <= 576), kHeadDimV (512, <= kHeadDim), kMask, kHasLse, kPaged, kBlockN (64), kStages (2), kL2Ahead. The host
+// <= 576), kHeadDimV (512, <= kHeadDim), kMask, kHasLse, kPaged, kBlockN (64), kStages (2), kL2Ahead, kSched. The host
 // covers only problems whose v is k's first head_dim_v columns (same pointer and strides); no ALiBi, softcap, bias,
 // varlen or user code (generator/families/fwd_mla).
 #ifndef FA_FWD_MLA_CUH
@@ -72,7 +74,7 @@ constexpr int kOffSum = fa_mla_off_sum(kD, kBN, kSt);
 constexpr int kOffValid = fa_mla_off_valid(kD, kBN, kSt);
 constexpr int kOffBad = fa_mla_off_bad(kD, kBN, kSt);
 constexpr int kOffBar = fa_mla_off_bar(kD, kBN, kSt);
-constexpr int kSmemBytes = fa_mla_smem_bytes(kD, kBN, kSt);
+constexpr int kSmemBytes = fa_mla_smem_bytes(kD, kBN, kSt, fa_cfg::kSched);
 constexpr int kSets = 1;                     // independent accumulator sets of S (wgmma chains)
 constexpr int kRegP = 40;                    // producer / consumer registers (128 x 40 + 256 x 232 <= 64K)
 constexpr int kRegC = 232;
@@ -167,21 +169,107 @@ FA_DEVICE void produce(const FaFwdArgs& a, const Cta& c, int pt) {
   }
 }
 
-// ---------------- consumer warpgroup CW: keys [32 CW, 32 CW + 32) of S, output columns [256 CW, 256 CW + 256) -------
-// CW is compile-time, so every wgmma descriptor is the uniform base plus the stage's offset plus a constant.
+// The visible keys [lo[hh], hi[hh]) of this thread's rows rw + 8 hh (common/split.cuh's band, bottom-right aligned).
+FA_DEVICE void row_band(const FaFwdArgs& a, const Cta& c, int rw, int (&lo)[2], int (&hi)[2]) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int i = (c.r0 + rw + hh * 8) / a.group;
+    lo[hh] = 0;
+    hi[hh] = c.w.sk;
+    if constexpr (fa_cfg::kMask != 0) {
+      if (a.win_left >= 0) lo[hh] = i + c.w.sk - c.w.sq - a.win_left;
+      if (a.win_right >= 0) hi[hh] = min(c.w.sk, i + c.w.sk - c.w.sq + a.win_right + 1);
+    }
+  }
+}
+
+// -inf into the scores (wgmma D layout, NT n8 tiles of keys j0 + 8 j + 2 tq + e of block kn) of keys not read (key
+// flags `valid`, indexed from the block's first key) or outside the rows' bands.
+template <int NT>
+FA_DEVICE void mask_keys(float (&s)[NT * 4], const unsigned char* valid, int j0, int kn, int tq, const int (&lo)[2],
+                         const int (&hi)[2]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int jl = j0 + j * 8 + tq * 2 + e;
+      const int jg = kn + jl;
+      const bool ok = valid[jl] != 0;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+        if (!ok || jg < lo[hh] || jg >= hi[hh]) s[j * 4 + hh * 2 + e] = FA_MLA_NEG_INF;
+    }
+}
+
+// Q: the tile's packed rows, zero past the last row, by the 256 consumer threads (ct: 0..255; cp.async, then
+// published to the async proxy and barrier 3).
+FA_DEVICE void load_q(const FaFwdArgs& a, const Cta& c, int ct) {
+  typedef unsigned short T;
+  const int group = a.group;
+  for (int idx = ct; idx < kR * kDc * 8; idx += 256) {
+    const int r = idx / (kDc * 8), u = idx - r * (kDc * 8);
+    const int ch = u >> 3, cu = u & 7;
+    const bool ok = r < c.w.rows;
+    const T* src = (const T*)a.q;
+    if (ok) {
+      const int R = c.r0 + r, i = R / group, h = c.g * group + (R - (R / group) * group);
+      src += (long long)c.b * a.q_sb + (long long)i * a.q_ss + (long long)h * a.q_sh + ch * 64 + cu * 8;
+    }
+    cp_async16(c.base + (unsigned)(ch * kChunk) + swz(r, cu), src, ok ? 16 : 0);
+  }
+  cp_commit();
+  cp_wait<0>();
+  fa_fence_proxy_async();
+  fa_bar_sync(3, 256);
+}
+
+// Consumer CW's output columns [256 CW, 256 CW + 256) of its rows rw and rw + 8 (o in the wgmma D layout), scaled by
+// inv, and the LSE: o and lse, or the split's partials (rows past the tile's packed rows are not written).
 template <int CW>
-struct Consumer {
+FA_DEVICE void write_out(const FaFwdArgs& a, const Cta& c, const float (&o)[kCols / 2], int rw, int tq,
+                         const float (&inv)[2], const float (&lse)[2]) {
+  typedef unsigned short T;
+  const int group = a.group;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = rw + hh * 8;
+    if (r >= c.w.rows) continue;
+    const int R = c.r0 + r;
+    const int i = R / group, h = c.g * group + (R - i * group);
+    const int col0 = CW * kCols + tq * 2;
+    if (a.num_splits > 1) {
+      const long long row = (((long long)c.split * a.batch + c.b) * a.heads_q + h) * a.seqlen_q + i;
+      float* dst = a.part_o + row * kDV + col0;
+#pragma unroll
+      for (int j = 0; j < kCols / 8; ++j)
+        *(float2*)(dst + j * 8) = make_float2(o[j * 4 + hh * 2] * inv[hh], o[j * 4 + hh * 2 + 1] * inv[hh]);
+      if (CW == 0 && tq == 0) a.part_lse[row] = lse[hh];
+    } else {
+      T* op = (T*)a.o + (long long)c.b * a.o_sb + (long long)i * a.o_ss + (long long)h * a.o_sh + col0;
+#pragma unroll
+      for (int j = 0; j < kCols / 8; ++j)
+        *(unsigned*)(op + j * 8) = pack2(o[j * 4 + hh * 2] * inv[hh], o[j * 4 + hh * 2 + 1] * inv[hh]);
+      if constexpr (fa_cfg::kHasLse) {
+        if (CW == 0 && tq == 0 && a.lse != nullptr)
+          a.lse[(long long)c.b * a.lse_sb + (long long)h * a.lse_sh + i] = lse[hh];
+      }
+    }
+  }
+}
+
+// What the consumers of both schedules hold: the arguments, the CTA, the thread's place in the wgmma D layout (warp
+// of the warpgroup, lane, quad lane tq, first row rw; +8: the second), the scale (log2 units), its 256 output columns
+// (zero at the start) and its rows' key bands (row_band).
+struct ConsumerBase {
   typedef unsigned short T;
   const FaFwdArgs& a;
   const Cta& c;
-  int warp, lane, tq, rw;  // rw: this thread's first row (+8: the second)
+  int warp, lane, tq, rw;
   float mul;
   float o[kCols / 2];
-  float row_m[2], row_l[2];
   int lo_r[2], hi_r[2];
-  unsigned long long dq0, dk0, dp0, dv0;
 
-  FA_DEVICE Consumer(const FaFwdArgs& a_, const Cta& c_, int tid) : a(a_), c(c_) {
+  FA_DEVICE ConsumerBase(const FaFwdArgs& a_, const Cta& c_, int tid) : a(a_), c(c_) {
     warp = (tid >> 5) & 3;
     lane = tid & 31;
     tq = lane & 3;
@@ -189,40 +277,25 @@ struct Consumer {
     mul = a.scale_log2;
 #pragma unroll
     for (int i = 0; i < kCols / 2; ++i) o[i] = 0.f;
+  }
+};
+
+// ---------------- consumer warpgroup CW: keys [32 CW, 32 CW + 32) of S, output columns [256 CW, 256 CW + 256) -------
+// CW is compile-time, so every wgmma descriptor is the uniform base plus the stage's offset plus a constant.
+template <int CW>
+struct Consumer : ConsumerBase {
+  float row_m[2], row_l[2];
+  unsigned long long dq0, dk0, dp0, dv0;
+
+  FA_DEVICE Consumer(const FaFwdArgs& a_, const Cta& c_, int tid) : ConsumerBase(a_, c_, tid) {
     row_m[0] = row_m[1] = FA_MLA_NEG_INF;
     row_l[0] = row_l[1] = 0.f;
   }
 
-  // Q: the tile's packed rows, zero past the last row (cp.async, then published to the async proxy); row facts and
-  // the descriptors.
+  // Q (load_q), row facts and the descriptors.
   FA_DEVICE void start(int ct) {
-    const FaSplitWork& w = c.w;
-    const int group = a.group;
-    for (int idx = ct; idx < kR * kDc * 8; idx += 256) {
-      const int r = idx / (kDc * 8), u = idx - r * (kDc * 8);
-      const int ch = u >> 3, cu = u & 7;
-      const bool ok = r < w.rows;
-      const T* src = (const T*)a.q;
-      if (ok) {
-        const int R = c.r0 + r, i = R / group, h = c.g * group + (R - (R / group) * group);
-        src += (long long)c.b * a.q_sb + (long long)i * a.q_ss + (long long)h * a.q_sh + ch * 64 + cu * 8;
-      }
-      cp_async16(c.base + (unsigned)(ch * kChunk) + swz(r, cu), src, ok ? 16 : 0);
-    }
-    cp_commit();
-    cp_wait<0>();
-    fa_fence_proxy_async();
-    fa_bar_sync(3, 256);
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = (c.r0 + rw + hh * 8) / group;
-      lo_r[hh] = 0;
-      hi_r[hh] = w.sk;
-      if constexpr (fa_cfg::kMask != 0) {
-        if (a.win_left >= 0) lo_r[hh] = i + w.sk - w.sq - a.win_left;
-        if (a.win_right >= 0) hi_r[hh] = min(w.sk, i + w.sk - w.sq + a.win_right + 1);
-      }
-    }
+    load_q(a, c, ct);
+    row_band(a, c, rw, lo_r, hi_r);
     dq0 = fa_wg_desc_sw128(c.base, 16, 1024);
     dk0 = fa_wg_desc_sw128(c.base + (unsigned)(kOffK + CW * kHalf * 128), 16, 1024);
     dp0 = fa_wg_desc_sw128(c.base + (unsigned)kOffP, 16, 1024);
@@ -263,20 +336,8 @@ struct Consumer {
       s[i] = t;
     }
     // ---- masking: blocks crossing the band or the used length, keys on pages outside the pool ----
-    if (c.sbad()[ST] != 0 || kn < w.full_lo || kn + kBN > w.full_hi) {
-      const unsigned char* valid = c.svalid() + ST * kBN;
-#pragma unroll
-      for (int j = 0; j < kHalf / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int jl = CW * kHalf + j * 8 + tq * 2 + e;
-          const int jg = kn + jl;
-          const bool ok = valid[jl] != 0;
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh)
-            if (!ok || jg < lo_r[hh] || jg >= hi_r[hh]) s[j * 4 + hh * 2 + e] = FA_MLA_NEG_INF;
-        }
-    }
+    if (c.sbad()[ST] != 0 || kn < w.full_lo || kn + kBN > w.full_hi)
+      mask_keys<kHalf / 8>(s, c.svalid() + ST * kBN, CW * kHalf, kn, tq, lo_r, hi_r);
     // ---- row maxima of the two key halves meet in shared memory ----
     float* smax = c.smax();
 #pragma unroll
@@ -336,8 +397,6 @@ struct Consumer {
 
   // l = l_0 + l_1, O / l, LSE: o and lse, or the split's partials.
   FA_DEVICE void finish() {
-    const FaSplitWork& w = c.w;
-    const int group = a.group;
     float* ssum = c.ssum();
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -345,36 +404,16 @@ struct Consumer {
       if (tq == 0) ssum[CW * kR + rw + hh * 8] = l;
     }
     fa_bar_sync(4, 256);
+    float inv[2], lse[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int r = rw + hh * 8;
-      if (r >= w.rows) continue;
       const float l = ssum[r] + ssum[kR + r];
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      const float lse = (l > 0.f && row_m[hh] != FA_MLA_NEG_INF)
-                            ? (row_m[hh] * mul + __log2f(l)) * 0.6931471805599453f
-                            : FA_MLA_NEG_INF;
-      const int R = c.r0 + r;
-      const int i = R / group, h = c.g * group + (R - i * group);
-      const int col0 = CW * kCols + tq * 2;
-      if (a.num_splits > 1) {
-        const long long row = (((long long)c.split * a.batch + c.b) * a.heads_q + h) * a.seqlen_q + i;
-        float* dst = a.part_o + row * kDV + col0;
-#pragma unroll
-        for (int j = 0; j < kCols / 8; ++j)
-          *(float2*)(dst + j * 8) = make_float2(o[j * 4 + hh * 2] * inv, o[j * 4 + hh * 2 + 1] * inv);
-        if (CW == 0 && tq == 0) a.part_lse[row] = lse;
-      } else {
-        T* op = (T*)a.o + (long long)c.b * a.o_sb + (long long)i * a.o_ss + (long long)h * a.o_sh + col0;
-#pragma unroll
-        for (int j = 0; j < kCols / 8; ++j)
-          *(unsigned*)(op + j * 8) = pack2(o[j * 4 + hh * 2] * inv, o[j * 4 + hh * 2 + 1] * inv);
-        if constexpr (fa_cfg::kHasLse) {
-          if (CW == 0 && tq == 0 && a.lse != nullptr)
-            a.lse[(long long)c.b * a.lse_sb + (long long)h * a.lse_sh + i] = lse;
-        }
-      }
+      inv[hh] = l > 0.f ? 1.f / l : 0.f;
+      lse[hh] = (l > 0.f && row_m[hh] != FA_MLA_NEG_INF) ? (row_m[hh] * mul + __log2f(l)) * 0.6931471805599453f
+                                                         : FA_MLA_NEG_INF;
     }
+    write_out<CW>(a, c, o, rw, tq, inv, lse);
   }
 };
 
@@ -390,6 +429,8 @@ FA_DEVICE void consume(const FaFwdArgs& a, const Cta& c, int tid) {
 }
 
 }  // namespace fa_mla
+
+#include "fwd_mla_seesaw.cuh"
 
 extern "C" __global__ void __launch_bounds__(384, 1) fa_kernel(const FaFwdArgs a) {
   using namespace fa_mla;
@@ -412,6 +453,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) fa_kernel(const FaFwdArgs a
   const unsigned raw = fa_sm90_smem(fa_smem_raw);
   c.base = (raw + 1023u) & ~1023u;
   c.gbase = fa_smem_raw + (c.base - raw);
+  if constexpr (fa_cfg::kSched == 1) {
+    if (tid == 0) {
+      for (int x = 0; x < 2; ++x)
+        for (int h = 0; h < 2; ++h) {
+          fa_mbar_init(ss_full(c, x, h), 32);  // every lane of the half's producer warp, once its copies landed
+          fa_mbar_init(ss_empty(c, x, h), 4);  // one arrival per warp of the consumer that reads the half last
+        }
+      fa_mbar_init_fence();
+    }
+    __syncthreads();
+    seesaw(a, c, tid);
+    return;
+  }
   if (tid == 0) {
     for (int s = 0; s < kSt; ++s) {
       fa_mbar_init(c.full(s), 64);  // every thread of the stage's producer half, once its copies landed

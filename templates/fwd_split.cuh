@@ -21,10 +21,12 @@
 // (zero-filled, masked). Paged (kPaged): key j of sequence b is row j & (page_size - 1) of page
 // block_table[b][j >> page_shift]; the page indices of block t + kStages are copied (4-byte cp.async) into a ring in
 // shared memory (2 kStages x kBlockN entries) in the commit group of block t's K / V, so they land before block
-// t + kStages is issued and no thread waits on a table read; an index outside [0, num_pages) masks its keys (never
-// read), so each key row costs one table read and the copies never wait for it. Issuing a block, a thread first reads
-// the page indices of its rows (one batch of shared loads, when its rows and chunk column are the same for K and V)
-// and computes one element offset per row that serves K and V (same strides); a block masks only when one of its
+// t + kStages is issued and no thread waits on a table read (the prologue's first kStages - 1 blocks read the table
+// straight into registers on the fast path, so their copies wait for one table round trip and no barrier); an index
+// outside [0, num_pages) masks its keys (never read), so each key row costs one table read and the copies never wait
+// for it. Issuing a block, a thread first reads the page indices of its rows (one batch of shared loads, when its rows
+// and chunk column are the same for K and V) and computes one element offset per row that serves K and V (same
+// strides); a block masks only when one of its
 // rows names a page outside the pool (the loop's barrier is a __syncthreads_or of that). The shared-memory plan is
 // fwd_split_layout.cuh. Masks are bottom-right aligned to the used length: key j is visible to token i iff
 // lo(i) <= j < hi(i), lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq + win_right + 1 (win_right >= 0).
@@ -216,11 +218,15 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
     auto table_async = [&](int blk) {
       if (blk < n_blocks) ring_load<kRing, true>(a, ring, bt, tid, blk, blk0, key_hi);
     };
+    [[maybe_unused]] bool ring_synced = true;  // the ring's prologue entries are visible to every thread
     if constexpr (fa_cfg::kPaged) {
 #pragma unroll
       for (int s = 0; s < kStages; ++s)
         if (s < n_blocks) ring_load<kRing, false>(a, ring, bt, tid, s, blk0, key_hi);
-      __syncthreads();
+      // The fast issue path reads the prologue blocks' page indices from the table itself, so their copies need
+      // not wait for the ring (a barrier after a table round trip); the loop's first barrier publishes the ring.
+      if constexpr (kFastIssue) ring_synced = !kv_same;
+      if (ring_synced) __syncthreads();
     }
     // Issues the copies of block `it` (one commit group, empty past the last block).
     auto issue = [&](int it) {
@@ -231,14 +237,27 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
         if constexpr (kFastIssue) {
           if (kv_same) {
             // Page indices of the thread's rows first (shared loads back to back, then no shared read between the
-            // copies); one element offset per row serves K and V (same strides); rows past the used length or on a
-            // page outside the pool zero-fill.
+            // copies; the prologue's blocks read the table instead); one element offset per row serves K and V
+            // (same strides); rows past the used length or on a page outside the pool zero-fill.
             typedef RowMap<kDPad> M;
             const int rb = tid / M::kChunks, ch = tid % M::kChunks;
             const bool col_ok = kDPad == kD || ch * 8 < kD;
             int pg[M::kIters];
+            if constexpr (fa_cfg::kPaged) {
+              if (it < kStages - 1) {
 #pragma unroll
-            for (int i = 0; i < M::kIters; ++i) pg[i] = fa_cfg::kPaged ? pr[rb + i * M::kStep] : 0;
+                for (int i = 0; i < M::kIters; ++i) {
+                  const int j = kn + rb + i * M::kStep;
+                  pg[i] = j < key_hi ? bt[j >> a.page_shift] : 0;
+                }
+              } else {
+#pragma unroll
+                for (int i = 0; i < M::kIters; ++i) pg[i] = pr[rb + i * M::kStep];
+              }
+            } else {
+#pragma unroll
+              for (int i = 0; i < M::kIters; ++i) pg[i] = 0;
+            }
             const unsigned dk = sK + (unsigned)(slot * kKSlot), dv = sV + (unsigned)(slot * kVSlot);
 #pragma unroll
             for (int i = 0; i < M::kIters; ++i) {

@@ -2,8 +2,9 @@
 // every forward family that covers the problem on this GPU (the knobs' whole product; at most kMaxPoints per
 // family and problem, spread evenly over it, the default always) are compiled, launched and checked against the
 // float64 oracle, problems with user code (fa_mods) through each point's own plan ([mask_blocks at its tile,
-// forward] with a mask_mod); and large problems (up to seqlen 16k) from the selected fast kernel are checked against
-// the reference kernel on the GPU.
+// forward] with a mask_mod), MLA latent caches (fwd_mla) at every point through its own plan (with the combine step);
+// and large problems (up to seqlen 16k) from the selected fast kernel are checked against the reference kernel on
+// the GPU.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -190,6 +191,82 @@ TEST(GpuTunables, EveryValidPointWithUserCodeGivesTheSameAnswer) {
   for (const auto& [name, n] : per_family) fams += fmt::format(" {} {}", name, n);
   std::printf("GPU SUMMARY tunables with user code: %d (problem, family, tunable point) triples checked against the "
               "oracle:%s\n", points, fams.c_str());
+}
+
+// MLA's latent cache (v = k's first head_dim_v columns): the case's k also serves as v (the oracle recomputed on that
+// view); paged: one page per sequence (page size = the capacity, a power of two; block table = identity, so the
+// oracle stands), the kernels' page walk and flags in use.
+void make_latent(Case* c, bool paged, DevBuf* table) {
+  c->v = c->k;
+  c->v_sb = c->k_sb;
+  c->v_ss = c->k_ss;
+  c->v_sh = c->k_sh;
+  oracle::forward(c->op, {c->q.data(), c->q_sb, c->q_ss, c->q_sh}, {c->k.data(), c->k_sb, c->k_ss, c->k_sh},
+                  {c->k.data(), c->k_sb, c->k_ss, c->k_sh}, {c->o_ref.data(), c->o_sb, c->o_ss, c->o_sh},
+                  c->lse_ref.data());
+  fa_params& P = c->params;
+  P.v = P.k;
+  P.v_stride_batch = P.k_stride_batch;
+  P.v_stride_seq = P.k_stride_seq;
+  P.v_stride_head = P.k_stride_head;
+  c->desc += paged ? " latent paged" : " latent";
+  if (!paged) return;
+  std::vector<int32_t> ids(static_cast<size_t>(c->op.batch));
+  for (int b = 0; b < c->op.batch; ++b) ids[size_t(b)] = b;
+  *table = DevBuf(ids.size() * 4);
+  table->upload(ids.data(), ids.size() * 4);
+  P.block_table = static_cast<const int32_t*>(table->get());
+  P.block_table_stride = 1;
+  P.page_size = P.seqlen_k;
+  P.num_pages = c->op.batch;
+}
+
+// fwd_mla (sm_90) at every valid tunable point, each through its own plan (split-KV and the combine step where the
+// point's split target splits): head dims 576 and 512, 128 / 64 / 16 query heads (full, partial and many row
+// tiles), one and several query tokens, no mask / causal / window, contiguous and paged latent caches.
+TEST(GpuTunables, EveryValidMlaPointGivesTheSameAnswer) {
+  Gpu& g = gpu();
+  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
+  const gen::Family* f = gen::find_family("fwd_mla");
+  if (f == nullptr || g.ctx->arch < f->arch_min || g.ctx->arch > f->arch_max) GTEST_SKIP() << "fwd_mla: sm_90 only";
+  std::mt19937_64 rng(test_seed() + 24);
+  struct MlaSpec {
+    CaseSpec spec;
+    bool paged;
+  };
+  // dtype, d, dv, heads q/kv, mask, sq, sk, bias, alibi, softcap, varlen
+  const MlaSpec specs[] = {{{FA_DTYPE_BF16, 576, 512, 128, 1, 0, 1, 700, false, false, false, false}, false},
+                           {{FA_DTYPE_FP16, 512, 512, 64, 1, 1, 3, 512, false, false, false, false}, true},
+                           {{FA_DTYPE_BF16, 576, 512, 16, 2, 2, 5, 256, false, false, false, false}, true},
+                           {{FA_DTYPE_BF16, 576, 512, 128, 1, 1, 2, 512, false, false, false, false}, true},
+                           {{FA_DTYPE_FP16, 576, 512, 128, 1, 0, 1, 1500, false, false, false, false}, false}};
+  int points = 0;
+  for (const MlaSpec& ms : specs) {
+    Case c;
+    DevBuf table;
+    materialize_spec(rng, ms.spec, true, &c);
+    make_latent(&c, ms.paged, &table);
+    fa_params p;
+    gen::ProblemDesc d;
+    ASSERT_TRUE(rt::validate_forward(&c.params, &p, &d).ok()) << c.desc;
+    std::string why;
+    ASSERT_TRUE(gen::family_covers(*f, d, g.ctx->arch, &why)) << c.desc << ": " << why;
+    const gen::Semantic s = gen::semantic_for(*f, d, g.ctx->arch);
+    const auto space = gen::all_valid_points(s, g.ctx->limits);
+    ASSERT_FALSE(space.empty());
+    parallel_for(space.size(), [&](size_t i) { compile_plan(c, *f, &space[i]); });
+    for (const gen::Tunables& t : space) {
+      const CaseResult r = run_plan(c, *f, &t);
+      const std::string key = gen::tunables_key(s, t) + " [" + c.desc + "]";
+      EXPECT_EQ(r.failure, "") << key;
+      EXPECT_LE(r.err_o, tolerance(c.dtype)) << key;
+      EXPECT_LE(r.err_lse, 2e-3) << key;
+      EXPECT_TRUE(r.padding_intact) << key;
+      ++points;
+    }
+  }
+  std::printf("GPU SUMMARY tunables MLA: %d (problem, fwd_mla tunable point) pairs checked against the oracle\n",
+              points);
 }
 
 TEST(GpuTunables, LargeProblemsMatchTheReferenceKernel) {

@@ -10,7 +10,9 @@
 // serve those, and every problem whose v is a separate tensor).
 // Knobs: block_n {64} and stages {2} (the shared-memory plan holds Q, two 64-key stages and P: fwd_mla_layout.cuh),
 // split_target {1, 2} (the split heuristic of split_plan.h aims at that many CTAs per SM; one fits an SM), l2_ahead
-// {0, 1, 2, 4} (the producer prefetches the block that many blocks ahead into L2; 0: none).
+// {0, 1, 2, 4} (the producer prefetches the block that many blocks ahead into L2; 0: none), sched {0, 1} (0: lockstep,
+// the consumers split each block's keys; 1: seesaw, each consumer the scores of its own block of a pair, the softmax
+// of one under the other's GEMMs: templates/fwd_mla_seesaw.cuh; no L2 prefetch).
 // Plan: split_plan.h's: one launch writing o, or [fwd_mla, fwd_combine] over the float32 partials, the workspace
 // sized by the largest split count of any knob value.
 #include <algorithm>
@@ -24,7 +26,7 @@ namespace fa::gen {
 
 namespace {
 
-enum { kBlockN, kStages, kSplitTarget, kL2Ahead };
+enum { kBlockN, kStages, kSplitTarget, kL2Ahead, kSched };
 
 constexpr int kThreads = 384;  // producer + two consumer warpgroups
 
@@ -41,15 +43,17 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (s.has_bias || s.has_alibi || s.has_softcap) return fail(why, "takes no bias, ALiBi or softcap");
   if (s.varlen) return fail(why, "takes no varlen problems");
   if (s.mods != nullptr) return fail(why, "runs no user code (fa_mods)");
+  if (c.t[kSched] == 1 && c.t[kL2Ahead] != 0) return fail(why, "the seesaw schedule takes no L2 prefetch (l2_ahead 0)");
   return true;
 }
 
 // H200 (bench/mla_probe.sh, batch 32 / 128 x 32k keys): the L2 prefetch two blocks ahead cost 10% (805 vs 731 us), so
-// none by default; one CTA per SM.
-Tunables defaults(const Semantic&) { return Tunables{{64, 2, 1, 0}}; }
+// none by default; one CTA per SM; the lockstep schedule (fa_decode_probe, batch 32 x 32k: the seesaw 736 us against
+// 690, batch 128 x 4k: 375 against 354; bench/README.md "Decode").
+Tunables defaults(const Semantic&) { return Tunables{{64, 2, 1, 0, 0}}; }
 
 unsigned smem_bytes(const KernelConfig& c) {
-  return static_cast<unsigned>(fa_mla_smem_bytes(c.s.head_dim, c.t[kBlockN], c.t[kStages]));
+  return static_cast<unsigned>(fa_mla_smem_bytes(c.s.head_dim, c.t[kBlockN], c.t[kStages], c.t[kSched]));
 }
 
 int split_count(const ProblemDesc& p, int split_target) {
@@ -93,7 +97,7 @@ const Family kFamily{
     .name = "fwd_mla", .template_name = "fwd_mla.cuh", .role = Role::Forward, .arch_min = 90, .arch_max = 90,
     .priority = 40,
     .knobs = {fam::block_n({64}), fam::stages({2}), Knob{"split_target", "sp", "kSplitTarget", kSplitTargets},
-              Knob{"l2_ahead", "pf", "kL2Ahead", {0, 1, 2, 4}}},
+              Knob{"l2_ahead", "pf", "kL2Ahead", {0, 1, 2, 4}}, Knob{"sched", "ss", "kSched", {0, 1}}},
     .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes, .launch = &launch,
     .plan = &plan};
 
