@@ -101,6 +101,7 @@ void bind_block_workspace(const gen::Plan& plan, FaFwdArgs* args, char* ws) {
   if (plan.off_blk_cls != SIZE_MAX) args->blk_cls = reinterpret_cast<unsigned char*>(ws + plan.off_blk_cls);
   if (plan.off_blk_cls_t != SIZE_MAX) args->blk_cls_t = reinterpret_cast<unsigned char*>(ws + plan.off_blk_cls_t);
   if (plan.off_blk_list != SIZE_MAX) args->blk_list = reinterpret_cast<int*>(ws + plan.off_blk_list);
+  if (plan.off_blk_sub != SIZE_MAX) args->blk_sub = reinterpret_cast<unsigned*>(ws + plan.off_blk_sub);
 }
 
 PlanArgs forward_plan_args(const gen::Plan& plan, FaFwdArgs* args, const FaUser* user) {
