@@ -66,21 +66,25 @@ def mods_for(s, only=None):
     return out, builtin
 
 
+def fa_kernel_times(fn, calls=10):
+    """Device times (ms, torch.profiler) of the fa kernels of `calls` calls of fn after one warm-up, in launch order."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    ks = sorted((e for e in prof.events() if e.name == "fa_kernel"), key=lambda e: e.time_range.start)
+    return [(e.time_range.end - e.time_range.start) / 1000.0 for e in ks]
+
+
 def cls_pass_ms(fn, calls=10):
     """Median device time of the first fa kernel of each call (mask_blocks) and of the second (the forward), ms; a
     call of one kernel (the classification kept from an earlier call: fa_mods.mask_epoch) has a classification of
     0."""
     try:
-        from torch.profiler import ProfilerActivity, profile
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
-        ks = [e for e in prof.events() if e.name == "fa_kernel"]
-        ks.sort(key=lambda e: e.time_range.start)
-        dur = [(e.time_range.end - e.time_range.start) / 1000.0 for e in ks]
+        dur = fa_kernel_times(fn, calls)
         if len(dur) == calls:
             return 0.0, statistics.median(dur)
         if len(dur) != 2 * calls:

@@ -88,9 +88,10 @@ struct Plan {
   // Block-sparse plans (a mask_mod: [mask_blocks, fwd_mma or fwd_wgmma], bwd_mma's [bwd_pre, mask_blocks, bwd_mma,
   // bwd_post]): the tile classes (FaFwdArgs::blk_cls, [batch or 1][heads_q or 1][query blocks][blk_nkb] bytes;
   // blk_shared as in LaunchShape), in backward plans transposed too (blk_cls_t, key block major), and the kernel's
-  // visiting lists (blk_list, [batch][heads_q][query blocks][blk_nkb] int32; fwd_wgmma has none); SIZE_MAX: none
+  // visiting lists (blk_list, [batch][heads_q][query blocks][blk_nkb] int32; fwd_wgmma has none), and fwd_wgmma's
+  // sub-tile words (blk_sub, the classes' layout times block_m / 64 uint32; fa_args.cuh); SIZE_MAX: none
   // (families/common.h: block_workspace).
-  size_t off_blk_cls = SIZE_MAX, off_blk_cls_t = SIZE_MAX, off_blk_list = SIZE_MAX;
+  size_t off_blk_cls = SIZE_MAX, off_blk_cls_t = SIZE_MAX, off_blk_list = SIZE_MAX, off_blk_sub = SIZE_MAX;
   int blk_nkb = 0, blk_mblocks = 0, blk_shared = 0;
   // The classification step (mask_blocks) and the workspace bytes it writes, [off_blk_cls, off_blk_cls_end): every
   // region the step writes lies there (the classes, transposed too), and nothing else does. A context may keep those

@@ -107,6 +107,8 @@ void bind_block_classes(const gen::Plan& plan, FaFwdArgs* args, char* span) {
   if (plan.off_blk_cls == SIZE_MAX) return;
   args->blk_cls = reinterpret_cast<unsigned char*>(span);
   if (plan.off_blk_cls_t != SIZE_MAX) args->blk_cls_t = reinterpret_cast<unsigned char*>(span + (plan.off_blk_cls_t - plan.off_blk_cls));
+  // the sub-tile codes (fwd_wgmma's plans) sit in the same span, so a cached classification keeps them too
+  if (plan.off_blk_sub != SIZE_MAX) args->blk_sub = reinterpret_cast<unsigned*>(span + (plan.off_blk_sub - plan.off_blk_cls));
 }
 
 void cache_classes(fa_context c, gen::Role role, const gen::ProblemDesc& d, const gen::Plan& plan, const fa_params& p,

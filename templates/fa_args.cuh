@@ -75,6 +75,13 @@ struct FaFwdArgs {
   unsigned char* blk_cls_t;
   int blk_nmb;
   int blk_pad2;
+  // Sub-tile codes of the tiles (fwd_wgmma plans; templates/mask_blocks.cuh writes them when this is set):
+  // blk_sub[(bb*blk_cls_sb + hh*blk_cls_sh + m_block*blk_nkb + n_block) * (blk_m / 64) + w] holds, for the rows
+  // 64 w .. 64 w + 63 of the tile, 2 bits per (16-row strip s < 4, key group g < 4) at bit 2 (4 s + g): 0 the mask
+  // hides every pair of the sub-tile, 1 some, 2 none. Key group g of a tile of blk_n keys: the 8-key columns c8 in
+  // [g * blk_n / 32, (g + 1) * blk_n / 32) (integer division), i.e. c8 belongs to group (4 c8 + 3) / (blk_n / 8).
+  // null: none (every sub-tile of a partial tile is partial).
+  unsigned* blk_sub;
 };
 
 struct FaBwdArgs {

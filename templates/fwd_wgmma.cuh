@@ -30,8 +30,12 @@
 // mask_blocks step has classified every (query block, key block) tile (args.blk_cls); the producer warp and every
 // consumer warp walk the tile's row of classes themselves (common/blk_visit.cuh: one ballot per 32 blocks, the same
 // visiting order in every warp, no list in memory), so key blocks the mask hides wholly are never loaded nor
-// computed, and blocks it hides nowhere skip every mask. With kSparse the whole producer warp walks the classes and
-// its lane 0 issues the copies. Without classes (blk_cls null) every block of the band is visited and masked.
+// computed, and blocks it hides nowhere skip every mask (a tile's visits are counted first, 128 classes per memory
+// round trip, and the walk starts at its last visited block). In the blocks it cuts, mask_blocks' sub-tile codes
+// (args.blk_sub: per 16-row strip, i.e. per consumer warp, and per quarter of the keys, hidden / some / none) limit
+// user code to the quarters it cuts (common/fwd_score.cuh: fa_wg_user_mask); the producer prefetches a partial
+// block's codes into L1 for the consumers. With kSparse the whole producer warp walks the classes and its lane 0
+// issues the copies. Without classes (blk_cls null) every block of the band is visited and masked.
 // Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasMaskMod,
 // kHasScoreMod, kVarlen, kEvenK (seqlen_k % kBlockN == 0, fixed length only), kHasLse, and the tunables kBlockM
 // (= 64 * kConsumers), kBlockN (16..256, multiple of 16), kStages (2..4), kConsumers (1..3), kPingPong,
@@ -124,6 +128,7 @@ struct FaTile {
   int sq, sk, base_q, base_k;
   int diag0, nb_lo, nb_hi, n_blocks;  // diagonal offset of row m0, the band's K/V blocks [nb_lo, nb_hi), visited
   const unsigned char* cls;  // kSparse: the query block's row of block classes (null: none, every block masked)
+  int last;                  // kSparse: the last visited block (the cursor's start)
 };
 
 }  // namespace fa_wg
@@ -187,6 +192,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
     T.nb_hi = key_hi > key_lo ? (key_hi + kBN - 1) / kBN : T.nb_lo;
     T.n_blocks = T.m0 < T.sq ? T.nb_hi - T.nb_lo : 0;
     T.cls = nullptr;
+    T.last = T.nb_hi - 1;
     if constexpr (kSparse) {
       if (args.blk_cls != nullptr)
         T.cls = args.blk_cls + (long long)b * args.blk_cls_sb + (long long)h * args.blk_cls_sh +
@@ -194,10 +200,21 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
     }
     return T;
   };
-  // kSparse: the visited blocks of the band (common/blk_visit.cuh; warp-collective, the same count in every warp).
+  // kSparse: the visited blocks of the band and the last of them (common/blk_visit.cuh; warp-collective, the same
+  // in every warp).
+  // kSparse: the sub-tile words (mask_blocks; fa_args.cuh) of block nb of the class row cls_row (the tile index
+  // from the class pointer), or null without words.
+  auto sub_words = [&](const unsigned char* cls_row, int nb) -> const unsigned* {
+    if (!kSparse || cls_row == nullptr || args.blk_sub == nullptr) return nullptr;
+    return args.blk_sub + ((long long)(cls_row - args.blk_cls) + nb) * kC;
+  };
   auto count_visits = [&](FaTile& T) {
     if constexpr (kSparse) {
-      if (T.n_blocks > 0) T.n_blocks = fa_blk_count(T.cls, T.nb_lo, T.nb_hi);
+      if (T.n_blocks > 0) {
+        const FaBlkSpan sp = fa_blk_span(T.cls, T.nb_lo, T.nb_hi);
+        T.n_blocks = sp.count;
+        T.last = sp.last;
+      }
     }
   };
   if constexpr (!kPersist) {
@@ -286,11 +303,19 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           }
           if (++vs == kStages) { vs = 0; vph ^= 1u; }
         };
-        // The key block of visit it: the band from its last block down, or the next classified one (kSparse).
+        // The key block of visit it: the band from its last block down, or the next classified one (kSparse; a
+        // partial block's sub-tile words are prefetched into this SM's L1 for the consumers' softmax).
         FaBlkCursor cur;
-        if constexpr (kSparse) cur.start(T.cls, T.nb_lo, T.nb_hi);
+        if constexpr (kSparse) cur.start(T.cls, T.nb_lo, T.last + 1);
         auto block_of = [&](int it) {
-          if constexpr (kSparse) return cur.next() >> 1;
+          if constexpr (kSparse) {
+            const int entry = cur.next();
+            if ((entry & 1) == 0 && lead) {
+              const unsigned* w = sub_words(T.cls, entry >> 1);
+              if (w != nullptr) fa_prefetch_l1(w);
+            }
+            return entry >> 1;
+          }
           return T.nb_hi - 1 - it;
         };
         int nb = block_of(0);
@@ -326,7 +351,13 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
       if constexpr (kPP) fa_bar_sync(4 + cw, 256);
     };
     auto pp_arrive = [&]() {
-      if constexpr (kPP) fa_bar_arrive(4 + (cw + 1) % kC, 256);
+      if constexpr (kPP) {
+        // the next consumer's barrier, from a fresh read of the thread index: a value kept for the whole kernel was
+        // the one ptxas spilled with 3 consumers at head dim 64 (user code with a built-in mask)
+        unsigned t;
+        asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+        fa_bar_arrive(4 + (int)(t >> 7) % kC, 256);
+      }
     };
     if constexpr (kPP) {
       if (cw == kC - 1) fa_bar_arrive(4, 256);  // consumer 0 goes first
@@ -356,10 +387,19 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
         // The entry (n_block << 1) | full of visit it: the band from its last block down (full never set: the
         // geometry decides the masking), or the next classified block (kSparse; common/blk_visit.cuh).
         FaBlkCursor cur;
-        if constexpr (kSparse) cur.start(T.cls, T.nb_lo, nb_hi);
+        if constexpr (kSparse) cur.start(T.cls, T.nb_lo, T.last + 1);
         auto entry_of = [&](int it) {
           if constexpr (kSparse) return cur.next();
           return (nb_hi - 1 - it) << 1;
+        };
+        // kSparse: this warpgroup's sub-tile word of a partial block (null without words: every sub-tile partial),
+        // read by the softmax from L1, where the producer warp prefetched it when it issued the block's loads (a
+        // word loaded ahead into a register, or prefetched here, spilled: 3 consumers at head dim 64, and 1 consumer
+        // at head dims 80 / 184 with ALiBi, softcap and both user functions). The cursor's class pointer, held
+        // anyway, gives the tile's index.
+        auto codes_at = [&](int entry) -> const unsigned* {
+          const unsigned* w = sub_words(cur.cls, entry >> 1);
+          return w != nullptr ? w + cw : nullptr;
         };
         float slope = 0.f;
         if constexpr (fa_cfg::kHasAlibi) slope = args.alibi[h] * 1.4426950408889634f;
@@ -418,25 +458,23 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
             }
           }
           if (need_mask) {
+            if constexpr (fa_cfg::kHasMaskMod) {
+              // user code only on the key groups of this warp's rows that the mask cuts (common/fwd_score.cuh)
+              const unsigned* cp = codes_at(entry);
+              const unsigned codes = cp != nullptr ? *cp : 0x55555555u;
+              fa_wg_user_mask<kBN / 8>(s, (codes >> (8 * warp)) & 0xffu, b, h, m0 + rbase, kn + tq * 2, sq, sk,
+                                       args.win_left, args.win_right, FA_USER_ARGS);
+            } else {
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-              const int i = m0 + rbase + hh * 8;
-              int lo = 0, hi = sk;
-              if constexpr (fa_cfg::kMask != 0) {
-                if (args.win_left >= 0) lo = i + sk - sq - args.win_left;
-                if (args.win_right >= 0) hi = min(hi, i + sk - sq + args.win_right + 1);
-              }
-              lo -= kn + tq * 2;  // compare the column offset inside the block
-              hi -= kn + tq * 2;
-              if constexpr (fa_cfg::kHasMaskMod) {
-                // user code in a rolled loop (common/fwd_score.cuh), for in-range (i, j) only; then the bits
-                const auto hidden = fa_user_hidden_bits<kBN / 4>(b, h, i, kn + tq * 2, lo, hi, sq, FA_USER_ARGS);
-#pragma unroll
-                for (int jt = 0; jt < kBN / 8; ++jt)
-#pragma unroll
-                  for (int e = 0; e < 2; ++e)
-                    if ((hidden >> (jt * 2 + e)) & 1u) s[jt * 4 + hh * 2 + e] = FA_WG_NEG_INF;
-              } else {
+              for (int hh = 0; hh < 2; ++hh) {
+                const int i = m0 + rbase + hh * 8;
+                int lo = 0, hi = sk;
+                if constexpr (fa_cfg::kMask != 0) {
+                  if (args.win_left >= 0) lo = i + sk - sq - args.win_left;
+                  if (args.win_right >= 0) hi = min(hi, i + sk - sq + args.win_right + 1);
+                }
+                lo -= kn + tq * 2;  // compare the column offset inside the block
+                hi -= kn + tq * 2;
 #pragma unroll
                 for (int jt = 0; jt < kBN / 8; ++jt)
 #pragma unroll
@@ -504,6 +542,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
         fa_mbar_wait(q_full(qb), qph);
         if constexpr (kOv) {
           // block 0: S, softmax (O is still zero)
+          const int entry0 = entry_of(0);
           fa_mbar_wait(k_full(kst), kph);
           pp_sync();
           gemm_s(s, kst);
@@ -513,7 +552,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           release(k_empty(kst));
           adv_k();
           if (n_blocks == 1) release_q();
-          softmax(s, entry_of(0), corr);
+          softmax(s, entry0, corr);
           convert(p, s);
           for (int it = 1; it < n_blocks; ++it) {
             const int entry = entry_of(it);

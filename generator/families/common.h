@@ -108,20 +108,22 @@ inline int blk_shared(const ProblemDesc& p) {
 
 // How a kernel skips blocks: its tile, every tile its family may choose (the size query reserves the largest
 // layout, so that a caller's buffer stays large enough when tuning swaps another winner in), and which regions it
-// reads beside the tile classes: the classes transposed (key block major: the backward's CTAs) and visiting lists
-// (fwd_mma's and bwd_mma's; fwd_wgmma's warps walk the classes themselves).
+// reads beside the tile classes: the classes transposed (key block major: the backward's CTAs), visiting lists
+// (fwd_mma's and bwd_mma's; fwd_wgmma's warps walk the classes themselves) and sub-tile codes (fwd_wgmma's: user code
+// runs only on the 16-row x key-group sub-tiles the mask cuts; block_m a multiple of 64).
 struct BlockSkipping {
   int block_m = 0, block_n = 0;
   std::vector<int> block_ms, block_ns;
-  bool transposed = false, lists = false;
+  bool transposed = false, lists = false, sub = false;
 };
 
 // The workspace of block skipping at a block_m x block_n tile, from offset `off`: the tile classes ([batch or 1]
-// [heads_q or 1][query blocks][key blocks] bytes), with `transposed` the same classes key block major, with `lists`
-// the kernels' visiting lists ([batch][heads_q][query blocks][key blocks] int32: a forward CTA's key blocks, or a
-// backward CTA's query blocks of each head of its group). Fills the plan's block fields; returns the end.
-inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bool transposed, bool lists, size_t off,
-                              Plan* out) {
+// [heads_q or 1][query blocks][key blocks] bytes), with `transposed` the same classes key block major, with `sub` the
+// sub-tile words (the classes' layout, block_m / 64 uint32 per tile), with `lists` the kernels' visiting lists
+// ([batch][heads_q][query blocks][key blocks] int32: a forward CTA's key blocks, or a backward CTA's query blocks of
+// each head of its group). Fills the plan's block fields; returns the end.
+inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bool transposed, bool lists, bool sub,
+                              size_t off, Plan* out) {
   out->blk_shared = blk_shared(p);
   out->blk_mblocks = std::max(1, (p.seqlen_q + block_m - 1) / block_m);
   out->blk_nkb = std::max(1, (p.seqlen_k + block_n - 1) / block_n);
@@ -133,6 +135,10 @@ inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bo
   if (transposed) {
     out->off_blk_cls_t = off;
     off = align256(off + batch_c * heads_c * tiles);
+  }
+  if (sub) {
+    out->off_blk_sub = off;
+    off = align256(off + batch_c * heads_c * tiles * static_cast<size_t>(block_m / 64) * sizeof(unsigned));
   }
   out->off_blk_cls_end = off;  // what mask_blocks writes ends here (Plan::off_blk_cls_end); the kernels' lists follow
   if (!lists) return off;
@@ -147,15 +153,16 @@ inline size_t plan_mask_blocks(const KernelConfig& main, const ProblemDesc& p, c
   KernelConfig cls = default_step("mask_blocks", p, main.s.arch);
   cls.t[0] = b.block_m;
   cls.t[1] = b.block_n;
+  cls.t[2] = b.sub ? 1 : 0;  // mask_blocks' sub_tiles knob: the sub-tile codes compiled in
   out->blk_cls_step = static_cast<int>(out->steps.size());
   out->steps.push_back(cls);
   for (int bm : b.block_ms)
     for (int bn : b.block_ns) {
       Plan probe;
       out->workspace_reserve_bytes =
-          std::max(out->workspace_reserve_bytes, block_workspace(p, bm, bn, b.transposed, b.lists, off, &probe));
+          std::max(out->workspace_reserve_bytes, block_workspace(p, bm, bn, b.transposed, b.lists, b.sub, off, &probe));
     }
-  return block_workspace(p, b.block_m, b.block_n, b.transposed, b.lists, off, out);
+  return block_workspace(p, b.block_m, b.block_n, b.transposed, b.lists, b.sub, off, out);
 }
 
 // The plan of a forward (`main`) with a mask_mod: [mask_blocks at its tile, main] over the block-sparse workspace

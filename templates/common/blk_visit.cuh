@@ -22,12 +22,33 @@ FA_DEVICE FaBlkVotes fa_blk_votes(const unsigned char* cls, int base, int lo) {
   return v;
 }
 
-// How many blocks of [lo, hi) are visited.
-FA_DEVICE int fa_blk_count(const unsigned char* cls, int lo, int hi) {
-  int n = 0;
-  for (int base = hi - 1; base >= lo; base -= 32) n += __popc(fa_blk_votes(cls, base, lo).visit);
-  return n;
+// How many blocks of [lo, hi) are visited, and the last of them (-1: none). Four groups of 32 blocks per step, their
+// loads issued before any vote (one memory round trip per 128 blocks).
+struct FaBlkSpan {
+  int count, last;
+};
+FA_DEVICE FaBlkSpan fa_blk_span(const unsigned char* cls, int lo, int hi) {
+  const int lane = (int)(threadIdx.x & 31);
+  FaBlkSpan sp{0, -1};
+  for (int base = hi - 1; base >= lo; base -= 128) {
+    int c[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int nb = base - 32 * r - lane;
+      c[r] = nb < lo ? 0 : cls != nullptr ? (int)cls[nb] : 1;
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const unsigned visit = __ballot_sync(0xffffffffu, c[r] != 0);
+      if (sp.last < 0 && visit != 0u) sp.last = base - 32 * r - (__ffs(visit) - 1);
+      sp.count += __popc(visit);
+    }
+  }
+  return sp;
 }
+
+// How many blocks of [lo, hi) are visited.
+FA_DEVICE int fa_blk_count(const unsigned char* cls, int lo, int hi) { return fa_blk_span(cls, lo, hi).count; }
 
 // The visited blocks of [lo, hi), last first, one entry per next(); -1 once none is left.
 struct FaBlkCursor {

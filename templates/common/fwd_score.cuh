@@ -30,32 +30,52 @@ FA_DEVICE bool fa_user_hides(int b, int h, int i, int j, int sq, const FaUser& u
   return false;
 }
 
-// The user's mask over one accumulator row of an S fragment in the mma / wgmma layout: element q = 2 * jt + e holds
-// key j0 + 8 * jt + e (j0 = the block's first key + 2 * (lane & 3)), q < kElems (<= 64). Bit q of the result is set
-// where the key is hidden: outside [lo, hi) (offsets from j0: the band and the key range) or by mask_mod. A loop
-// unrolled 4 times: the user's code runs with few registers of its own beside the live accumulators (a full unroll
-// let ptxas hoist every element's loads and spill) while 4 elements' loads are in flight, and the caller applies the
-// bits in its unrolled loop.
-template <bool kWide>
-struct FaMaskBits {  // the mask of up to 32 elements, or 64 (kWide)
-  typedef unsigned T;
-};
-template <>
-struct FaMaskBits<true> {
-  typedef unsigned long long T;
-};
-template <int kElems>
-FA_DEVICE typename FaMaskBits<(kElems > 32)>::T fa_user_hidden_bits(int b, int h, int i, int j0, int lo, int hi,
-                                                                    int sq, const FaUser& u) {
-  static_assert(kElems <= 64, "fa_user_hidden_bits: at most 64 elements");
-  typedef typename FaMaskBits<(kElems > 32)>::T Bits;
-  Bits bits = 0;
-#pragma unroll 4
-  for (int q = 0; q < kElems; ++q) {
-    const int jj = (q >> 1) * 8 + (q & 1);
-    if (jj < lo || jj >= hi || fa_user_hides(b, h, i, j0 + jj, sq, u)) bits |= (Bits)1 << q;
+// The combined mask over one warp's S fragment in the wgmma layout where the tile is partial (fwd_wgmma, kHasMaskMod):
+// element jt * 4 + hh * 2 + e (jt < kJ = kBN / 8) holds row i0 + 8 hh and key j0 + 8 jt + e (j0 = the block's first
+// key + 2 * (lane & 3)). Keys past sk, outside the built-in band of window (wl, wr) (kMask; < 0: unbounded) or hidden
+// by mask_mod get -inf. codes: the warp's 2-bit code of each key group g < 4 (jt in [g kJ / 4, (g + 1) kJ / 4);
+// mask_blocks' sub-tiles, fa_args.cuh): 0 every pair hidden (set, no user code), 2 none (nothing to do), 1 some: the
+// group's pairs are evaluated without branches (user code sees in-range (i, j) only: i and j clamped; rows past sq
+// are never stored, clamped keys are hidden by the key range), one 8-key column of both rows per step of a rolled
+// loop (one key load serves both rows; unrolled, ptxas hoisted the pairs' loads and spilled with 3 consumers at head
+// dim 64), into a bit per pair that an unrolled loop applies (S is written in straight-line code only: writes under
+// the branches spilled there too). The band is recomputed per step from the row, keeping the live registers few.
+// Warp-uniform.
+template <int kJ, int kLo, int kHi>  // key group jt in [kLo, kHi) of fa_wg_user_mask (at most 8 columns)
+FA_DEVICE void fa_wg_user_mask_group(float (&s)[kJ * 4], unsigned code, int b, int h, int i0, int j0, int sq, int sk,
+                                     int wl, int wr, const FaUser& u) {
+  static_assert(kHi - kLo <= 8, "fa_wg_user_mask: at most 8 columns (32 pairs) per key group");
+  unsigned bits = code == 0u ? ~0u : 0u;  // bit 4 (jt - kLo) + 2 hh + e: the pair hidden
+  if (code == 1u) {
+#pragma unroll 1
+    for (int jt = kLo; jt < kHi; ++jt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = j0 + jt * 8 + e;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int i = i0 + 8 * hh;
+          bool hidden = j >= sk;
+          if constexpr (fa_cfg::kMask != 0) {
+            if (wl >= 0) hidden |= j < i + sk - sq - wl;
+            if (wr >= 0) hidden |= j > i + sk - sq + wr;
+          }
+          hidden |= !fa_user_mask(b, h, min(i, sq - 1), min(j, sk - 1), u);
+          bits |= (unsigned)hidden << ((jt - kLo) * 4 + hh * 2 + e);
+        }
+      }
   }
-  return bits;
+#pragma unroll
+  for (int q = kLo * 4; q < kHi * 4; ++q)
+    if ((bits >> (q - kLo * 4)) & 1u) s[q] = __int_as_float(0xff800000);
+}
+template <int kJ>
+FA_DEVICE void fa_wg_user_mask(float (&s)[kJ * 4], unsigned codes, int b, int h, int i0, int j0, int sq, int sk,
+                               int wl, int wr, const FaUser& u) {
+  fa_wg_user_mask_group<kJ, 0, kJ / 4>(s, codes & 3u, b, h, i0, j0, sq, sk, wl, wr, u);
+  fa_wg_user_mask_group<kJ, kJ / 4, 2 * kJ / 4>(s, (codes >> 2) & 3u, b, h, i0, j0, sq, sk, wl, wr, u);
+  fa_wg_user_mask_group<kJ, 2 * kJ / 4, 3 * kJ / 4>(s, (codes >> 4) & 3u, b, h, i0, j0, sq, sk, wl, wr, u);
+  fa_wg_user_mask_group<kJ, 3 * kJ / 4, kJ>(s, (codes >> 6) & 3u, b, h, i0, j0, sq, sk, wl, wr, u);
 }
 
 #endif  // FA_COMMON_FWD_SCORE_CUH

@@ -106,6 +106,9 @@ FA_DEVICE void fa_prefetch_l2(const void* p, unsigned bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
 
+// Prefetch of the line holding global address p into L1 (no register held until the later load).
+FA_DEVICE void fa_prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
 // ---- register reallocation ---------------------------------------------------------------------------------------
 // Raise / lower this warpgroup's per-thread register budget (warpgroup-wide; needs __launch_bounds__(T, 1)).
 template <int N>

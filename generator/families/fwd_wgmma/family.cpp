@@ -18,8 +18,10 @@
 //   padded to 192 or 256:    1 consumer: <= 96 (2), <= 64 (3); 2 consumers: <= 80 (2 stages only); 3: none
 // ALiBi / softcap / bias hold more registers: 3 consumers are out with them (fp16 d 64 spilled 80 bytes), block_n
 // is held to 128 (64 at head dims padded past 128); a bias also holds block_n to 64 at head dims padded to 128+ and
-// excludes the persistent loop; the persistent loop holds block_n to 176 (CPU compile sweeps). A score_mod counts as
-// a feature and holds block_n to 64; a mask_mod alone keeps the plain rules (its code runs in a rolled loop).
+// excludes the persistent loop; the persistent loop holds block_n to 176 (CPU compile sweeps), 112 at 1 consumer with
+// ALiBi / softcap. A score_mod counts as a feature and holds block_n to 64; a mask_mod alone keeps the plain rules
+// (its code runs in rolled loops) except with the persistent loop: 1 consumer holds block_n to 144 at head dims
+// padded to 128 and is out past them, 3 consumers hold it to 96.
 #include <fmt/format.h>
 
 #include "../common.h"
@@ -38,12 +40,17 @@ int pad64(int d) { return (d + 63) / 64 * 64; }
 // A score_mod (fa_mods) runs per S element on the feature path, like the built-in score features.
 bool score_code(const Semantic& s) { return s.mods != nullptr && !s.mods->score_mod.empty(); }
 bool features(const Semantic& s) { return s.has_bias || s.has_alibi || s.has_softcap || score_code(s); }
+// A mask_mod: user code per element of the sub-tiles the mask cuts (block skipping).
+bool mask_code(const Semantic& s) { return s.mods != nullptr && !s.mods->mask_mod.empty(); }
 // User code at head dims padded to 256 (either dim above 192) spilled 8-128 bytes at 84 of the valid points of a
 // scan over d 16 / dv 248, d 128 / dv 256, d 200, d 256 with the compile sweep's heaviest mods (every feature mix,
 // 1 and 2 consumers, persistent or not; none at d 136): the mma forward runs those problems.
 constexpr int kMaxUserCodeDim = 192;
-bool user_code_fits(int head_dim, int head_dim_v, bool has_mods) {
-  return !has_mods || std::max(head_dim, head_dim_v) <= kMaxUserCodeDim;
+// A mask_mod beside a bias past 128 columns spilled 32 bytes (d 72 / dv 192, ALiBi and a score_mod too, 1 consumer,
+// 64 keys: the sweep's random sample, 2026-11-25); the mma forward runs those problems too.
+bool user_code_fits(int head_dim, int head_dim_v, bool has_mods, bool mask_mod_and_bias) {
+  const int d = std::max(head_dim, head_dim_v);
+  return !has_mods || (d <= kMaxUserCodeDim && !(mask_mod_and_bias && pad64(d) > 128));
 }
 
 // The template's shared-memory formula (fwd_wgmma.cuh): Q (or O staging) tiles, the K/V ring, the barriers, 1 KB of
@@ -75,8 +82,9 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (s.head_dim > kMaxHeadDimFast || s.head_dim_v > kMaxHeadDimFast)
     return fail(why, "head dims up to " + std::to_string(kMaxHeadDimFast));
   if (t[kPingPong] != 0 && t[kConsumers] < 2) return fail(why, "ping_pong needs 2 or 3 consumers");
-  if (!user_code_fits(s.head_dim, s.head_dim_v, s.mods != nullptr))
-    return fail(why, fmt::format("user code at head dims above {} spills (ptxas)", kMaxUserCodeDim));
+  if (!user_code_fits(s.head_dim, s.head_dim_v, s.mods != nullptr, mask_code(s) && s.has_bias))
+    return fail(why, fmt::format("user code at head dims above {} (or a mask_mod with a bias past 128) spills (ptxas)",
+                                 kMaxUserCodeDim));
   if (features(s) && t[kConsumers] == 3)
     return fail(why, "3 consumers with bias / ALiBi / softcap / score_mod spill (ptxas)");
   const int dp = std::max(pad64(s.head_dim), pad64(s.head_dim_v));
@@ -97,6 +105,17 @@ bool valid(const KernelConfig& c, std::string* why) {
   // (1-2 consumers; `-Xptxas -v`, 2026-11-25) and none with 64 keys. A mask_mod runs in a rolled loop
   // (common/fwd_score.cuh) and keeps the rules above.
   if (score_code(s)) limit = std::min(limit, 64);
+  // The persistent loop's tile state beside the sub-tile mask of a mask_mod (common/fwd_score.cuh), and beside
+  // ALiBi / softcap: a scan of the persistent points (dp 64 / 128 / 192, every consumer count, block_n 64-176,
+  // 2-3 stages, the compile sweep's document mask alone and with its relative bias, causal or not; `-Xptxas -v`,
+  // 2026-11-25) spilled 8-88 bytes at 1 consumer with block_n 176 at dp 128 and with any block_n past 128 columns,
+  // and at 3 consumers with block_n 128 and a built-in mask (the random full sweep: also at d 56 without one, 28
+  // bytes); the random full sweep found ALiBi + softcap at d 112 (window, 1 consumer, block_n 128) spilling 20 bytes.
+  if (t[kPersistent] != 0 && mask_code(s)) {
+    if (t[kConsumers] == 1) limit = std::min(limit, dp <= 128 ? 144 : 0);
+    if (t[kConsumers] == 3) limit = std::min(limit, 96);
+  }
+  if (t[kPersistent] != 0 && t[kConsumers] == 1 && (s.has_alibi || s.has_softcap)) limit = std::min(limit, 112);
   if (t[kBlockN] > limit) {
     return fail(why, fmt::format("registers: block_n {} with {} consumers and {} stages at head dims padded to {} "
                                  "spills (ptxas); expected <= {}", t[kBlockN], t[kConsumers], t[kStages], dp, limit));
@@ -143,19 +162,22 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
 bool covers(const ProblemDesc& p, int, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (!p.tma_ok) return fail(why, "q/k/v are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
-  if (!user_code_fits(p.head_dim, p.head_dim_v, p.mods != nullptr))
-    return fail(why, fmt::format("user code at head dims above {} (the mma forward runs it)", kMaxUserCodeDim));
+  if (!user_code_fits(p.head_dim, p.head_dim_v, p.mods != nullptr,
+                      p.mods != nullptr && !p.mods->mask_mod.empty() && p.has_bias))
+    return fail(why, fmt::format("user code at head dims above {} or a mask_mod with a bias past 128 columns (the mma "
+                                 "forward runs it)", kMaxUserCodeDim));
   return fam::contiguous_kv_fast_dims(p, "fwd_wgmma", why);
 }
 
-// With a mask_mod (fa_mods): [mask_blocks at this block_m x block_n, fwd_wgmma] over the tile classes, which every
-// warp walks itself (no visiting lists; common.h); without: the plan of one.
+// With a mask_mod (fa_mods): [mask_blocks at this block_m x block_n with sub-tile codes, fwd_wgmma] over the tile
+// classes, which every warp walks itself (no visiting lists), and the sub-tile codes that limit user code to the
+// 16-row x quarter-of-the-keys sub-tiles the mask cuts (common.h: BlockSkipping::sub); without: the plan of one.
 Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   const Family& f = *main.s.family;
   std::vector<int> block_ms;
   for (int c : f.knobs[kConsumers].values) block_ms.push_back(64 * c);
   return fam::block_sparse_plan(main, p, fam::BlockSkipping{64 * main.t[kConsumers], main.t[kBlockN], block_ms,
-                                                            f.knobs[kBlockN].values, false, false});
+                                                            f.knobs[kBlockN].values, false, false, true});
 }
 
 void finalize(KernelConfig* c, const ProblemDesc& p) {

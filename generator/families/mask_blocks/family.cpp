@@ -4,16 +4,17 @@
 // kernel's tunables by the plan (families/common.h: plan_mask_blocks; never tuned on their own). The classification
 // is shared over batch entries and heads where fa_mods.mask_mod_depends allows it (LaunchShape::blk_shared). In a
 // backward plan it receives the FaBwdArgs (its first member is the FaFwdArgs the kernel reads) and also writes the
-// classes transposed (FaFwdArgs::blk_cls_t).
+// classes transposed (FaFwdArgs::blk_cls_t). A third knob, sub_tiles (set by fwd_wgmma's plans), compiles the
+// sub-tile codes in (FaFwdArgs::blk_sub: every pair of every tile evaluated, no early exit on partial tiles).
 #include "../common.h"
 
 namespace fa::gen {
 
 namespace {
 
-enum { kBlockM, kBlockN };
+enum { kBlockM, kBlockN, kSubTiles };
 
-Tunables defaults(const Semantic&) { return Tunables{{128, 32}}; }
+Tunables defaults(const Semantic&) { return Tunables{{128, 32, 0}}; }
 
 Launch launch(const KernelConfig& c, const LaunchShape& sh) {
   Launch l;
@@ -30,7 +31,8 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
 const Family kFamily{.name = "mask_blocks", .template_name = "mask_blocks.cuh", .role = Role::Step,
                      .tuned_on_first_use = false,
                      .knobs = {fam::block_m({16, 32, 64, 128, 192}),
-                               fam::block_n({32, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256})},
+                               fam::block_n({32, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256}),
+                               Knob{"sub_tiles", "st", "kSubTiles", {0, 1}, true}},
                      .defaults = &defaults, .launch = &launch};
 
 }  // namespace
