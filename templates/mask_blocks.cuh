@@ -51,22 +51,22 @@ extern "C" __global__ void __launch_bounds__(128) fa_kernel(const FaFwdArgs args
 #pragma unroll
     for (int c0 = 0; c0 < kBN; c0 += 32) {
       const int c = c0 + lane;
-      if (kBN % 32 != 0 && c >= kBN) continue;
+      const bool in_tile = kBN % 32 == 0 || c < kBN;  // a predicate, not a branch (see the mask below)
       const int i = m0 + r, j = kn + c;
       int lo = 0, hi = sk;
       if constexpr (fa_cfg::kMask != 0) {
         if (args.win_left >= 0) lo = max(lo, i + sk - sq - args.win_left);
         if (args.win_right >= 0) hi = min(hi, i + sk - sq + args.win_right + 1);
       }
-      bool vis = j >= lo && j < hi;
+      bool vis = in_tile && j >= lo && j < hi;
       // the user's mask at every lane, branch-free (a key past the length asks for the last key and is hidden by
       // vis): a short-circuit per column nests a divergent branch per column, and ptxas spills convergence state
       if constexpr (fa_cfg::kHasMaskMod) vis = vis & fa_user_mask(bb, hh, i, min(j, sk - 1), FA_USER_ARGS);
       any |= vis;
-      all &= vis;
+      all &= vis || !in_tile;
       if constexpr (kSub) {
-        if (vis) sp[c0 / 32] |= 1u << (r >> 4);
-        else hp[c0 / 32] |= 1u << (r >> 4);
+        sp[c0 / 32] |= (unsigned)vis << (r >> 4);
+        hp[c0 / 32] |= (unsigned)(!vis && in_tile) << (r >> 4);
       }
     }
     // a tile this warp already finds partial stays partial (with sub-tile codes every pair counts)
