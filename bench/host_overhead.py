@@ -17,6 +17,19 @@ import sys
 import time
 
 
+def host_us(fn, n):
+    """Host microseconds per call of fn over n calls enqueued back to back (the device drained before and after; the
+    clock stops when the last call returns, before the device finishes)."""
+    import torch
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return 1e6 * (t1 - t0) / n
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=5000, help="calls per contender per round")
@@ -44,22 +57,13 @@ def main() -> int:
     def run_fa2():
         return F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
 
-    def timed(fn, n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        return 1e6 * (t1 - t0) / n
-
     def run_fa2_backend():
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             return run_fa2()
 
     def timed_fa2(n):
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return timed(run_fa2, n)
+            return host_us(run_fa2, n)
 
     ref = run_fa2_backend()
     out = run_fa()
@@ -70,7 +74,7 @@ def main() -> int:
         run_fa2_backend()
     times = {"fa": [], "FA2": []}
     for r in range(args.rounds):
-        order = (("fa", lambda n: timed(run_fa, n)), ("FA2", timed_fa2))
+        order = (("fa", lambda n: host_us(run_fa, n)), ("FA2", timed_fa2))
         for name, fn in (order if r % 2 == 0 else order[::-1]):
             times[name].append(fn(args.calls))
     med = {n: statistics.median(t) for n, t in times.items()}

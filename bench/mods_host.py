@@ -16,8 +16,9 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
+
+from host_overhead import host_us  # the same timer as the plain path's figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 os.environ.setdefault("FA_TUNE_POLICY", "defaults")
@@ -62,20 +63,11 @@ def main() -> int:
             fn()
     torch.cuda.synchronize()
 
-    def timed(fn, n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        return 1e6 * (t1 - t0) / n
-
     per = {name: [] for name in contenders}
     names = list(contenders)
     for r in range(args.rounds):
         for name in names if r % 2 == 0 else reversed(names):
-            per[name].append(timed(contenders[name], args.calls))
+            per[name].append(host_us(contenders[name], args.calls))
     print(f"host us per call (median of {args.rounds} rounds of {args.calls} calls; min), s {s}:")
     for name in names:
         print(f"  {name:<26}{statistics.median(per[name]):>8.1f}{min(per[name]):>8.1f}")
