@@ -1,7 +1,8 @@
 // bwd_mma.cuh -- the tensor-core backward (FlashAttention-2 backward, seed 003 step 2), fp16/bf16, sm_80+.
 //
 // One CTA per (key block n of kBlockN keys, kv head g, batch b): blockIdx.x, .y, .z, except that under a causal mask
-// (fa_bwd_cta_order) the last args.lpt_tail (g, b) pairs go key-block-major, heaviest blocks first (fa_bwd_cta).
+// or a mask_mod (fa_bwd_cta_order) the last args.lpt_tail (g, b) pairs go key-block-major, heaviest blocks first
+// (fa_bwd_cta; every pair with a mask_mod).
 // K_n, V_n stay in shared memory; the CTA loops over the query heads h of g's GQA group and, for each, over the query
 // blocks m (kBlockM rows) whose tile meets the mask band (cyclically from a block rotated by n, so CTAs of one head
 // add into different dQ rows at a time; in order in the deterministic mode), with Q_m, dO_m, LSE_m, Delta_m
@@ -250,12 +251,12 @@ struct GemmDk {  // GEMM 2: dK_n += dS'^T Q_m (keys x head columns of k, k = que
   static constexpr bool kTransA = false, kTransB = true, kEven = kDkPairs * kColWarps2 * 16 == kDPad;
   static constexpr bool kPipe = kPipe2, kZero = false;
 };
-// The CTA's (key block, kv head, batch). Causal (fa_bwd_cta_order): decoded once from the block index (fa_bwd_cta)
+// The CTA's (key block, kv head, batch). Causal or a mask_mod (fa_bwd_cta_order): decoded once from the block index (fa_bwd_cta)
 // and kept in a shared-memory mailbox of 4 ints after Delta (every thread writes the same values before its first
 // read, so no barrier is needed); the tile loop and the epilogue re-read it (volatile: one shared load per
 // coordinate used) instead of holding it: the decoded values held in registers tipped 4-24 byte spills at the
 // tightest points, where the plain order's blockIdx reads cost nothing (ptxas re-reads them). Other masks: blockIdx.
-constexpr bool kCtaMailbox = fa_bwd_cta_order(fa_cfg::kMask, kBlockM, kBlockN);
+constexpr bool kCtaMailbox = fa_bwd_cta_order(fa_cfg::kMask, fa_cfg::kHasMaskMod, kBlockM, kBlockN);
 // One coordinate (0: key block, 1: kv head, 2: batch), one shared load.
 __device__ __forceinline__ int cta_coord(const volatile int* mailbox, int i) {
   if constexpr (kCtaMailbox) {
@@ -277,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   float* sDelta = sLse + kStages * kBlockM;
   const FaFwdArgs& a = args.f;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  // Causal grids: the last args.lpt_tail pairs key-block-major (fa_bwd_cta); other masks keep the plain order (their
+  // Causal / mask_mod grids: the last args.lpt_tail pairs key-block-major (fa_bwd_cta); other masks keep the plain order (their
   // key blocks carry even work). Used in the prologue; the loop and the epilogue read cta_coord(mailbox, i).
   int* mailbox = reinterpret_cast<int*>(sDelta + kStages * kBlockM);
   FaBwdCta cta{(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};

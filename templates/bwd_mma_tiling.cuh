@@ -146,18 +146,21 @@ constexpr FaBwdCta fa_bwd_cta(unsigned x, unsigned y, unsigned z, unsigned nbk, 
   }
   return c;
 }
-// Which kernels decode the order: causal ones, except the 128 x 128 tile (FA2's d 64 tile, no register to spare:
-// ptxas spilled 24 bytes with the decode, and the plain order costs it less than a smaller tile would).
-constexpr bool fa_bwd_cta_order(int mask, int block_m, int block_n) {
-  return mask == 1 && !(block_m == 128 && block_n == 128);
+// Which kernels decode the order: causal ones and those with a mask_mod, except the 128 x 128 tile (FA2's d 64
+// tile, no register to spare: ptxas spilled 24 bytes with the decode, and the plain order costs it less than a
+// smaller tile would). A mask_mod's heavy key blocks are its low ones in every ready mod (sinks: block 0 holds every
+// query block; prefix-LM: the prefix; a restated causal), so the host puts all its pairs key-block-major
+// (fa_bwd_lpt_tail with all_pairs).
+constexpr bool fa_bwd_cta_order(int mask, bool mask_mod, int block_m, int block_n) {
+  return (mask == 1 || mask_mod) && !(block_m == 128 && block_n == 128);
 }
-// Host side: the pairs that go key-block-major, enough for `waves` waves of `slots` resident CTAs (<= pairs); 0
-// where the grid fits in one wave, or where the decode's ranges (pairs and tail CTAs < 2^16, heads < 2^15) do not
-// hold.
-constexpr int fa_bwd_lpt_tail(int heads, int batches, int nbk, int slots, int waves) {
+// Host side: the pairs that go key-block-major, enough for `waves` waves of `slots` resident CTAs (<= pairs), or
+// every pair with all_pairs; 0 where the grid fits in one wave, or where the decode's ranges (pairs and tail CTAs
+// < 2^16, heads < 2^15) do not hold.
+constexpr int fa_bwd_lpt_tail(int heads, int batches, int nbk, int slots, int waves, bool all_pairs = false) {
   const long long pairs = static_cast<long long>(heads) * batches;
   if (pairs <= 0 || nbk <= 1 || slots <= 0 || pairs * nbk <= slots) return 0;
-  long long t = fa_ceil_div(waves * slots, nbk);
+  long long t = all_pairs ? pairs : fa_ceil_div(waves * slots, nbk);
   if (t > pairs) t = pairs;
   if (pairs >= (1 << 16) || t * nbk >= (1 << 16) || heads >= (1 << 15)) return 0;
   return static_cast<int>(t);

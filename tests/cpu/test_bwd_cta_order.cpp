@@ -70,6 +70,11 @@ TEST(BwdCtaOrder, TailSize) {
   EXPECT_EQ(fa_bwd_lpt_tail(16, 8, 16, 132, 2), 17);
   // Capped at the pair count.
   EXPECT_EQ(fa_bwd_lpt_tail(5, 2, 16, 132, 2), 10);
+  // A mask_mod's grid: every pair key-block-major (8k, 16 heads x 2 batches of 64 key blocks), still nothing for one
+  // wave and still the plain order outside the decode's ranges.
+  EXPECT_EQ(fa_bwd_lpt_tail(16, 2, 64, 132, 2, true), 32);
+  EXPECT_EQ(fa_bwd_lpt_tail(16, 1, 8, 132, 2, true), 0);
+  EXPECT_EQ(fa_bwd_lpt_tail(32, 64, 64, 132, 2, true), 0);  // 131072 tail CTAs
   // Outside the decode's ranges: the plain order.
   EXPECT_EQ(fa_bwd_lpt_tail(8, 8192, 4, 132, 2), 0);      // 65536 pairs
   EXPECT_EQ(fa_bwd_lpt_tail(32768, 1, 4, 132, 2), 0);     // heads >= 2^15

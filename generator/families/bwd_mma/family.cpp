@@ -62,6 +62,8 @@ FaBwdLayout layout(const KernelConfig& c) {
 
 int reg_estimate(const KernelConfig& c) { return fa_bwd_acc_regs(layout(c)); }
 
+bool has_mask_mod(const KernelConfig& c) { return c.s.mods != nullptr && !c.s.mods->mask_mod.empty(); }
+
 bool valid(const KernelConfig& c, std::string* why);
 unsigned smem_bytes(const KernelConfig& c);
 
@@ -121,7 +123,7 @@ bool valid(const KernelConfig& c, std::string* why) {
   // 12 bytes on sm_80, 24-84 bytes at head dims 32-48 and 12 bytes at 56 (padded to 64, one stage; 2026-11-23, also
   // before this session's changes), so it stays outside the rule elsewhere.
   // A mask_mod (user code in the masking step, block skipping; bwd_mma.cuh: kBlockSparse) spills 18-78 bytes there.
-  const bool mask_code = c.s.mods != nullptr && !c.s.mods->mask_mod.empty();
+  const bool mask_code = has_mask_mod(c);
   const bool fa2_d64_tile = c.s.arch >= 90 && !features && !mask_code && t[kBlockM] == 128 && t[kBlockN] == 128 &&
                             t[kWarps] == 8 && c.s.head_dim == 64 && c.s.head_dim_v == 64;
   if (!narrow && !wide && !fa2_d64_tile)
@@ -136,7 +138,8 @@ bool valid(const KernelConfig& c, std::string* why) {
   // stages, the default there, are spill-free).
   if (!features && t[kBlockM] == 128 && t[kBlockN] == 64 && t[kWarps] == 8 && t[kStages] == 2 && L.dp == 64 && L.dvp == 64)
     return fail("tile: 128 x 64 x 8 warps with 2 stages at head dim 64 spills (ptxas); use 1 stage or another tile");
-  if (!features && c.s.arch >= 90 && t[kBlockM] == 64 && t[kBlockN] == 64 && t[kWarps] == 8 && t[kStages] == 1 &&
+  // (With ALiBi too: d 248 varlen spilled 4 bytes, full sweep 2026-11-25.)
+  if (c.s.arch >= 90 && t[kBlockM] == 64 && t[kBlockN] == 64 && t[kWarps] == 8 && t[kStages] == 1 &&
       L.dp == 256 && L.dvp == 256)
     return fail("tile: 64 x 64 x 8 warps with 1 stage at head dim 256 spills on sm_90 (ptxas); use 2 stages");
   // A bias costs registers that the estimate does not count: the addresses and guarded loads of its elements live
@@ -221,7 +224,7 @@ unsigned smem_bytes(const KernelConfig& c) {
   const int dp = (c.s.head_dim + 15) / 16 * 16, dvp = (c.s.head_dim_v + 15) / 16 * 16;
   const int pk = fa_smem_pitch(dp), pv = fa_smem_pitch(dvp);  // K / Q and V / dO row pitches (smem_layout.cuh)
   const int halves = bn * pk + bn * pv + ns * bm * pk + ns * bm * pv + 2 * bn * (bm + 8);
-  const unsigned mailbox = fa_bwd_cta_order(c.s.mask, bm, bn) ? 16 : 0;  // the CTA mailbox (bwd_mma.cuh: cta_coord)
+  const unsigned mailbox = fa_bwd_cta_order(c.s.mask, has_mask_mod(c), bm, bn) ? 16 : 0;  // the CTA mailbox (bwd_mma.cuh: cta_coord)
   return static_cast<unsigned>(halves * 2 + ns * bm * 8) + mailbox;
 }
 
@@ -296,13 +299,15 @@ int resident_ctas(const BindInput& in) {
   return std::max(1, n);
 }
 
-// Causal (fa_bwd_cta_order): the grid's last pairs go heaviest key block first (fa_bwd_cta), two waves' worth.
+// Causal (fa_bwd_cta_order): the grid's last pairs go heaviest key block first (fa_bwd_cta), two waves' worth; with
+// a mask_mod every pair does (its heavy key blocks are the low ones; one wave of them would still end on a tail).
 bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::string* why) {
   FaBwdArgs a = *static_cast<const FaBwdArgs*>(in.args);
-  if (fa_bwd_cta_order(c.s.mask, c.t[kBlockM], c.t[kBlockN])) {
+  const bool mask_mod = has_mask_mod(c);
+  if (fa_bwd_cta_order(c.s.mask, mask_mod, c.t[kBlockM], c.t[kBlockN])) {
     const int slots = in.limits.sm_count * resident_ctas(in);
     a.lpt_tail = fa_bwd_lpt_tail(static_cast<int>(in.launch.grid[1]), static_cast<int>(in.launch.grid[2]),
-                                 static_cast<int>(in.launch.grid[0]), slots, 2);
+                                 static_cast<int>(in.launch.grid[0]), slots, 2, mask_mod);
     a.lpt_magic_tail = a.lpt_tail > 0 ? fa_div_magic(static_cast<unsigned>(a.lpt_tail)) : 0;
     a.lpt_magic_heads = fa_div_magic(in.launch.grid[1]);
   }
