@@ -48,20 +48,20 @@ Status prepare_plan(fa_context c, const fa_bwd_params* in, const TuneRequest* tu
   return Status::Ok();
 }
 
-FaBwdArgs make_bwd_args(const Prepared& P) {
-  const fa_params& p = P.v.fwd;
-  const fa_bwd_params& b = P.v.bwd;
+FaBwdArgs make_bwd_args(const BwdView& v, const fa::gen::ProblemDesc& d, const fa::gen::Plan& plan) {
+  const fa_params& p = v.fwd;
+  const fa_bwd_params& b = v.bwd;
   FaBwdArgs a{};
-  a.f = make_fwd_args(p, P.d);
+  a.f = make_fwd_args(p, d);
   a.dout = b.dout; a.do_sb = b.dout_stride_batch; a.do_ss = b.dout_stride_seq; a.do_sh = b.dout_stride_head;
   a.dq = b.dq; a.dq_sb = b.dq_stride_batch; a.dq_ss = b.dq_stride_seq; a.dq_sh = b.dq_stride_head;
   a.dk = b.dk; a.dk_sb = b.dk_stride_batch; a.dk_ss = b.dk_stride_seq; a.dk_sh = b.dk_stride_head;
   a.dv = b.dv; a.dv_sb = b.dv_stride_batch; a.dv_ss = b.dv_stride_seq; a.dv_sh = b.dv_stride_head;
-  a.accum_q_stride_row = P.plan.accum_q_stride_row;
-  a.accum_kv_stride_row = P.plan.accum_kv_stride_row;
-  a.total_q = P.d.total_q;
-  a.total_k = P.d.total_k;
-  a.deterministic = P.d.deterministic ? 1 : 0;
+  a.accum_q_stride_row = plan.accum_q_stride_row;
+  a.accum_kv_stride_row = plan.accum_kv_stride_row;
+  a.total_q = d.total_q;
+  a.total_k = d.total_k;
+  a.deterministic = d.deterministic ? 1 : 0;
   return a;
 }
 
@@ -69,12 +69,13 @@ FaBwdArgs make_bwd_args(const Prepared& P) {
 // FaBwdArgs it is given.
 static_assert(offsetof(FaBwdArgs, f) == 0, "FaBwdArgs starts with the forward's args");
 
-// Enqueues P.plan on `stream` with workspace `ws` (or a stream-ordered allocation when null); `cache`: the
-// classification may be kept or reused across calls (runtime/mask_cache.h; not while tuning candidates).
-Status enqueue(fa_context c, const Prepared& P, bool allow_compile, CUstream stream, void* ws, size_t ws_size,
-               bool cache = true) {
-  FaBwdArgs args = make_bwd_args(P);
-  const fa::gen::Plan& plan = P.plan;
+// Enqueues `plan` (its loaded kernels when given, else looked up / compiled) for the validated call (v, d) on
+// `stream` with workspace `ws` (or a stream-ordered allocation when null); `cache`: the classification may be kept
+// or reused across calls (runtime/mask_cache.h; not while tuning candidates).
+Status enqueue_with(fa_context c, const BwdView& v, const fa::gen::ProblemDesc& d, const fa::gen::Plan& plan,
+                    const std::vector<std::shared_ptr<Kernel>>* kernels, bool allow_compile, CUstream stream,
+                    void* ws, size_t ws_size, bool cache = true) {
+  FaBwdArgs args = make_bwd_args(v, d, plan);
   bind_block_sizes(plan, &args.f);
   auto bind_workspace = [&args, &plan](char* base) {
     auto at = [&](size_t off) -> float* { return off == SIZE_MAX ? nullptr : reinterpret_cast<float*>(base + off); };
@@ -84,12 +85,18 @@ Status enqueue(fa_context c, const Prepared& P, bool allow_compile, CUstream str
     args.dv_accum = at(plan.off_dv_accum);
     bind_block_workspace(plan, &args.f, base);
   };
-  const FaUser user = make_user_args(P.v.fwd);  // user code's buffers and scalars (zero without mods)
+  const FaUser user = make_user_args(v.fwd);  // user code's buffers and scalars (zero without mods)
   PlanArgs pa{&args, sizeof args, bind_workspace};
-  pa.user = P.v.fwd.mods != nullptr ? &user : nullptr;
+  pa.user = v.fwd.mods != nullptr ? &user : nullptr;
   pa.fwd = &args.f;
-  if (cache && pa.user != nullptr) cache_classes(c, fa::gen::Role::Backward, P.d, plan, P.v.fwd, user, &args.f, &pa);
-  return enqueue_plan(c, plan, fa::gen::launch_shape(P.d), pa, allow_compile, stream, ws, ws_size);
+  if (cache && pa.user != nullptr) cache_classes(c, fa::gen::Role::Backward, d, plan, v.fwd, user, &args.f, &pa);
+  const fa::gen::LaunchShape shape = fa::gen::launch_shape(d);
+  if (kernels != nullptr) return enqueue_steps(c, plan, *kernels, shape, pa, stream, ws, ws_size);
+  return enqueue_plan(c, plan, shape, pa, allow_compile, stream, ws, ws_size);
+}
+Status enqueue(fa_context c, const Prepared& P, bool allow_compile, CUstream stream, void* ws, size_t ws_size,
+               bool cache = true) {
+  return enqueue_with(c, P.v, P.d, P.plan, nullptr, allow_compile, stream, ws, ws_size, cache);
 }
 
 TuneRequest backward_tune_request(fa_context c, const Prepared& P, CUstream stream) {
@@ -110,9 +117,22 @@ bool may_tune(fa_context c, const Prepared& P) {
   return c->has_device && tunes_on_first_use(c->tune_policy) && main.s.family->tuned_on_first_use;
 }
 
+// fa_run_backward. Fast path, as fa_run's (runtime/plan_cache.h): a shape seen before launches its cached plan and
+// kernels after validation (no capture query, selector, chooser, predicate or kernel lookup). Slow path: the plan
+// (tuned in the call by policy), its kernels, the launches, and the entry for the next call of this shape (not while
+// capturing).
 Status run_backward(fa_context c, const fa_bwd_params* in, CUstream stream) {
   Prepared P;
-  Status st = prepare_plan(c, in, nullptr, &P);  // validation first, without tuning
+  Status st = check_context(c);
+  if (st.ok()) st = validate_backward(in, &P.v, &P.d);
+  if (!st.ok()) return st;
+  const ShapeSignature sig = shape_signature(fa::gen::Role::Backward, P.d);
+  if (c->has_device)
+    if (auto hit = c->plans.find(sig))
+      return enqueue_with(c, P.v, P.d, hit->plan, &hit->kernels, false, stream, P.v.bwd.workspace,
+                          P.v.bwd.workspace_size);
+  const uint64_t generation = c->plans.generation();  // read before the choice (plan_cache.h)
+  st = prepare_plan(c, in, nullptr, &P);  // the selector's plan, without tuning
   if (!st.ok()) return st;
   if (!c->has_device) return error(FA_ERROR_NO_DEVICE, c->no_device_reason);
   bool capturing = false;
@@ -123,7 +143,18 @@ Status run_backward(fa_context c, const fa_bwd_params* in, CUstream stream) {
     st = prepare_plan(c, in, &tune, &P);
     if (!st.ok()) return st;
   }
-  return enqueue(c, P, !capturing, stream, P.v.bwd.workspace, P.v.bwd.workspace_size);
+  auto entry = std::make_shared<CachedPlan>();
+  st = resolve_kernels(c, P.plan, !capturing, &entry->kernels);
+  if (!st.ok()) return st;
+  st = enqueue_with(c, P.v, P.d, P.plan, &entry->kernels, !capturing, stream, P.v.bwd.workspace,
+                    P.v.bwd.workspace_size);
+  if (st.ok() && !capturing) {
+    entry->sig = sig;
+    entry->generation = generation;
+    entry->plan = std::move(P.plan);
+    c->plans.insert(std::move(entry));
+  }
+  return st;
 }
 
 }  // namespace

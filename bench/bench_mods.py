@@ -33,9 +33,16 @@ from bench_peers import event_times  # noqa: E402
 H, D, DT = 16, 128, torch.bfloat16
 
 
-def event_ms(fn, warmup=3, iters=20):
-    """Median per-call time (ms) of bench_peers' event timer."""
-    return statistics.median(event_times(fn, warmup, iters))
+def event_ms(fn, warmup_s=0.15, iters=30):
+    """Median per-call time (ms) of bench_peers' event timer, after calling fn for warmup_s seconds of wall time: a
+    few calls of a 2k problem after an idle stretch (a Flex compile) were timed at the GPU's idle clocks."""
+    t0 = time.perf_counter()
+    while True:
+        fn()
+        torch.cuda.synchronize()
+        if time.perf_counter() - t0 >= warmup_s:
+            break
+    return statistics.median(event_times(fn, 0, iters))
 
 
 def mods_for(s, only=None):

@@ -138,5 +138,5 @@ def forward_with_mods(q, k, v, mods: Mods, rest) -> Tuple[Tensor, Tensor]:
     if torch.compiler.is_compiling():
         return torch.ops.fa.attention_mods(*args)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _EagerModsAttention.apply(*args)
+        return _EagerModsAttention.apply(q, k, v, args[3:])
     return _mods_impl(*args)

@@ -186,18 +186,22 @@ def eager_function(fwd_impl, bwd_impl, setup_context, grads):
     """Eager mode: an op pair's own implementations under a plain autograd.Function. The dispatcher path of a
     torch.library.custom_op costs a few hundred microseconds of host time per call (H200, torch 2.11: backward
     312 us through torch.ops.fa.attention_bwd against 88 us for the library call it wraps), which is more than the
-    GPU time of a small problem; torch.compile still sees the ops (attention() picks them while compiling)."""
+    GPU time of a small problem; torch.compile still sees the ops (attention() picks them while compiling).
+    Called as .apply(q, k, v, rest) with the op's other inputs in one tuple: autograd.Function.apply and the
+    backward's gradient tuple cost host time per argument, and only q, k and v take gradients."""
 
     class _Eager(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, *inputs):
+        def forward(ctx, q, k, v, rest):
+            inputs = (q, k, v) + rest
             o, lse = fwd_impl(*inputs)
             setup_context(ctx, inputs, (o, lse))
             return o, lse
 
         @staticmethod
         def backward(ctx, dout, _dlse):
-            return grads(bwd_impl, ctx, dout)
+            g = grads(bwd_impl, ctx, dout)
+            return g[0], g[1], g[2], None
 
     return _Eager
 
@@ -210,7 +214,7 @@ def _forward(q, k, v, rest):
     if torch.compiler.is_compiling():
         return torch.ops.fa.attention_fwd(q, k, v, *rest)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _EagerAttention.apply(q, k, v, *rest)
+        return _EagerAttention.apply(q, k, v, tuple(rest))
     return _fwd_impl(q, k, v, *rest)
 
 
