@@ -5,9 +5,10 @@ EFFICIENT_ATTENTION backends, and FlexAttention (torch.compile'd flex_attention)
 Sweep (FlashAttention's standard one): head dim 64, 128, 256; causal and not; seqlen 512..16k with
 batch * seqlen = 16k tokens and hidden 2048 (heads = 2048 / d); plus decode-like shapes (seqlen_q = 1,
 seqlen_k 4k..64k) and odd head dims (80, 96, 112, 160). Every contender gets the same tensors (BSHD storage; SDPA
-and Flex get the [B, H, S, D] transposed views). Each contender runs once first (fa's first-use tuning happens
-there), then all are timed in --rounds interleaved rounds (the order rotating), so clock and thermal drift within
-a cell reaches every contender alike; times are medians of per-call CUDA-event times;
+and Flex get the [B, H, S, D] transposed views). Each contender runs once first (fa's first-use tuning starts
+there, and with --fa-tune first_use_sync finishes before that call returns: first_use tunes in the background while
+the rounds run), then all are timed in --rounds interleaved rounds (the order rotating), so clock and thermal drift
+within a cell reaches every contender alike; times are medians of per-call CUDA-event times;
 TFLOP/s = 4 * b * h * sq * sk * d / t, halved for causal, x2.5 for the backward. A contender that fails or is not
 supported prints "n/a". fa's output is checked against the flash backend once per shape (max abs diff printed), so a
 fast but wrong kernel shows.
@@ -375,8 +376,11 @@ def parse_args(argv=None):
     ap.add_argument("--causal", default="0,1", help="comma list of 0 (full), 1 (causal) for the standard sweep")
     ap.add_argument("--json", default=None, help="write every measurement to this file")
     ap.add_argument("--out", default="bench_out", help="folder for the PNGs")
-    ap.add_argument("--fa-tune", default=None, choices=["first_use", "defaults", "require"],
-                    help="fa's tune policy (default: the library's, i.e. $FA_TUNE_POLICY or first_use)")
+    ap.add_argument("--fa-tune", default=None, choices=["first_use", "first_use_sync", "defaults", "require"],
+                    help="fa's tune policy (default: the library's, i.e. $FA_TUNE_POLICY or first_use). first_use "
+                    "tunes on a background thread while the timed rounds run: they time the default kernel and share "
+                    "the GPU with the tuner's own timing; first_use_sync tunes in the untimed first call, so the "
+                    "rounds time the tuned kernel, as a user's later calls run it")
     ap.add_argument("--verbose", action="store_true", help="print tracebacks of failing contenders")
     args = ap.parse_args(argv)
     args.dtypes = [x.strip() for x in args.dtypes.split(",") if x.strip()]

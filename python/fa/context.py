@@ -107,7 +107,7 @@ class Context:
 
 
 _TUNE_NAMES = {"first_use": S.FA_TUNE_ON_FIRST_USE, "defaults": S.FA_TUNE_DEFAULTS_ONLY,
-               "require": S.FA_TUNE_REQUIRE_TUNED}
+               "require": S.FA_TUNE_REQUIRE_TUNED, "first_use_sync": S.FA_TUNE_ON_FIRST_USE_SYNC}
 
 
 def _tune_policy(value: int | str) -> int:

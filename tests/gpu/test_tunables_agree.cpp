@@ -25,7 +25,8 @@ namespace {
 constexpr size_t kMaxPoints = 40;
 constexpr size_t kMaxModPoints = 16;  // with user code (two kernels per plan)
 
-// Up to `most` of `all`, evenly spread (every knob's values met), with `def` among them.
+// Up to `most` of `all`, evenly spread, with `def` among them, plus the first valid point of every knob value that
+// the spread missed (an even step over the product can skip the values of the innermost knob).
 std::vector<gen::Tunables> spread(const std::vector<gen::Tunables>& all, const gen::Tunables& def,
                                   size_t most = kMaxPoints) {
   std::vector<gen::Tunables> out;
@@ -33,6 +34,11 @@ std::vector<gen::Tunables> spread(const std::vector<gen::Tunables>& all, const g
   for (size_t i = 0; i < all.size(); i += step) out.push_back(all[i]);
   if (std::find(out.begin(), out.end(), def) == out.end() && std::find(all.begin(), all.end(), def) != all.end())
     out.push_back(def);
+  for (int k = 0; k < gen::Tunables::kMaxKnobs; ++k)
+    for (const gen::Tunables& t : all) {
+      auto same = [&](const gen::Tunables& u) { return u[k] == t[k]; };
+      if (std::none_of(out.begin(), out.end(), same)) out.push_back(t);
+    }
   return out;
 }
 

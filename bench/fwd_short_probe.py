@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""fwd_short_probe.py -- where fwd_wgmma's time goes at issue 20's short causal cells (bf16, 16k tokens per batch,
+hidden 2048): fa at fixed tunable points and stage-out variants against SDPA's cuDNN and flash (FA2) backends,
+CUDA-event medians of whole calls (back to back, as bench_peers.py times them) in interleaved rounds, one process.
+
+Variants need a library built with bench/fwd_short_probe.patch applied (`git apply`, never merged): the patch makes
+fwd_wgmma's defaults read FA_PROBE_T ("consumers,block_n,stages,ping_pong,intra_overlap,persistent") and appends
+`#define FA_PROBE_<NAME> 1` to the rendered source for each name in FA_PROBE_DEF: NOEPI (no O stores), NOEXP (exp2
+replaced by its argument), NOMASK (no causal mask code), KV0 (every K/V copy reads key block 0: L2 hits instead of
+DRAM). Results are wrong under each of them (max|diff| against FA2 shows it: a variant that did not apply shows the
+normal error). Each variant gets its own context and cache file: the library memoizes a configuration's compile
+hash per process, so variants of one tunable point sharing a cache file would all load the first one's cubin.
+(The run in bench/results/h200_fwd_short_probe.log used this script and patch as on branch fwd-short-experiments,
+with its per-warpgroup block skipping (NOTRIM: without it) and two_ctas knob (a 7th value in FA_PROBE_T).)
+
+  FA_LIBRARY=... PYTHONPATH=python python3 bench/fwd_short_probe.py [--cells 64:512,64:1024] [--rounds 3]
+"""
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+import torch  # noqa: E402
+
+import fa  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_peers import event_times  # noqa: E402
+
+# (name, FA_PROBE_T, FA_PROBE_DEF) per head dim; T = consumers, block_n, stages, ping_pong, intra_overlap, persistent
+VARIANTS = {
+    64: [("c2n128s3p", "2,128,3,1,1,1", ""), ("noepi", "2,128,3,1,1,1", "NOEPI"),
+         ("noexp", "2,128,3,1,1,1", "NOEXP"), ("nomask", "2,128,3,1,1,1", "NOMASK"), ("kv0", "2,128,3,1,1,1", "KV0"),
+         ("c3n128s2 (default)", "3,128,2,1,1,0", "")],
+    128: [("c2n128s2 (default)", "2,128,2,1,1,0", ""), ("noepi", "2,128,2,1,1,0", "NOEPI"),
+          ("noexp", "2,128,2,1,1,0", "NOEXP"), ("nomask", "2,128,2,1,1,0", "NOMASK"), ("kv0", "2,128,2,1,1,0", "KV0")],
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cells", default="64:512,64:1024,64:2048,128:1024")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--cache", default="/tmp/fwd_short_probe.sqlite", help="cache files: this path + .d.n")
+    args = ap.parse_args()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    ctxs = {}
+    for cell in args.cells.split(","):
+        d, s = (int(x) for x in cell.split(":"))
+        b, h = max(1, 16384 // s), 2048 // d
+        flop = 4.0 * b * h * s * s * d / 2
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+
+        def sdpa(backend):
+            def call():
+                with sdpa_kernel(backend):
+                    return torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+            return call
+        calls = {"cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION), "FA2": sdpa(SDPBackend.FLASH_ATTENTION)}
+        ref = calls["FA2"]().transpose(1, 2).float()
+        diffs = {}
+        for name, t, defs in VARIANTS[d]:
+            os.environ["FA_PROBE_T"] = t
+            os.environ["FA_PROBE_DEF"] = defs
+            if (d, name) not in ctxs:  # a cache file per variant: the library memoizes a config's compile hash
+                ctxs[(d, name)] = fa.Context(torch.cuda.current_device(), tune_policy="defaults",
+                                             cache_path=f"{args.cache}.{d}.{len(ctxs)}")
+            ctx = ctxs[(d, name)]
+            fa.set_default_context(ctx)
+            o = fa.attention(q, k, v, causal=True)  # selects and compiles with this variant's environment
+            torch.cuda.synchronize()
+            diffs[name] = (o.float() - ref).abs().max().item()
+
+            def call(ctx=ctx):
+                fa.set_default_context(ctx)
+                return fa.attention(q, k, v, causal=True)
+            calls[name] = call
+        times = {n: [] for n in calls}
+        names = list(calls)
+        for r in range(args.rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for n in order:
+                times[n] += event_times(calls[n], 3 if r == 0 else 1, args.iters)
+        med = {n: statistics.median(t) for n, t in times.items()}
+        cu = med["cuDNN"]
+        print(f"== d{d} s{s} b{b} h{h} causal bf16: cuDNN {cu:.4f} ms ({flop / cu / 1e9:.0f} TF/s), "
+              f"FA2 {med['FA2']:.4f} ms", flush=True)
+        for n in names[2:]:
+            print(f"PROBE d{d:<4} s{s:<6} {n:<20} {med[n]:.4f} ms  {flop / med[n] / 1e9:6.1f} TF/s  "
+                  f"fa/cuDNN {cu / med[n]:.3f}  max|diff| {diffs[n]:.4f}", flush=True)
+        del q, k, v, qh, kh, vh, ref, calls
+        torch.cuda.empty_cache()
+    os.environ.pop("FA_PROBE_T", None)
+    os.environ.pop("FA_PROBE_DEF", None)
+
+
+if __name__ == "__main__":
+    main()
