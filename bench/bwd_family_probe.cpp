@@ -4,6 +4,7 @@
 // not. Prints per shape each family's median time and TFLOP/s (10 b h sq sk d, halved when causal), the ratio, and
 // the relative L2 difference of their gradients (a gross-error check, not the oracle). Without a GPU: "no GPU
 // found" and exit 0.
+// A family may be given with a tunables key (bwd_wgmma:c2.s2.q1); the ratio is the second entry's against the first.
 //   fa_bwd_family_probe [--families bwd_mma,bwd_wgmma] [--hdims 64,128] [--seqlens 2048,4096,8192] [--causal 0,1]
 //                       [--rounds 5] [--calls 10]
 #include <fmt/format.h>
@@ -172,12 +173,16 @@ int main(int argc, char** argv) {
         // twice that for safety
         Buf ws(d, 2 * ws_bytes);
         std::vector<fa::gen::Tunables> tun;
+        std::vector<std::string> names;
         for (size_t f = 0; f < families.size(); ++f) {
           bp[f].workspace = ws.get();
           bp[f].workspace_size = 2 * ws_bytes;
-          const fa::gen::Family* fam = fa::gen::find_family(families[f]);
+          // "family" (its default tunables) or "family:key" (the tunables of that key, e.g. bwd_wgmma:c2.s2.q1)
+          const size_t colon = families[f].find(':');
+          const std::string fname = families[f].substr(0, colon);
+          const fa::gen::Family* fam = fa::gen::find_family(fname);
           if (fam == nullptr) {
-            fmt::print("no family {}\n", families[f]);
+            fmt::print("no family {}\n", fname);
             return 1;
           }
           fa::rt::BwdView view;
@@ -187,10 +192,17 @@ int main(int argc, char** argv) {
             fmt::print("validate: {}\n", vs.message);
             return 1;
           }
-          tun.push_back(fam->defaults(fa::gen::semantic_for(*fam, pd, ctx->arch)));
+          const fa::gen::Semantic sem = fa::gen::semantic_for(*fam, pd, ctx->arch);
+          fa::gen::Tunables t = fam->defaults(sem);
+          if (colon != std::string::npos && !fa::gen::parse_tunables_key(sem, families[f].substr(colon + 1), &t)) {
+            fmt::print("bad tunables {}\n", families[f]);
+            return 1;
+          }
+          tun.push_back(t);
+          names.push_back(fname);
         }
         auto run = [&](size_t f) {
-          const fa::rt::Status st = fa::rt::run_backward_at(ctx, &bp[f], tun[f], stream, families[f].c_str());
+          const fa::rt::Status st = fa::rt::run_backward_at(ctx, &bp[f], tun[f], stream, names[f].c_str());
           if (!st.ok()) {
             fmt::print("{}: {}\n", families[f], st.message);
             std::exit(1);
@@ -218,15 +230,15 @@ int main(int argc, char** argv) {
           const double us = median(t[f]);
           line += fmt::format(" {} {:.1f} us {:.0f} TFLOP/s |", families[f], us, flops / us * 1e-6);
         }
-        if (families.size() >= 2) {
-          line += fmt::format(" {}/{} x{:.3f}", families[1], families[0], median(t[0]) / median(t[1]));
-          // gradients of family 1 against family 0 (relative L2)
+        std::vector<uint16_t> ga(n), gb(n);
+        for (size_t f = 1; f < families.size(); ++f) {
+          line += fmt::format(" {}/{} x{:.3f}", families[f], families[0], median(t[0]) / median(t[f]));
+          // gradients of entry f against entry 0 (relative L2)
           double worst = 0;
-          std::vector<uint16_t> ga(n), gb(n);
           for (int w = 0; w < 3; ++w) {
             std::vector<Buf*>& g = w == 0 ? dq : w == 1 ? dk : dv;
             CK(d->cuMemcpyDtoH(ga.data(), g[0]->p, n * 2));
-            CK(d->cuMemcpyDtoH(gb.data(), g[1]->p, n * 2));
+            CK(d->cuMemcpyDtoH(gb.data(), g[f]->p, n * 2));
             double num = 0, den = 0;
             for (size_t i = 0; i < n; ++i) {
               const double x = bf16_float(ga[i]), y = bf16_float(gb[i]);
@@ -235,7 +247,7 @@ int main(int argc, char** argv) {
             }
             worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
           }
-          line += fmt::format(" grad rel-L2 diff {:.2e}", worst);
+          line += fmt::format(" grad rel-L2 diff {:.2e};", worst);
         }
         fmt::print("{}\n", line);
         std::fflush(stdout);

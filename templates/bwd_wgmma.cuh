@@ -17,8 +17,8 @@
 //   dK  += dS^T Q_m           RS, A = dS^T, B = Q (MN-major)
 //   dS^T -> shared memory (bf16/fp16, 128-byte swizzle, double-buffered), proxy fence, named barrier, then
 //   dQ'_m = dS K              SS, A = dS read MN-major from dS^T, B = K (MN-major)
-// split over the consumers by head-dim columns where each gets whole 64-column chunks (kDqCols: all kBlockN keys,
-// kHeadDim / kConsumers columns), else by keys (each consumer its own 64 keys, every column); each consumer then
+// split over the consumers by head-dim columns (kDqCols: all kBlockN keys, kHeadDim / kConsumers columns), or by
+// keys (each consumer its own 64 keys, every column); each consumer then
 // adds its dQ' part into args.dq_accum with float32 red.add.v2 (8 x 8 tiled, common/dq_accum.cuh; rows past
 // seqlen_q skipped). bwd_pre zeroes dq_accum and writes Delta; bwd_post writes dq = scale * dQ'. At the end dK =
 // scale * dK and dV are written in the dtype (rows past seqlen_k skipped). GQA: the heads of the group are summed in
@@ -27,7 +27,7 @@
 // whose consumer key range crosses the band edge or the end of the keys. Fixed length only, no bias / ALiBi /
 // softcap / user code, no deterministic mode (the host predicate leaves those to bwd_mma).
 // Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim (= kHeadDimV, 64 or 128), kMask (1: causal CTA order), and the
-// tunables kConsumers (1, 2), kStages (2, 3).
+// tunables kConsumers (1, 2), kStages (2, 3), kDqCols (the dQ' split; with one consumer it has every column anyway).
 // Parameters: (FaBwdArgs, FaBwdTma). Launch (host): block = 128 * (kConsumers + 1); grid = (ceil(seqlen_k /
 // kBlockN), heads_kv, batch); dynamic shared memory = fa_bwg::kSmemBytes (the kernel traps with less).
 #ifndef FA_BWD_WGMMA_CUH
@@ -51,8 +51,9 @@ constexpr int kThreads = 128 * (kC + 1);
 // setmaxnreg split: producer + consumers within the 64K registers of the CTA.
 constexpr int kRegP = kC == 2 ? 24 : 56;
 constexpr int kRegC = 240;
-// dQ' split: by head-dim columns (whole 64-column chunks per consumer, all keys) or by keys (every column).
-constexpr bool kDqCols = (kD / kC) % 64 == 0;
+// dQ' split (kDqCols): by head-dim columns (kD / kC per consumer, all keys; one consumer: every column) or by keys
+// (each consumer its own 64 keys, every column).
+constexpr bool kDqCols = fa_cfg::kDqCols || kC == 1;
 constexpr int kDqN = kDqCols ? kD / kC : kD;  // dQ' columns per consumer (wgmma N)
 constexpr int kDqK = kDqCols ? kBN : 64;      // keys reduced per consumer
 // Shared memory: K, V (kBN rows, 64-column chunks of kBN * 128 bytes), the Q / dO ring (64-row chunks of 8 KB), two
@@ -73,6 +74,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 static_assert(fa_cfg::kDtype == 1 || fa_cfg::kDtype == 2, "bwd_wgmma: fp16 or bf16 only");
 static_assert(fa_cfg::kHeadDimV == kD && (kD == 64 || kD == 128), "bwd_wgmma: head dims 64 or 128, d == dv");
 static_assert(kC == 1 || kC == 2, "bwd_wgmma: 1 or 2 consumers");
+static_assert(kDqN % 32 == 0, "bwd_wgmma: dQ' columns per consumer a multiple of 32");
 static_assert(kStages >= 2 && kStages <= 3, "bwd_wgmma: 2 or 3 stages");
 static_assert(kSmemBytes <= 232448, "bwd_wgmma: shared memory above 227 KB");
 static_assert(!fa_cfg::kHasBias && !fa_cfg::kHasAlibi && !fa_cfg::kHasSoftcap && !fa_cfg::kHasMaskMod &&
@@ -223,9 +225,11 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
       const unsigned long long dDo_t = fa_wg_desc_sw128(sDo, kBM * 128, 1024);
       const unsigned dq_key0 = kDqCols ? 0u : (unsigned)(cw * 64);
       const unsigned long long dDs_t = fa_wg_desc_sw128(sDs + dq_key0 * 128u, kBN * 128, 1024);
-      const unsigned long long dK_t =
-          fa_wg_desc_sw128(sK + dq_key0 * 128u + (kDqCols ? (unsigned)(cw * (kDqN / 64) * kBN * 128) : 0u),
-                           kBN * 128, 1024);
+      // B of dQ': K from this consumer's first key row and first column (a 32-column half of a 128-byte swizzle
+      // row starts 64 bytes into it: the swizzle is a function of the address bits, as in the K-major k steps)
+      const unsigned dq_col0 = kDqCols ? (unsigned)(cw * kDqN) : 0u;
+      const unsigned long long dK_t = fa_wg_desc_sw128(
+          sK + dq_key0 * 128u + (dq_col0 >> 6) * (unsigned)(kBN * 128) + (dq_col0 & 63u) * 2u, kBN * 128, 1024);
       const long long G = args.accum_q_stride_row << 3;  // floats per 8-row group of dq_accum
       const int kc0 = n0 + cw * 64;                      // this consumer's first key
       const int krow = kc0 + warp * 16 + gq;             // key of accumulator rows hh = 0 (+8: hh = 1)

@@ -5,7 +5,7 @@
 // softcap / user code, the non-deterministic mode, q / k / v / dO describable as TMA tensors; elsewhere bwd_mma
 // serves.
 // Knobs: consumers in {1, 2} (block_n = 64 * consumers keys per CTA; block_m is 64 queries), stages in {2, 3} (the
-// Q / dO ring). Plan: bwd_pre -> bwd_wgmma -> bwd_post over bwd_mma's workspace (Delta, the 8 x 8 tiled float32
+// Q / dO ring), dq_cols (dQ' split over the consumers by head-dim columns, else by keys). Plan: bwd_pre -> bwd_wgmma -> bwd_post over bwd_mma's workspace (Delta, the 8 x 8 tiled float32
 // dq_accum: fam::dq_accum_region). Binding: FaBwdArgs (causal: bwd_mma's CTA-order fields, fa_bwd_cta), then
 // FaBwdTma (templates/fa_tma_args.cuh): four 4D tensor maps, box (64, rows, 1, 1) with 64 rows for Q / dO and
 // block_n rows for K / V.
@@ -20,7 +20,7 @@ namespace fa::gen {
 
 namespace {
 
-enum { kConsumers, kStages };
+enum { kConsumers, kStages, kDqCols };
 
 constexpr int kSmemLimit = 232448;  // 227 KB, the sm_90 opt-in maximum (the template's static_assert)
 
@@ -44,6 +44,11 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (s.has_bias || s.has_alibi || s.has_softcap || s.mods != nullptr)
     return fail(why, "bias, ALiBi, softcap and user code are bwd_mma's");
   if (s.varlen || s.paged) return fail(why, "fixed-length, contiguous problems only");
+  // dq_cols: with one consumer every column is its own (one point: dq_cols 1); with two at head dim 128 the split by
+  // keys gives each consumer 128 dQ' columns, which ptxas serializes like one consumer (below).
+  if (c.t[kConsumers] == 1 && c.t[kDqCols] == 0) return fail(why, "1 consumer: dq_cols must be 1 (every column)");
+  if (c.t[kConsumers] == 2 && c.t[kDqCols] == 0 && s.head_dim == 128)
+    return fail(why, "2 consumers at head dim 128 split dQ' by columns (dq_cols 1): by keys ptxas serializes the wgmmas");
   // One consumer at head dim 128 computes dQ' over all 128 columns (64 more accumulators beside dK / dV): ptxas
   // serializes its wgmmas for want of registers (C7512, NVRTC 13, every mask and dtype; `fa_compile_sweep --full`).
   if (c.t[kConsumers] == 1 && s.head_dim == 128)
@@ -53,7 +58,9 @@ bool valid(const KernelConfig& c, std::string* why) {
   return true;
 }
 
-Tunables defaults(const Semantic&) { return Tunables{{2, 2}}; }
+// Measured on an H200 (bf16, 16k tokens, hidden 2048, 2k-8k, causal and not; bench/results/h200_bwd_wgmma_probe.log):
+// 2 consumers, 2 stages; dQ' split by columns at head dim 128, by keys at 64.
+Tunables defaults(const Semantic& s) { return Tunables{{2, 2, s.head_dim == 128 ? 1 : 0}}; }
 
 Launch launch(const KernelConfig& c, const LaunchShape& sh) {
   const int bn = 64 * c.t[kConsumers];
@@ -119,7 +126,8 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
 const Family kFamily{
     .name = "bwd_wgmma", .template_name = "bwd_wgmma.cuh", .role = Role::Backward, .arch_min = 90, .arch_max = 90,
     .priority = 20,
-    .knobs = {Knob{"consumers", "c", "kConsumers", {1, 2}}, fam::stages({2, 3})},
+    .knobs = {Knob{"consumers", "c", "kConsumers", {1, 2}}, fam::stages({2, 3}),
+              Knob{"dq_cols", "q", "kDqCols", {0, 1}, true}},
     .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes, .launch = &launch,
     .plan = &plan, .bind = &bind};
 
