@@ -35,6 +35,7 @@
 
 #include "fa_tma_args.cuh"
 #include "bwd_mma_tiling.cuh"
+#include "common/blk_visit.cuh"
 #include "common/sm80.cuh"
 #include "common/sm90.cuh"
 
@@ -77,9 +78,10 @@ static_assert(kC == 1 || kC == 2, "bwd_wgmma: 1 or 2 consumers");
 static_assert(kDqN % 32 == 0, "bwd_wgmma: dQ' columns per consumer a multiple of 32");
 static_assert(kStages >= 2 && kStages <= 3, "bwd_wgmma: 2 or 3 stages");
 static_assert(kSmemBytes <= 232448, "bwd_wgmma: shared memory above 227 KB");
-static_assert(!fa_cfg::kHasBias && !fa_cfg::kHasAlibi && !fa_cfg::kHasSoftcap && !fa_cfg::kHasMaskMod &&
-                  !fa_cfg::kHasScoreMod && !fa_cfg::kVarlen,
-              "bwd_wgmma: plain fixed-length problems only");
+static_assert(!fa_cfg::kHasBias && !fa_cfg::kHasAlibi && !fa_cfg::kHasSoftcap && !fa_cfg::kHasScoreMod &&
+                  !fa_cfg::kVarlen,
+              "bwd_wgmma: fixed-length problems without score features (a mask_mod is fine)");
+constexpr bool kSparse = fa_cfg::kHasMaskMod;  // visit the query blocks mask_blocks classified (block skipping)
 
 FA_DEVICE void st_shared_b32(unsigned addr, unsigned v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
@@ -96,7 +98,7 @@ FA_DEVICE void st_shared_f32(unsigned addr, float v) {
 }  // namespace fa_bwg
 
 extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
-    fa_kernel(const __grid_constant__ FaBwdArgs args, const __grid_constant__ FaBwdTma tma) {
+    fa_kernel(const __grid_constant__ FaBwdArgs args FA_USER_PARAM, const __grid_constant__ FaBwdTma tma) {
   using namespace fa_bwg;
   extern __shared__ __align__(1024) unsigned char fa_smem_raw[];
   const FaFwdArgs& a = args.f;
@@ -124,15 +126,35 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
     m_hi = z < 0 ? 0 : min(m_hi, z / kBM + 1);
   }
   const int nm = max(0, m_hi - m_lo);
-  const int total = nm * a.group;
   const int rot = nm > 0 ? nb % nm : 0;
-  // Tile it: query head g * group + it / nm, query block m_lo + (it % nm + rot) % nm.
-  auto tile_of = [&](int it, int& h, int& m) {
-    const int hl = it / nm;
-    int r = it - hl * nm + rot;
-    if (r >= nm) r -= nm;
-    h = g * a.group + hl;
-    m = m_lo + r;
+  // Calls visit(it, h, m, full) for the CTA's tiles in order, it counting the visited ones. Plain: every tile of the
+  // band, query head g * group + it / nm, query block m_lo + (it % nm + rot) % nm, masked where it crosses the band
+  // (full = false: the geometry decides). kSparse: for each head of the group, the query blocks of the band that
+  // mask_blocks did not hide wholly (common/blk_visit.cuh cursor over the CTA's column of args.f.blk_cls_t, last
+  // first; warp-collective, the same in every warp), full = the mask hides nothing there (no classes: every block,
+  // none full). Returns the count.
+  auto for_each_tile = [&](auto&& visit) {
+    int it = 0;
+    if constexpr (kSparse) {
+      for (int hl = 0; hl < a.group; ++hl) {
+        const int h = g * a.group + hl;
+        const unsigned char* col = a.blk_cls_t != nullptr ? a.blk_cls_t + (long long)b * a.blk_cls_sb +
+                                                                 (long long)h * a.blk_cls_sh + (long long)nb * a.blk_nmb
+                                                           : nullptr;
+        FaBlkCursor cur;
+        cur.start(col, m_lo, m_hi);
+        for (int e = cur.next(); e >= 0; e = cur.next()) visit(it++, h, e >> 1, (e & 1) != 0);
+      }
+    } else {
+      const int total = nm * a.group;
+      for (; it < total; ++it) {
+        const int hl = it / nm;
+        int r = it - hl * nm + rot;
+        if (r >= nm) r -= nm;
+        visit(it, g * a.group + hl, m_lo + r, false);
+      }
+    }
+    return it;
   };
 
   {  // the host must launch with kSmemBytes of dynamic shared memory
@@ -160,24 +182,22 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
   if (wg == 0) {
     // ---------------- producer warpgroup: warp 0 loads, lane 0 issues the TMA copies ----------------
     fa_setmaxnreg_dec<kRegP>();
-    if (tid < 32 && total > 0) {
+    if (tid < 32) {
       const int lane = tid;
-      if (lane == 0) {
-        fa_tma_prefetch(&tma.q);
-        fa_tma_prefetch(&tma.dout);
-        fa_mbar_arrive_expect_tx(kv_full, (unsigned)(2 * kKVBytes));
-#pragma unroll
-        for (int c = 0; c < kD / 64; ++c) {
-          fa_tma_load_4d(sK + (unsigned)(c * kBN * 128), &tma.k, kv_full, c * 64, n0, g, b);
-          fa_tma_load_4d(sV + (unsigned)(c * kBN * 128), &tma.v, kv_full, c * 64, n0, g, b);
-        }
-      }
       const float pos_inf = __int_as_float(0x7f800000);
-      for (int it = 0; it < total; ++it) {
+      for_each_tile([&](int it, int h, int m, bool) {
+        if (it == 0 && lane == 0) {  // K and V once, before the first tile (none without tiles)
+          fa_tma_prefetch(&tma.q);
+          fa_tma_prefetch(&tma.dout);
+          fa_mbar_arrive_expect_tx(kv_full, (unsigned)(2 * kKVBytes));
+#pragma unroll
+          for (int c = 0; c < kD / 64; ++c) {
+            fa_tma_load_4d(sK + (unsigned)(c * kBN * 128), &tma.k, kv_full, c * 64, n0, g, b);
+            fa_tma_load_4d(sV + (unsigned)(c * kBN * 128), &tma.v, kv_full, c * 64, n0, g, b);
+          }
+        }
         const int st = it % kStages;
         const unsigned ph = (unsigned)(it / kStages) & 1u;
-        int h, m;
-        tile_of(it, h, m);
         const int i0 = m * kBM;
         fa_mbar_wait(empty(st), ph ^ 1u);
         if (lane == 0) {
@@ -202,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
           st_shared_f32(sDl + (unsigned)((st * kBM + r) * 4), dl);
         }
         fa_mbar_arrive(full(st));
-      }
+      });
     }
   } else {
     // ---------------- consumer warpgroups ----------------
@@ -214,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
     float dk[kD / 2], dv[kD / 2];
 #pragma unroll
     for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
-    if (total > 0) {
+    {
       // descriptors: K / V rows of this consumer (A of S^T / dP^T, K-major), Q / dO slot 0 (B K-major for S^T /
       // dP^T; B MN-major for dK / dV), dS^T buffer 0 (A MN-major of dQ'), K (B MN-major of dQ')
       const unsigned long long dK_a = fa_wg_desc_sw128(sK + (unsigned)(cw * 64 * 128), 16, 1024);
@@ -233,12 +253,10 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
       const long long G = args.accum_q_stride_row << 3;  // floats per 8-row group of dq_accum
       const int kc0 = n0 + cw * 64;                      // this consumer's first key
       const int krow = kc0 + warp * 16 + gq;             // key of accumulator rows hh = 0 (+8: hh = 1)
-      fa_mbar_wait(kv_full, 0);
-      for (int it = 0; it < total; ++it) {
+      for_each_tile([&](int it, int h, int m, bool full_tile) {
+        if (it == 0) fa_mbar_wait(kv_full, 0);
         const int st = it % kStages;
         const unsigned ph = (unsigned)(it / kStages) & 1u;
-        int h, m;
-        tile_of(it, h, m);
         const int i0 = m * kBM;
         fa_mbar_wait(full(st), ph);
         // ---- S^T and dP^T (two groups: P is computed while dP^T runs)
@@ -261,9 +279,14 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
         fa_wg_wait<1>();
         fa_wg_fence_regs(s);
         // ---- P^T = exp2(S^T scale_log2 - lse2), masked where the tile crosses the band or the end of the keys
-        bool need_mask = kc0 + 64 > sk;
-        if (a.win_left >= 0) need_mask |= kc0 < i0 + kBM - 1 + off - a.win_left;
-        if (a.win_right >= 0) need_mask |= kc0 + 63 > i0 + off + a.win_right;
+        bool need_mask;
+        if constexpr (kSparse) {
+          need_mask = !full_tile;  // the classes cover every mask (built-in, keys, user)
+        } else {
+          need_mask = kc0 + 64 > sk;
+          if (a.win_left >= 0) need_mask |= kc0 < i0 + kBM - 1 + off - a.win_left;
+          if (a.win_right >= 0) need_mask |= kc0 + 63 > i0 + off + a.win_right;
+        }
         const unsigned sLst = sL + (unsigned)(st * kBM * 4), sDlst = sDl + (unsigned)(st * kBM * 4);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -274,7 +297,29 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
             s[4 * j + 2 * hh + 1] = fa_exp2(fmaf(s[4 * j + 2 * hh + 1], a.scale_log2, -l2.y));
           }
         }
-        if (need_mask) {
+        if constexpr (kSparse) {
+          if (need_mask) {
+          // user code in a rolled loop over the 8-query column groups into a bit per element (bit 4 j + 2 hh + e:
+          // hidden), applied in straight-line code (common/fwd_score.cuh does the same for the forward)
+          unsigned bits = 0u;
+#pragma unroll 1
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int kj = krow + 8 * hh, i = i0 + 8 * j + 2 * tq + e;
+                bool hidden = kj >= sk || i >= sq;
+                if (a.win_left >= 0) hidden |= kj < i + off - a.win_left;
+                if (a.win_right >= 0) hidden |= kj > i + off + a.win_right;
+                hidden |= !fa_user_mask(b, h, min(i, sq - 1), min(kj, sk - 1), FA_USER_ARGS);
+                bits |= (unsigned)hidden << (4 * j + 2 * hh + e);
+              }
+#pragma unroll
+          for (int q = 0; q < 32; ++q)
+            if ((bits >> q) & 1u) s[q] = 0.f;
+          }
+        } else if (need_mask) {
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int kj = krow + 8 * hh;
@@ -370,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
             for (int j = 0; j < kDqN / 8; ++j) red_add2(p + j * 64, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
           }
         }
-      }
+      });
     }
     // ---------------- epilogue: dK = scale * dK, dV in the dtype (rows past seqlen_k skipped) ----------------
     typedef unsigned short E;

@@ -2,13 +2,15 @@
 // K / V once and Q / dO per query block by TMA into 128-byte-swizzled shared memory, consumer warpgroups of 64 keys
 // each run the five GEMMs with wgmma (dK, dV in registers; dQ' added into the float32 accumulator). Chosen before
 // bwd_mma on sm_90 where it covers the problem: head dims 64 or 128 (d == dv), fixed length, no bias / ALiBi /
-// softcap / user code, the non-deterministic mode, q / k / v / dO describable as TMA tensors; elsewhere bwd_mma
-// serves.
+// softcap / score_mod (a mask_mod runs, with block skipping), the non-deterministic mode, q / k / v / dO describable
+// as TMA tensors; elsewhere bwd_mma serves.
 // Knobs: consumers in {1, 2} (block_n = 64 * consumers keys per CTA; block_m is 64 queries), stages in {2, 3} (the
-// Q / dO ring), dq_cols (dQ' split over the consumers by head-dim columns, else by keys). Plan: bwd_pre -> bwd_wgmma -> bwd_post over bwd_mma's workspace (Delta, the 8 x 8 tiled float32
-// dq_accum: fam::dq_accum_region). Binding: FaBwdArgs (causal: bwd_mma's CTA-order fields, fa_bwd_cta), then
-// FaBwdTma (templates/fa_tma_args.cuh): four 4D tensor maps, box (64, rows, 1, 1) with 64 rows for Q / dO and
-// block_n rows for K / V.
+// Q / dO ring), dq_cols (dQ' split over the consumers by head-dim columns, else by keys).
+// Plan: bwd_pre -> [mask_blocks ->] bwd_wgmma -> bwd_post over bwd_mma's workspace (Delta, the 8 x 8 tiled float32
+// dq_accum: fam::dq_accum_region; with a mask_mod the tile classes at 64 x block_n, transposed too).
+// Binding: FaBwdArgs (causal: bwd_mma's CTA-order fields, fa_bwd_cta), FaUser (user code only), then FaBwdTma
+// (templates/fa_tma_args.cuh): four 4D tensor maps, box (64, rows, 1, 1) with 64 rows for Q / dO and block_n rows for
+// K / V.
 #include <fmt/format.h>
 
 #include "../common.h"
@@ -27,6 +29,9 @@ constexpr int kSmemLimit = 232448;  // 227 KB, the sm_90 opt-in maximum (the tem
 bool fail(std::string* why, const std::string& msg) { return fam::fail(why, "bwd_wgmma", msg); }
 
 bool head_dims_ok(int d, int dv) { return d == dv && (d == 64 || d == 128); }
+// User code: a mask_mod runs (block skipping over mask_blocks' classes); a score_mod is bwd_mma's.
+bool score_code(const UserMods* m) { return m != nullptr && !m->score_mod.empty(); }
+bool mask_code(const UserMods* m) { return m != nullptr && !m->mask_mod.empty(); }
 
 // The template's shared-memory formula (bwd_wgmma.cuh): K, V, the Q / dO ring, two dS^T buffers, LSE / Delta per
 // slot, barriers, 1 KB of alignment slack.
@@ -41,8 +46,8 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (s.dtype != kFp16 && s.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (!head_dims_ok(s.head_dim, s.head_dim_v))
     return fail(why, fmt::format("head dims: expected 64 / 64 or 128 / 128, got {} / {}", s.head_dim, s.head_dim_v));
-  if (s.has_bias || s.has_alibi || s.has_softcap || s.mods != nullptr)
-    return fail(why, "bias, ALiBi, softcap and user code are bwd_mma's");
+  if (s.has_bias || s.has_alibi || s.has_softcap || score_code(s.mods))
+    return fail(why, "bias, ALiBi, softcap and score_mod are bwd_mma's");
   if (s.varlen || s.paged) return fail(why, "fixed-length, contiguous problems only");
   // dq_cols: with one consumer every column is its own (one point: dq_cols 1); with two at head dim 128 the split by
   // keys gives each consumer 128 dQ' columns, which ptxas serializes like one consumer (below).
@@ -77,8 +82,8 @@ bool covers(const ProblemDesc& p, int, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (!head_dims_ok(p.head_dim, p.head_dim_v))
     return fail(why, fmt::format("head dims 64 or 128 (d == dv), got {} / {}", p.head_dim, p.head_dim_v));
-  if (p.has_bias || p.has_alibi || p.has_softcap || p.mods != nullptr)
-    return fail(why, "bias, ALiBi, softcap and user code run in bwd_mma");
+  if (p.has_bias || p.has_alibi || p.has_softcap || score_code(p.mods))
+    return fail(why, "bias, ALiBi, softcap and score_mod run in bwd_mma");
   if (p.varlen) return fail(why, "fixed-length problems only (varlen runs in bwd_mma)");
   if (p.deterministic) return fail(why, "the deterministic mode runs in bwd_mma");
   if (!p.tma_ok) return fail(why, "q/k/v/dout are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
@@ -89,6 +94,15 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   Plan out;
   size_t off = fam::backward_plan_start(p, main.s.arch, &out);
   off = fam::dq_accum_region(p, off, &out);
+  // A mask_mod: mask_blocks' classes at this kernel's 64 x block_n tile, transposed (the CTA walks its key block's
+  // column; bwd_wgmma.cuh: for_each_tile), no lists.
+  if (mask_code(main.s.mods)) {
+    const Family& f = *main.s.family;
+    std::vector<int> block_ns;
+    for (int c : f.knobs[kConsumers].values) block_ns.push_back(64 * c);
+    off = fam::plan_mask_blocks(main, p, fam::BlockSkipping{64, 64 * main.t[kConsumers], {64}, block_ns, true, false},
+                                off, &out);
+  }
   out.tuned_step = static_cast<int>(out.steps.size());
   out.steps.push_back(main);
   out.steps.push_back(fam::plain_step("bwd_post", p, main.s.arch));
@@ -119,7 +133,12 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
     if (in.encode_tensor_map == nullptr) return fail(why, "no tensor-map encoder (no device)");
     if (!in.encode_tensor_map(in.encoder_ctx, maps[i], dst[i], why)) return false;
   }
-  if (out->add(&a, sizeof a, alignof(FaBwdArgs)) && out->add(&tma, sizeof tma, alignof(FaBwdTma))) return true;
+  // (FaBwdArgs[, FaUser with user code], FaBwdTma): the template's fa_kernel(args FA_USER_PARAM, tma)
+  if (c.s.mods != nullptr && in.user == nullptr) return fail(why, "the user code's arguments (FaUser) are missing");
+  if (out->add(&a, sizeof a, alignof(FaBwdArgs)) &&
+      (c.s.mods == nullptr || out->add(in.user, sizeof(FaUser), alignof(FaUser))) &&
+      out->add(&tma, sizeof tma, alignof(FaBwdTma)))
+    return true;
   return fail(why, "kernel parameters do not fit");
 }
 
