@@ -25,10 +25,18 @@
 // the CTA. Keys past seqlen_k come from TMA zero fill and are masked; query rows past seqlen_q are zero-filled and
 // hidden by their LSE. Masks are bottom-right aligned windows (causal = (-1, 0)); masking code runs only on tiles
 // whose consumer key range crosses the band edge or the end of the keys. Fixed length only, no bias / ALiBi /
-// softcap / user code, no deterministic mode (the host predicate leaves those to bwd_mma).
-// Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim (= kHeadDimV, 64 or 128), kMask (1: causal CTA order), and the
+// softcap, no deterministic mode (the host predicate leaves those to bwd_mma).
+// User code (fa_mods; fa_user_* rendered by generator/user_mods.cpp): with a score_mod (kHasScoreMod) both GEMMs of
+// S^T and dP^T complete first, then per pair s = score_mod(scale S^T), g = score_mod_grad at the same raw value,
+// P^T = exp2(s log2e - lse2), dS^T = P^T (dP^T - Delta) g (0 where P^T is). With a mask_mod (kHasMaskMod) the CTA
+// visits, for each head of its group, the query blocks that the plan's mask_blocks step did not hide wholly (its
+// column of args.f.blk_cls_t at 64 x kBlockN, walked by common/blk_visit.cuh's cursor in the producer warp and in
+// every consumer warp alike, last block first); tiles the mask hides nowhere skip every mask, the others evaluate
+// mask_mod per pair in a rolled loop. Without classes every tile of the band is visited and masked.
+// Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim (= kHeadDimV, 64 or 128), kMask (1: causal CTA order),
+// kHasMaskMod, kHasScoreMod, and the
 // tunables kConsumers (1, 2), kStages (2, 3), kDqCols (the dQ' split; with one consumer it has every column anyway).
-// Parameters: (FaBwdArgs, FaBwdTma). Launch (host): block = 128 * (kConsumers + 1); grid = (ceil(seqlen_k /
+// Parameters: (FaBwdArgs, FaUser with user code (FA_USER_PARAM), FaBwdTma). Launch (host): block = 128 * (kConsumers + 1); grid = (ceil(seqlen_k /
 // kBlockN), heads_kv, batch); dynamic shared memory = fa_bwg::kSmemBytes (the kernel traps with less).
 #ifndef FA_BWD_WGMMA_CUH
 #define FA_BWD_WGMMA_CUH
@@ -78,10 +86,10 @@ static_assert(kC == 1 || kC == 2, "bwd_wgmma: 1 or 2 consumers");
 static_assert(kDqN % 32 == 0, "bwd_wgmma: dQ' columns per consumer a multiple of 32");
 static_assert(kStages >= 2 && kStages <= 3, "bwd_wgmma: 2 or 3 stages");
 static_assert(kSmemBytes <= 232448, "bwd_wgmma: shared memory above 227 KB");
-static_assert(!fa_cfg::kHasBias && !fa_cfg::kHasAlibi && !fa_cfg::kHasSoftcap && !fa_cfg::kHasScoreMod &&
-                  !fa_cfg::kVarlen,
-              "bwd_wgmma: fixed-length problems without score features (a mask_mod is fine)");
+static_assert(!fa_cfg::kHasBias && !fa_cfg::kHasAlibi && !fa_cfg::kHasSoftcap && !fa_cfg::kVarlen,
+              "bwd_wgmma: fixed-length problems without built-in score features (user code is fine)");
 constexpr bool kSparse = fa_cfg::kHasMaskMod;  // visit the query blocks mask_blocks classified (block skipping)
+constexpr bool kScore = fa_cfg::kHasScoreMod;  // user score_mod (and its derivative) on every pair
 
 FA_DEVICE void st_shared_b32(unsigned addr, unsigned v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
@@ -185,6 +193,8 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
     if (tid < 32) {
       const int lane = tid;
       const float pos_inf = __int_as_float(0x7f800000);
+      int st = 0;  // ring slot and phase, advanced per tile (no division by kStages)
+      unsigned ph = 0;
       for_each_tile([&](int it, int h, int m, bool) {
         if (it == 0 && lane == 0) {  // K and V once, before the first tile (none without tiles)
           fa_tma_prefetch(&tma.q);
@@ -196,8 +206,6 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
             fa_tma_load_4d(sV + (unsigned)(c * kBN * 128), &tma.v, kv_full, c * 64, n0, g, b);
           }
         }
-        const int st = it % kStages;
-        const unsigned ph = (unsigned)(it / kStages) & 1u;
         const int i0 = m * kBM;
         fa_mbar_wait(empty(st), ph ^ 1u);
         if (lane == 0) {
@@ -222,6 +230,7 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
           st_shared_f32(sDl + (unsigned)((st * kBM + r) * 4), dl);
         }
         fa_mbar_arrive(full(st));
+        if (++st == kStages) { st = 0; ph ^= 1u; }
       });
     }
   } else {
@@ -253,10 +262,10 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
       const long long G = args.accum_q_stride_row << 3;  // floats per 8-row group of dq_accum
       const int kc0 = n0 + cw * 64;                      // this consumer's first key
       const int krow = kc0 + warp * 16 + gq;             // key of accumulator rows hh = 0 (+8: hh = 1)
+      int st = 0;  // ring slot and phase, advanced per tile
+      unsigned ph = 0;
       for_each_tile([&](int it, int h, int m, bool full_tile) {
         if (it == 0) fa_mbar_wait(kv_full, 0);
-        const int st = it % kStages;
-        const unsigned ph = (unsigned)(it / kStages) & 1u;
         const int i0 = m * kBM;
         fa_mbar_wait(full(st), ph);
         // ---- S^T and dP^T (two groups: P is computed while dP^T runs)
@@ -276,10 +285,7 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
           FaWg<64>::ss<kDT>(dp, dV_a + (ao >> 4), dDo_b + (bo >> 4), ks > 0 ? 1 : 0);
         }
         fa_wg_commit();
-        fa_wg_wait<1>();
-        fa_wg_fence_regs(s);
-        // ---- P^T = exp2(S^T scale_log2 - lse2), masked where the tile crosses the band or the end of the keys
-        bool need_mask;
+        bool need_mask;  // the tile crosses the band or the end of the keys (or, kSparse, the mask cuts it)
         if constexpr (kSparse) {
           need_mask = !full_tile;  // the classes cover every mask (built-in, keys, user)
         } else {
@@ -287,90 +293,144 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
           if (a.win_left >= 0) need_mask |= kc0 < i0 + kBM - 1 + off - a.win_left;
           if (a.win_right >= 0) need_mask |= kc0 + 63 > i0 + off + a.win_right;
         }
-        const unsigned sLst = sL + (unsigned)(st * kBM * 4), sDlst = sDl + (unsigned)(st * kBM * 4);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float2 l2 = ld_shared_f2(sLst + (unsigned)((8 * j + 2 * tq) * 4));
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            s[4 * j + 2 * hh] = fa_exp2(fmaf(s[4 * j + 2 * hh], a.scale_log2, -l2.x));
-            s[4 * j + 2 * hh + 1] = fa_exp2(fmaf(s[4 * j + 2 * hh + 1], a.scale_log2, -l2.y));
-          }
-        }
-        if constexpr (kSparse) {
-          if (need_mask) {
-          // user code in a rolled loop over the 8-query column groups into a bit per element (bit 4 j + 2 hh + e:
-          // hidden), applied in straight-line code (common/fwd_score.cuh does the same for the forward)
+        // The hidden pairs of a masked tile, bit 4 j + 2 hh + e. kSparse: user code in a rolled loop over the 8-query
+        // column groups (common/fwd_score.cuh does the same for the forward), applied in straight-line code.
+        auto hidden_bits = [&]() {
           unsigned bits = 0u;
+          if constexpr (kSparse) {
 #pragma unroll 1
-          for (int j = 0; j < 8; ++j)
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int kj = krow + 8 * hh, i = i0 + 8 * j + 2 * tq + e;
+                  bool hidden = kj >= sk || i >= sq;
+                  if (a.win_left >= 0) hidden |= kj < i + off - a.win_left;
+                  if (a.win_right >= 0) hidden |= kj > i + off + a.win_right;
+                  hidden |= !fa_user_mask(b, h, min(i, sq - 1), min(kj, sk - 1), FA_USER_ARGS);
+                  bits |= (unsigned)hidden << (4 * j + 2 * hh + e);
+                }
+          } else {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const int kj = krow + 8 * hh;
+              // query i sees key kj iff lo <= i < hi (and kj < sk)
+              int lo = 0, hi = kj < sk ? sq : 0;
+              if (a.win_right >= 0) lo = max(lo, kj - off - a.win_right);
+              if (a.win_left >= 0) hi = min(hi, kj - off + a.win_left + 1);
+              lo -= i0 + 2 * tq;
+              hi -= i0 + 2 * tq;
+#pragma unroll
+              for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int cc = 8 * j + e;
+                  bits |= (unsigned)(cc < lo || cc >= hi) << (4 * j + 2 * hh + e);
+                }
+            }
+          }
+          return bits;
+        };
+        const unsigned sLst = sL + (unsigned)(st * kBM * 4), sDlst = sDl + (unsigned)(st * kBM * 4);
+        unsigned pp[4][4], pd[4][4];
+        auto pack_frag = [&](unsigned (&f)[4][4], const float (&x)[32]) {  // accumulator -> A fragments
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            f[kk][0] = pack2(x[kk * 8 + 0], x[kk * 8 + 1]);
+            f[kk][1] = pack2(x[kk * 8 + 2], x[kk * 8 + 3]);
+            f[kk][2] = pack2(x[kk * 8 + 4], x[kk * 8 + 5]);
+            f[kk][3] = pack2(x[kk * 8 + 6], x[kk * 8 + 7]);
+          }
+        };
+        auto issue_dv = [&]() {  // dV += P^T dO
+          fa_wg_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            FaWg<kD>::rs<kDT>(dv, pp[kk], dDo_t + ((unsigned)(st * kQBytes + kk * 2048) >> 4), 1);
+          fa_wg_commit();
+        };
+        if constexpr (!kScore) {
+          fa_wg_wait<1>();
+          fa_wg_fence_regs(s);
+          // ---- P^T = exp2(S^T scale_log2 - lse2) (dP^T still running), masked pairs 0
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const float2 l2 = ld_shared_f2(sLst + (unsigned)((8 * j + 2 * tq) * 4));
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              s[4 * j + 2 * hh] = fa_exp2(fmaf(s[4 * j + 2 * hh], a.scale_log2, -l2.x));
+              s[4 * j + 2 * hh + 1] = fa_exp2(fmaf(s[4 * j + 2 * hh + 1], a.scale_log2, -l2.y));
+            }
+          }
+          if (need_mask) {
+            const unsigned bits = hidden_bits();
+#pragma unroll
+            for (int q = 0; q < 32; ++q)
+              if ((bits >> q) & 1u) s[q] = 0.f;
+          }
+          pack_frag(pp, s);
+          // ---- dV += P^T dO (runs under dS), then wait for dP^T; dS^T = P^T (dP^T - Delta)
+          issue_dv();
+          fa_wg_wait<1>();
+          fa_wg_fence_regs(dp);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const float2 d2 = ld_shared_f2(sDlst + (unsigned)((8 * j + 2 * tq) * 4));
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              dp[4 * j + 2 * hh] = s[4 * j + 2 * hh] * (dp[4 * j + 2 * hh] - d2.x);
+              dp[4 * j + 2 * hh + 1] = s[4 * j + 2 * hh + 1] * (dp[4 * j + 2 * hh + 1] - d2.y);
+            }
+          }
+        } else {
+          // score_mod (user code): both GEMMs first, then per pair s = score_mod(scale S) with its derivative g at
+          // the same raw value, P = exp2(s log2e - lse2), dS = P (dP - Delta) g (0 where P is). A rolled loop over
+          // the 8-query column groups, each step taking the first 4 pairs of S^T / dP^T and appending its results
+          // (the arrays rotate through registers; unrolled, ptxas hoisted every pair's user-code loads and spilled
+          // at head dim 128).
+          fa_wg_wait<0>();
+          fa_wg_fence_regs(s);
+          fa_wg_fence_regs(dp);
+#pragma unroll 1
+          for (int j = 0; j < 8; ++j) {
+            const float2 l2 = ld_shared_f2(sLst + (unsigned)((8 * j + 2 * tq) * 4));
+            const float2 d2 = ld_shared_f2(sDlst + (unsigned)((8 * j + 2 * tq) * 4));
+            float rs[4], rd[4];
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
-                const int kj = krow + 8 * hh, i = i0 + 8 * j + 2 * tq + e;
-                bool hidden = kj >= sk || i >= sq;
-                if (a.win_left >= 0) hidden |= kj < i + off - a.win_left;
-                if (a.win_right >= 0) hidden |= kj > i + off + a.win_right;
-                hidden |= !fa_user_mask(b, h, min(i, sq - 1), min(kj, sk - 1), FA_USER_ARGS);
-                bits |= (unsigned)hidden << (4 * j + 2 * hh + e);
+                const int q = 2 * hh + e;
+                const int i = min(i0 + 8 * j + 2 * tq + e, sq - 1), kj = min(krow + 8 * hh, sk - 1);
+                const float raw = s[q] * a.scale;
+                const float g = fa_user_score_grad(raw, b, h, i, kj, FA_USER_ARGS);
+                const float sv = fa_user_score(raw, b, h, i, kj, FA_USER_ARGS);
+                const float pv = fa_exp2(fmaf(sv, kLog2e, -(e ? l2.y : l2.x)));
+                rs[q] = pv;
+                rd[q] = pv != 0.f ? pv * (dp[q] - (e ? d2.y : d2.x)) * g : 0.f;
               }
 #pragma unroll
-          for (int q = 0; q < 32; ++q)
-            if ((bits >> q) & 1u) s[q] = 0.f;
+            for (int q = 0; q < 28; ++q) {
+              s[q] = s[q + 4];
+              dp[q] = dp[q + 4];
+            }
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              s[28 + q] = rs[q];
+              dp[28 + q] = rd[q];
+            }
           }
-        } else if (need_mask) {
+          if (need_mask) {  // hidden pairs: P and dS 0, whatever score_mod and its derivative gave
+            const unsigned bits = hidden_bits();
 #pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int kj = krow + 8 * hh;
-            // query i sees key kj iff lo <= i < hi (and kj < sk)
-            int lo = 0, hi = kj < sk ? sq : 0;
-            if (a.win_right >= 0) lo = max(lo, kj - off - a.win_right);
-            if (a.win_left >= 0) hi = min(hi, kj - off + a.win_left + 1);
-            lo -= i0 + 2 * tq;
-            hi -= i0 + 2 * tq;
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int cc = 8 * j + e;
-                if (cc < lo || cc >= hi) s[4 * j + 2 * hh + e] = 0.f;
-              }
+            for (int q = 0; q < 32; ++q)
+              if ((bits >> q) & 1u) s[q] = dp[q] = 0.f;
           }
+          pack_frag(pp, s);
+          issue_dv();
         }
-        unsigned pp[4][4], pd[4][4];
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          pp[kk][0] = pack2(s[kk * 8 + 0], s[kk * 8 + 1]);
-          pp[kk][1] = pack2(s[kk * 8 + 2], s[kk * 8 + 3]);
-          pp[kk][2] = pack2(s[kk * 8 + 4], s[kk * 8 + 5]);
-          pp[kk][3] = pack2(s[kk * 8 + 6], s[kk * 8 + 7]);
-        }
-        // ---- dV += P^T dO (issued now, runs under dS), then wait for dP^T
-        fa_wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          FaWg<kD>::rs<kDT>(dv, pp[kk], dDo_t + ((unsigned)(st * kQBytes + kk * 2048) >> 4), 1);
-        fa_wg_commit();
-        fa_wg_wait<1>();
-        fa_wg_fence_regs(dp);
-        // ---- dS^T = P^T (dP^T - Delta)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float2 d2 = ld_shared_f2(sDlst + (unsigned)((8 * j + 2 * tq) * 4));
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            dp[4 * j + 2 * hh] = s[4 * j + 2 * hh] * (dp[4 * j + 2 * hh] - d2.x);
-            dp[4 * j + 2 * hh + 1] = s[4 * j + 2 * hh + 1] * (dp[4 * j + 2 * hh + 1] - d2.y);
-          }
-        }
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          pd[kk][0] = pack2(dp[kk * 8 + 0], dp[kk * 8 + 1]);
-          pd[kk][1] = pack2(dp[kk * 8 + 2], dp[kk * 8 + 3]);
-          pd[kk][2] = pack2(dp[kk * 8 + 4], dp[kk * 8 + 5]);
-          pd[kk][3] = pack2(dp[kk * 8 + 6], dp[kk * 8 + 7]);
-        }
+        pack_frag(pd, dp);
         // ---- dK += dS^T Q
         fa_wg_fence();
 #pragma unroll
@@ -403,6 +463,7 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
         fa_wg_fence_regs(dk);
         fa_wg_fence_regs(dv);
         if (lane == 0) fa_mbar_arrive(empty(st));  // Q / dO of this slot are no longer read
+        if (++st == kStages) { st = 0; ph ^= 1u; }
         // ---- dQ' into dq_accum (float32 red.add, rows past seqlen_q skipped)
         const int col0 = kDqCols ? cw * kDqN : 0;
 #pragma unroll

@@ -2,8 +2,8 @@
 // K / V once and Q / dO per query block by TMA into 128-byte-swizzled shared memory, consumer warpgroups of 64 keys
 // each run the five GEMMs with wgmma (dK, dV in registers; dQ' added into the float32 accumulator). Chosen before
 // bwd_mma on sm_90 where it covers the problem: head dims 64 or 128 (d == dv), fixed length, no bias / ALiBi /
-// softcap / score_mod (a mask_mod runs, with block skipping), the non-deterministic mode, q / k / v / dO describable
-// as TMA tensors; elsewhere bwd_mma serves.
+// softcap (user code runs: a mask_mod with block skipping, a score_mod with its derivative), the non-deterministic
+// mode, q / k / v / dO describable as TMA tensors; elsewhere bwd_mma serves.
 // Knobs: consumers in {1, 2} (block_n = 64 * consumers keys per CTA; block_m is 64 queries), stages in {2, 3} (the
 // Q / dO ring), dq_cols (dQ' split over the consumers by head-dim columns, else by keys).
 // Plan: bwd_pre -> [mask_blocks ->] bwd_wgmma -> bwd_post over bwd_mma's workspace (Delta, the 8 x 8 tiled float32
@@ -29,8 +29,7 @@ constexpr int kSmemLimit = 232448;  // 227 KB, the sm_90 opt-in maximum (the tem
 bool fail(std::string* why, const std::string& msg) { return fam::fail(why, "bwd_wgmma", msg); }
 
 bool head_dims_ok(int d, int dv) { return d == dv && (d == 64 || d == 128); }
-// User code: a mask_mod runs (block skipping over mask_blocks' classes); a score_mod is bwd_mma's.
-bool score_code(const UserMods* m) { return m != nullptr && !m->score_mod.empty(); }
+// User code runs: a mask_mod with block skipping over mask_blocks' classes, a score_mod with its derivative.
 bool mask_code(const UserMods* m) { return m != nullptr && !m->mask_mod.empty(); }
 
 // The template's shared-memory formula (bwd_wgmma.cuh): K, V, the Q / dO ring, two dS^T buffers, LSE / Delta per
@@ -46,8 +45,7 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (s.dtype != kFp16 && s.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (!head_dims_ok(s.head_dim, s.head_dim_v))
     return fail(why, fmt::format("head dims: expected 64 / 64 or 128 / 128, got {} / {}", s.head_dim, s.head_dim_v));
-  if (s.has_bias || s.has_alibi || s.has_softcap || score_code(s.mods))
-    return fail(why, "bias, ALiBi, softcap and score_mod are bwd_mma's");
+  if (s.has_bias || s.has_alibi || s.has_softcap) return fail(why, "bias, ALiBi and softcap are bwd_mma's");
   if (s.varlen || s.paged) return fail(why, "fixed-length, contiguous problems only");
   // dq_cols: with one consumer every column is its own (one point: dq_cols 1); with two at head dim 128 the split by
   // keys gives each consumer 128 dQ' columns, which ptxas serializes like one consumer (below).
@@ -82,8 +80,7 @@ bool covers(const ProblemDesc& p, int, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (!head_dims_ok(p.head_dim, p.head_dim_v))
     return fail(why, fmt::format("head dims 64 or 128 (d == dv), got {} / {}", p.head_dim, p.head_dim_v));
-  if (p.has_bias || p.has_alibi || p.has_softcap || score_code(p.mods))
-    return fail(why, "bias, ALiBi, softcap and score_mod run in bwd_mma");
+  if (p.has_bias || p.has_alibi || p.has_softcap) return fail(why, "bias, ALiBi and softcap run in bwd_mma");
   if (p.varlen) return fail(why, "fixed-length problems only (varlen runs in bwd_mma)");
   if (p.deterministic) return fail(why, "the deterministic mode runs in bwd_mma");
   if (!p.tma_ok) return fail(why, "q/k/v/dout are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
