@@ -129,6 +129,15 @@ inline TensorMapDesc tma_map_4d(int dtype, const void* base, int dim, long long 
   return m;
 }
 
+// The end of every backward plan: the family's own step `main` (the tuned one), then bwd_post at its defaults; the
+// workspace ends at `off` (at least 256 bytes).
+inline void backward_plan_end(const KernelConfig& main, const ProblemDesc& p, size_t off, Plan* plan) {
+  plan->tuned_step = static_cast<int>(plan->steps.size());
+  plan->steps.push_back(main);
+  plan->steps.push_back(plain_step("bwd_post", p, main.s.arch));
+  plan->workspace_bytes = std::max<size_t>(off, 256);
+}
+
 // Block skipping (a mask_mod; templates/mask_blocks.cuh, fa_args.cuh): which classifications are shared
 // (LaunchShape::blk_shared: 1 over batch entries, never in varlen, whose lengths differ; 2 over heads), from
 // fa_mods.mask_mod_depends.

@@ -271,10 +271,7 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
                                                             f.knobs[kBlockN].values, true, true},
                                 off, &out);
   }
-  out.tuned_step = static_cast<int>(out.steps.size());
-  out.steps.push_back(main);
-  out.steps.push_back(fam::plain_step("bwd_post", p, main.s.arch));
-  out.workspace_bytes = std::max<size_t>(off, 256);
+  fam::backward_plan_end(main, p, off, &out);
   return out;
 }
 

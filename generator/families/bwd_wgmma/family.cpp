@@ -101,10 +101,7 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
     off = fam::plan_mask_blocks(main, p, fam::BlockSkipping{64, 64 * main.t[kConsumers], {64}, block_ns, true, false},
                                 off, &out);
   }
-  out.tuned_step = static_cast<int>(out.steps.size());
-  out.steps.push_back(main);
-  out.steps.push_back(fam::plain_step("bwd_post", p, main.s.arch));
-  out.workspace_bytes = std::max<size_t>(off, 256);
+  fam::backward_plan_end(main, p, off, &out);
   return out;
 }
 
