@@ -1,8 +1,8 @@
 // fa_tma_args.cuh -- the TMA half of the Hopper kernels' ABI: the CUtensorMaps of Q, K and V (fwd_wgmma.cuh), and of
 // Q, K, V and dO (bwd_wgmma.cuh), passed by value as a further __grid_constant__ parameter next to FaFwdArgs /
-// FaBwdArgs. Compiled by the host compiler and by
-// NVRTC, so fundamental types only: FaTensorMap is a CUtensorMap (128 bytes, 64-byte aligned) that the host fills
-// with cuTensorMapEncodeTiled (the host side: bind() in generator/families/fwd_wgmma/family.cpp and bwd_wgmma/family.cpp).
+// FaBwdArgs. Compiled by the host compiler and by NVRTC, so fundamental types only: FaTensorMap is a CUtensorMap
+// (128 bytes, 64-byte aligned) that the host fills with cuTensorMapEncodeTiled (the host side: bind() in
+// generator/families/fwd_wgmma/family.cpp and bwd_wgmma/family.cpp).
 #ifndef FA_TMA_ARGS_CUH
 #define FA_TMA_ARGS_CUH
 
