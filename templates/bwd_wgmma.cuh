@@ -2,8 +2,9 @@
 //
 // One CTA per (key block n of kBlockN = 64 * kConsumers keys, kv head g, batch b), in bwd_mma's order (causal: the
 // grid's last args.lpt_tail pairs key-block-major, fa_bwd_cta). Warpgroup 0 is the producer (setmaxnreg.dec): its
-// first warp loads K_n and V_n once by TMA, then, for every tile (query head h of g's group, query block m of
-// kBlockM = 64 rows meeting the mask band; heads outer, blocks cyclically from one rotated by n, as bwd_mma), Q_m and
+// first warp loads K_n and V_n once by TMA (before the first tile; none without tiles), then, for every tile (query
+// head h of g's group, query block m of kBlockM = 64 rows meeting the mask band; heads outer, blocks cyclically from
+// one rotated by n, as bwd_mma), Q_m and
 // dO_m by TMA into a kStages-deep ring of 128-byte-swizzled slots, and LSE_m (base 2; +inf hides rows past seqlen_q
 // and fully masked rows) and Delta_m (bwd_pre) by plain loads into the slot's float arrays; each slot has a full
 // mbarrier (transaction bytes + the warp's 32 arrivals) and an empty one (one arrival per consumer warp).
@@ -18,9 +19,8 @@
 //   dS^T -> shared memory (bf16/fp16, 128-byte swizzle, double-buffered), proxy fence, named barrier, then
 //   dQ'_m = dS K              SS, A = dS read MN-major from dS^T, B = K (MN-major)
 // split over the consumers by head-dim columns (kDqCols: all kBlockN keys, kHeadDim / kConsumers columns), or by
-// keys (each consumer its own 64 keys, every column); each consumer then
-// adds its dQ' part into args.dq_accum with float32 red.add.v2 (8 x 8 tiled, common/dq_accum.cuh; rows past
-// seqlen_q skipped). bwd_pre zeroes dq_accum and writes Delta; bwd_post writes dq = scale * dQ'. At the end dK =
+// keys (each consumer its own 64 keys, every column); each consumer then adds its dQ' part into args.dq_accum with
+// float32 red.add.v2 (8 x 8 tiled, common/dq_accum.cuh; rows past seqlen_q skipped). bwd_pre zeroes dq_accum and writes Delta; bwd_post writes dq = scale * dQ'. At the end dK =
 // scale * dK and dV are written in the dtype (rows past seqlen_k skipped). GQA: the heads of the group are summed in
 // the CTA. Keys past seqlen_k come from TMA zero fill and are masked; query rows past seqlen_q are zero-filled and
 // hidden by their LSE. Masks are bottom-right aligned windows (causal = (-1, 0)); masking code runs only on tiles
@@ -34,10 +34,11 @@
 // every consumer warp alike, last block first); tiles the mask hides nowhere skip every mask, the others evaluate
 // mask_mod per pair in a rolled loop. Without classes every tile of the band is visited and masked.
 // Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim (= kHeadDimV, 64 or 128), kMask (1: causal CTA order),
-// kHasMaskMod, kHasScoreMod, and the
-// tunables kConsumers (1, 2), kStages (2, 3), kDqCols (the dQ' split; with one consumer it has every column anyway).
-// Parameters: (FaBwdArgs, FaUser with user code (FA_USER_PARAM), FaBwdTma). Launch (host): block = 128 * (kConsumers + 1); grid = (ceil(seqlen_k /
-// kBlockN), heads_kv, batch); dynamic shared memory = fa_bwg::kSmemBytes (the kernel traps with less).
+// kHasMaskMod, kHasScoreMod, and the tunables kConsumers (1, 2), kStages (2, 3), kDqCols (the dQ' split; with one
+// consumer it has every column anyway).
+// Parameters: (FaBwdArgs, FaUser with user code (FA_USER_PARAM), FaBwdTma). Launch (host): block = 128 *
+// (kConsumers + 1); grid = (ceil(seqlen_k / kBlockN), heads_kv, batch); dynamic shared memory = fa_bwg::kSmemBytes
+// (the kernel traps with less).
 #ifndef FA_BWD_WGMMA_CUH
 #define FA_BWD_WGMMA_CUH
 
