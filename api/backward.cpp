@@ -22,10 +22,10 @@ struct Prepared {
   fa::gen::Plan plan;
 };
 
-// Validates and plans. `pinned`: the tensor-core backward (bwd_mma) at these tunables (rt::run_backward_at), no
-// chooser; NOT_SUPPORTED where it does not cover the problem.
+// Validates and plans. `pinned`: the backward family `family` (bwd_mma, bwd_wgmma) at these tunables
+// (rt::run_backward_at), no chooser; NOT_SUPPORTED where it does not cover the problem.
 Status prepare_plan(fa_context c, const fa_bwd_params* in, const TuneRequest* tune, Prepared* out,
-                    const fa::gen::Tunables* pinned = nullptr) {
+                    const fa::gen::Tunables* pinned = nullptr, const char* family = "bwd_mma") {
   Status st = check_context(c);
   if (!st.ok()) return st;
   st = validate_backward(in, &out->v, &out->d);
@@ -33,9 +33,9 @@ Status prepare_plan(fa_context c, const fa_bwd_params* in, const TuneRequest* tu
   const int arch = context_arch(c);
   std::string why;
   if (pinned != nullptr) {
-    const fa::gen::Family* mma = fa::gen::find_family("bwd_mma");
-    if (mma == nullptr || !fa::gen::family_covers(*mma, out->d, arch, &why))
-      return error(FA_ERROR_NOT_SUPPORTED, "the tensor-core backward does not cover this problem: " + why);
+    const fa::gen::Family* mma = fa::gen::find_family(family);
+    if (mma == nullptr || mma->role != fa::gen::Role::Backward || !fa::gen::family_covers(*mma, out->d, arch, &why))
+      return error(FA_ERROR_NOT_SUPPORTED, std::string("the backward family ") + family + " does not cover this problem: " + why);
     out->plan = fa::gen::make_plan(fa::gen::semantic_for(*mma, out->d, arch), *pinned, out->d);
   } else {
     st = plan_for(c, fa::gen::Role::Backward, out->d, tune, &out->plan);
@@ -161,9 +161,10 @@ Status run_backward(fa_context c, const fa_bwd_params* in, CUstream stream) {
 
 namespace fa::rt {
 
-Status run_backward_at(fa_context c, const fa_bwd_params* in, const fa::gen::Tunables& t, CUstream stream) {
+Status run_backward_at(fa_context c, const fa_bwd_params* in, const fa::gen::Tunables& t, CUstream stream,
+                       const char* family) {
   Prepared P;
-  Status st = prepare_plan(c, in, nullptr, &P, &t);
+  Status st = prepare_plan(c, in, nullptr, &P, &t, family);
   if (!st.ok()) return st;
   if (!c->has_device) return error(FA_ERROR_NO_DEVICE, c->no_device_reason);
   return enqueue(c, P, true, stream, P.v.bwd.workspace, P.v.bwd.workspace_size);

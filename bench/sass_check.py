@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-HOPPER_FAMILIES = ("fwd_wgmma", "fwd_mla")  # the families whose kernels must run on HGMMA
+HOPPER_FAMILIES = ("fwd_wgmma", "fwd_mla", "bwd_wgmma")  # the families whose kernels must run on HGMMA
 
 
 def main(db, subs):

@@ -454,6 +454,12 @@ Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc
                 s16(b.dq_stride_batch) && s16(b.dq_stride_seq) && s16(b.dq_stride_head) &&
                 s16(b.dk_stride_batch) && s16(b.dk_stride_seq) && s16(b.dk_stride_head) &&
                 s16(b.dv_stride_batch) && s16(b.dv_stride_seq) && s16(b.dv_stride_head);
+  // The Hopper backward (bwd_wgmma) reads dout by TMA too: q/k/v's rule (validate_forward) for its strides.
+  auto tma_stride = [&](int64_t stride, int64_t extent) {
+    return extent <= 1 || (stride > 0 && stride * static_cast<int64_t>(es) < (int64_t{1} << 40));
+  };
+  d.tma_ok = d.tma_ok && d.aligned16 && tma_stride(b.dout_stride_seq, tq) &&
+             tma_stride(b.dout_stride_head, p.heads_q) && tma_stride(b.dout_stride_batch, nb);
   *out = v;
   *desc = d;
   return Status::Ok();

@@ -99,6 +99,45 @@ inline size_t backward_plan_start(const ProblemDesc& p, int arch, Plan* plan) {
   return align256(static_cast<size_t>(rows_q(p)) * static_cast<size_t>(p.heads_q) * sizeof(float));
 }
 
+// The float32 dQ accumulator of the tensor-core backwards (bwd_mma, bwd_wgmma) from offset `off`: [rows_q rounded up
+// to 8, heads_q * head_dim], 8 x 8 tiled (templates/common/dq_accum.cuh: fa_dq_accum_off), zeroed by bwd_pre and read
+// by bwd_post. Sets off_dq_accum and accum_q_stride_row; returns the next free offset.
+inline size_t dq_accum_region(const ProblemDesc& p, size_t off, Plan* plan) {
+  plan->off_dq_accum = off;
+  plan->accum_q_stride_row = static_cast<long long>(p.heads_q) * p.head_dim;
+  const size_t rows8 = static_cast<size_t>((rows_q(p) + 7) / 8 * 8);
+  return align256(off + rows8 * static_cast<size_t>(plan->accum_q_stride_row) * sizeof(float));
+}
+
+// One 4D tensor map (head_dim, seq, heads, batch) of a q/k/v/dO-like tensor for the Hopper kernels' TMA loads
+// (templates/fa_tma_args.cuh): strides in elements, box (64, rows, 1, 1), 128-byte swizzle, zero fill past the
+// tensor; a dimension of extent 1 may carry any stride (TMA wants a positive multiple of 16 bytes: 16 stands in).
+inline TensorMapDesc tma_map_4d(int dtype, const void* base, int dim, long long seq, long long heads, long long batch,
+                                long long s_seq, long long s_head, long long s_batch, int rows) {
+  TensorMapDesc m;
+  m.dtype = dtype;
+  m.rank = 4;
+  m.base = base;
+  const long long ext[4] = {dim, std::max(1LL, seq), std::max(1LL, heads), std::max(1LL, batch)};
+  const long long str[3] = {s_seq, s_head, s_batch};
+  for (int i = 0; i < 4; ++i) m.dims[i] = static_cast<uint64_t>(ext[i]);
+  for (int i = 0; i < 3; ++i) m.strides[i] = ext[i + 1] > 1 ? static_cast<uint64_t>(str[i] * 2) : 16u;
+  m.box[0] = 64;
+  m.box[1] = static_cast<uint32_t>(rows);
+  m.box[2] = m.box[3] = 1;
+  m.swizzle = 128;
+  return m;
+}
+
+// The end of every backward plan: the family's own step `main` (the tuned one), then bwd_post at its defaults; the
+// workspace ends at `off` (at least 256 bytes).
+inline void backward_plan_end(const KernelConfig& main, const ProblemDesc& p, size_t off, Plan* plan) {
+  plan->tuned_step = static_cast<int>(plan->steps.size());
+  plan->steps.push_back(main);
+  plan->steps.push_back(plain_step("bwd_post", p, main.s.arch));
+  plan->workspace_bytes = std::max<size_t>(off, 256);
+}
+
 // Block skipping (a mask_mod; templates/mask_blocks.cuh, fa_args.cuh): which classifications are shared
 // (LaunchShape::blk_shared: 1 over batch entries, never in varlen, whose lengths differ; 2 over heads), from
 // fa_mods.mask_mod_depends.

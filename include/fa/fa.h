@@ -152,10 +152,10 @@ FA_API int fa_context_has_device(fa_context context);
  * GPU with the caller's privileges, as any kernel the caller launches; it must be pure (no writes, no
  * synchronization) and total (defined for every b, h, i, j in range). A body that does not compile fails the call
  * with FA_ERROR_COMPILE and NVRTC's log, its lines counted in the user's own snippet ("mask_mod(3): error: ...").
- * Block skipping (the tensor-core kernels: the forwards, the Hopper one on sm_90 and the mma one elsewhere, and
- * bwd_mma, the tensor-core backward): with a mask_mod, each call first classifies every (query block, key block)
- * tile on the device with the mask (built-in mask, key range and mask_mod together): blocks the mask hides wholly
- * are never loaded (the forwards skip key blocks, the backward skips the query blocks of each key block), blocks it
+ * Block skipping (the tensor-core kernels: the forwards, the Hopper one on sm_90 and the mma one elsewhere, and the
+ * backwards, bwd_wgmma on sm_90 and bwd_mma): with a mask_mod, each call first classifies every (query block, key
+ * block) tile on the device with the mask (built-in mask, key range and mask_mod together): blocks the mask hides
+ * wholly are never loaded (the forwards skip key blocks, the backwards the query blocks of each key block), blocks it
  * hides nowhere skip the per-element mask. The classification is per (b, h) unless mask_mod_depends (version 2)
  * says the mask ignores h or b: then it is computed once and shared.
  * Caching the classification (version 4, mask_epoch): fa cannot see what a buffer holds, so by default it classifies

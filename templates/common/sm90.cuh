@@ -1,5 +1,5 @@
 // sm90.cuh -- Hopper (sm_90a) primitives as inline PTX: mbarriers, TMA tensor copies, L2 bulk prefetch, proxy
-// fences, wgmma (descriptors, fences, groups, m64nNk16 bf16/fp16 -> fp32 in SS (B K- or MN-major) and RS forms),
+// fences, wgmma (descriptors, fences, groups, m64nNk16 bf16/fp16 -> fp32 in SS (A and B K- or MN-major) and RS forms),
 // named barriers (with an or-reduction), setmaxnreg.
 // Self-contained (no CUDA headers), NVRTC-compilable; needs FA_DEVICE (fa_common.cuh) and sm_90a for wgmma and
 // setmaxnreg. Shared-memory addresses are 32-bit shared-window addresses (fa_sm90_smem); tensor maps are the
@@ -147,14 +147,17 @@ FA_DEVICE void fa_wg_fence_regs(float (&d)[N]) {
 //   ss(d, a, b, scale_d):        A and B from shared memory, both K-major (descriptors a, b)  -- S = Q K^T
 //   ss_t(d, a, b, scale_d):      A K-major and B MN-major (transposed), both from shared memory -- O += P V, P
 //                                in shared memory
+//   ss_tt(d, a, b, scale_d):     A and B both MN-major (transposed) in shared memory; A's descriptor as B's
+//                                (lbo: 64-wide M chunks, sbo 1024, k step 2048 bytes)            -- dQ = dS K
+//                                from dS^T
 //   rs(d, a[4], b, scale_d):     A from registers (the mma.sync m16n8k16 A fragment of the warp's 16 rows),
 //                                B MN-major in shared memory (transposed, descriptor b)          -- O += P V
 //   rs_k(d, a[4], b, scale_d):   as rs with B K-major
 template <int N>
 struct FaWg;
-#define FA_WG_SS_ASM(N, TY, TB, ACC, I0, I1, I2, ...)                                                    \
+#define FA_WG_SS_ASM(N, TY, TA, TB, ACC, I0, I1, I2, ...)                                                \
   asm volatile("{ .reg .pred p; setp.ne.b32 p, " I2 ", 0; wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY \
-               "." TY " {" ACC "}, " I0 ", " I1 ", p, 1, 1, 0, " TB "; }"                                     \
+               "." TY " {" ACC "}, " I0 ", " I1 ", p, 1, 1, " TA ", " TB "; }"                                \
                : __VA_ARGS__ : "l"(a), "l"(b), "r"(scale_d))
 #define FA_WG_RS_ASM(N, TY, TB, ACC, I0, I1, I2, I3, I4, I5, ...)                                       \
   asm volatile("{ .reg .pred p; setp.ne.b32 p, " I5 ", 0; wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY \
@@ -165,13 +168,18 @@ struct FaWg;
   struct FaWg<N> {                                                                                         \
     template <int DT>                                                                                      \
     static FA_DEVICE void ss(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) { \
-      if constexpr (DT == 2) FA_WG_SS_ASM(N, "bf16", "0", ACC, I0, I1, I2, __VA_ARGS__);                           \
-      else FA_WG_SS_ASM(N, "f16", "0", ACC, I0, I1, I2, __VA_ARGS__);                                              \
+      if constexpr (DT == 2) FA_WG_SS_ASM(N, "bf16", "0", "0", ACC, I0, I1, I2, __VA_ARGS__);                      \
+      else FA_WG_SS_ASM(N, "f16", "0", "0", ACC, I0, I1, I2, __VA_ARGS__);                                         \
     }                                                                                                      \
     template <int DT>                                                                                      \
     static FA_DEVICE void ss_t(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) { \
-      if constexpr (DT == 2) FA_WG_SS_ASM(N, "bf16", "1", ACC, I0, I1, I2, __VA_ARGS__);                           \
-      else FA_WG_SS_ASM(N, "f16", "1", ACC, I0, I1, I2, __VA_ARGS__);                                              \
+      if constexpr (DT == 2) FA_WG_SS_ASM(N, "bf16", "0", "1", ACC, I0, I1, I2, __VA_ARGS__);                      \
+      else FA_WG_SS_ASM(N, "f16", "0", "1", ACC, I0, I1, I2, __VA_ARGS__);                                         \
+    }                                                                                                      \
+    template <int DT>                                                                                      \
+    static FA_DEVICE void ss_tt(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) { \
+      if constexpr (DT == 2) FA_WG_SS_ASM(N, "bf16", "1", "1", ACC, I0, I1, I2, __VA_ARGS__);                      \
+      else FA_WG_SS_ASM(N, "f16", "1", "1", ACC, I0, I1, I2, __VA_ARGS__);                                         \
     }                                                                                                      \
     template <int DT>                                                                                      \
     static FA_DEVICE void rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long b, int scale_d) { \

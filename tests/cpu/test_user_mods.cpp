@@ -217,25 +217,39 @@ struct UserModsBackward : UserMods {
   }
 };
 
-// mask_mod needs nothing more: the backward's plan classifies tiles at bwd_mma's own tile (the classes transposed
-// for its key-block-major CTAs); bwd_pre and bwd_post run no user code, so their keys carry no mod tag.
+// mask_mod needs nothing more: the backward's plan classifies tiles at the kernel's own tile (the classes transposed
+// for its key-block-major CTAs): bwd_wgmma's 64 x 64 * consumers on sm_90 (its CTAs walk the classes), and bwd_mma's
+// block_m x block_n with visiting lists; bwd_pre and bwd_post run no user code, so their keys carry no mod tag.
 TEST_F(UserModsBackward, MaskModPlanClassifiesBlocks) {
   size_t bytes = 0;
   ASSERT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_OK) << fa_last_error();
   const fa::gen::Plan pl = plan();
   ASSERT_EQ(pl.steps.size(), 4u);
-  const char* names[] = {"bwd_pre", "mask_blocks", "bwd_mma", "bwd_post"};
+  const char* names[] = {"bwd_pre", "mask_blocks", "bwd_wgmma", "bwd_post"};
   for (size_t n = 0; n < 4; ++n) EXPECT_STREQ(fa::gen::family_name(pl.steps[n].s), names[n]);
   EXPECT_EQ(pl.tuned_step, 2);
   EXPECT_EQ(pl.steps[0].s.mods, nullptr);
   EXPECT_EQ(pl.steps[3].s.mods, nullptr);
   EXPECT_NE(pl.steps[2].s.mods, nullptr);
   const auto& mma = pl.steps[2];
-  EXPECT_EQ(pl.steps[1].t[0], mma.t[mma.s.family->knob_index("block_m")]);
-  EXPECT_EQ(pl.steps[1].t[1], mma.t[mma.s.family->knob_index("block_n")]);
+  EXPECT_EQ(pl.steps[1].t[0], 64);
+  EXPECT_EQ(pl.steps[1].t[1], 64 * mma.t[mma.s.family->knob_index("consumers")]);
   EXPECT_NE(pl.off_blk_cls, SIZE_MAX);
   EXPECT_NE(pl.off_blk_cls_t, SIZE_MAX);
-  EXPECT_NE(pl.off_blk_list, SIZE_MAX);
+  EXPECT_EQ(pl.off_blk_list, SIZE_MAX);
+  {  // bwd_mma's plan of the same problem: its own tile, with visiting lists
+    fa::rt::BwdView v;
+    fa::gen::ProblemDesc d;
+    ASSERT_TRUE(fa::rt::validate_backward(&b, &v, &d).ok());
+    const fa::gen::Plan pm = fa::gen::make_plan(fa::gen::semantic_for(*fa::gen::find_family("bwd_mma"), d, 90), d);
+    ASSERT_EQ(pm.steps.size(), 4u);
+    const auto& bm = pm.steps[2];
+    EXPECT_STREQ(fa::gen::family_name(bm.s), "bwd_mma");
+    EXPECT_EQ(pm.steps[1].t[0], bm.t[bm.s.family->knob_index("block_m")]);
+    EXPECT_EQ(pm.steps[1].t[1], bm.t[bm.s.family->knob_index("block_n")]);
+    EXPECT_NE(pm.off_blk_cls_t, SIZE_MAX);
+    EXPECT_NE(pm.off_blk_list, SIZE_MAX);
+  }
   EXPECT_GT(pl.off_blk_cls, pl.off_dq_accum);
   EXPECT_GE(bytes, pl.workspace_bytes);
   // every tunable point's plan fits the reported size, which is the largest of them

@@ -39,6 +39,9 @@ struct GradResult {
 // fa_run_backward of g (the case's forward already ran: its o and lse are on the device) on the test stream, with
 // the gradients poisoned first, against the oracle's gradients.
 GradResult check_grads(const Case& c, Grads& g);
+// The gradients of a backward already enqueued on the test stream (after poison_grads) against the oracle's: syncs,
+// then the errors and the padding.
+GradResult measure_grads(const Case& c, Grads& g);
 // Compiles the kernels of these problems' forward and backward (fa_prepare, fa_prepare_backward with placeholder
 // gradient pointers: nothing runs) in parallel, so that the serial checks after it only launch. LSE must be set.
 void prepare_in_parallel(const std::vector<const fa_params*>& problems);

@@ -1,7 +1,8 @@
 // test_backward_tunables.cpp -- tunables never change the backward's results: for a sample of problems covering
 // every feature (GQA, varlen, bias, ALiBi, softcap, windows, head dims not multiples of 16, d != dv), every valid
-// bwd_mma tunable point is compiled, launched through rt::run_backward_at (gradients re-poisoned first) and
-// checked against the float64 oracle's gradients; half the points run in deterministic mode.
+// bwd_mma tunable point, and on sm_90 every valid bwd_wgmma point of the problems it covers, is compiled, launched
+// through rt::run_backward_at (gradients re-poisoned first) and checked against the float64 oracle's gradients; half
+// the bwd_mma points run in deterministic mode.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,39 +46,44 @@ TEST(GpuBackwardTunables, EveryValidPointGivesTheSameGradients) {
     rt::BwdView view;
     gen::ProblemDesc d;
     ASSERT_TRUE(rt::validate_backward(&g.b, &view, &d).ok());
-    std::string why;
-    const gen::Family& mma = *gen::find_family("bwd_mma");
-    ASSERT_TRUE(gen::family_covers(mma, d, gp.ctx->arch, &why)) << why << " [" << c.desc << "]";
-    const gen::Semantic s = gen::semantic_for(mma, d, gp.ctx->arch);
-    const auto space = gen::valid_space(s, gp.ctx->limits);
-    ASSERT_FALSE(space.empty()) << gen::semantic_key(s);
-    parallel_for(space.size(), [&](size_t i) {  // compile in parallel, then launch serially
-      for (const auto& step : gen::make_plan(s, space[i], d).steps) {
-        std::shared_ptr<rt::Kernel> k;
-        rt::kernel_for(gp.ctx, step, true, &k);
+    // bwd_mma everywhere; bwd_wgmma (sm_90) on the problems it covers, non-deterministic only
+    for (const char* family : {"bwd_mma", "bwd_wgmma"}) {
+      std::string why;
+      const gen::Family& fam = *gen::find_family(family);
+      const bool wgmma = std::string(family) == "bwd_wgmma";
+      if (!gen::family_covers(fam, d, gp.ctx->arch, &why)) {
+        ASSERT_TRUE(wgmma) << why << " [" << c.desc << "]";
+        continue;
       }
-    });
-    ++problems_run;
-    for (size_t i = 0; i < space.size(); ++i) {
-      const gen::Tunables& t = space[i];
-      const std::string key = fmt::format("{} [{}]", gen::tunables_key(s, t), c.desc);
-      poison_grads(c, g);
-      g.b.deterministic = static_cast<int>(i % 2);
-      const rt::Status st = rt::run_backward_at(gp.ctx, &g.b, t, gp.stream);
-      ASSERT_TRUE(st.ok()) << st.message << " " << key;
-      gp.d->cuStreamSynchronize(gp.stream);
-      bool pad = true;
-      const double eq = grad_error(c.dtype, g.d_dq, c.q, g.dq_ref, &pad);
-      const double ek = grad_error(c.dtype, g.d_dk, c.k, g.dk_ref, &pad);
-      const double ev = grad_error(c.dtype, g.d_dv, c.v, g.dv_ref, &pad);
-      const double e = std::max({eq, ek, ev});
-      worst = std::max(worst, e);
-      EXPECT_LE(e, bwd_tolerance(c.dtype)) << fmt::format("dq {:.3g} dk {:.3g} dv {:.3g} ", eq, ek, ev) << key;
-      EXPECT_TRUE(pad) << "padding written " << key;
-      ++points;
+      const gen::Semantic s = gen::semantic_for(fam, d, gp.ctx->arch);
+      const auto space = gen::valid_space(s, gp.ctx->limits);
+      ASSERT_FALSE(space.empty()) << gen::semantic_key(s);
+      parallel_for(space.size(), [&](size_t i) {  // compile in parallel, then launch serially
+        for (const auto& step : gen::make_plan(s, space[i], d).steps) {
+          std::shared_ptr<rt::Kernel> k;
+          rt::kernel_for(gp.ctx, step, true, &k);
+        }
+      });
+      ++problems_run;
+      for (size_t i = 0; i < space.size(); ++i) {
+        const gen::Tunables& t = space[i];
+        const std::string key = fmt::format("{} [{}]", gen::tunables_key(s, t), c.desc);
+        poison_grads(c, g);
+        g.b.deterministic = wgmma ? 0 : static_cast<int>(i % 2);
+        const rt::Status st = rt::run_backward_at(gp.ctx, &g.b, t, gp.stream, family);
+        ASSERT_TRUE(st.ok()) << st.message << " " << key;
+        const GradResult r = measure_grads(c, g);
+        worst = std::max(worst, r.worst());
+        EXPECT_TRUE(r.ok(c.dtype)) << fmt::format("dq {:.3g} dk {:.3g} dv {:.3g} {} padding {} ", r.dq, r.dk, r.dv,
+                                                  r.failure, r.padding_ok)
+                                   << key;
+        ++points;
+      }
+      g.b.deterministic = 0;
     }
   }
-  std::printf("GPU SUMMARY backward tunables: %d (problem, bwd_mma point) pairs over %d problems, worst grad err %.3g\n",
+  std::printf("GPU SUMMARY backward tunables: %d (problem, bwd_mma / bwd_wgmma point) pairs over %d (problem, "
+              "family) pairs, worst grad err %.3g\n",
               points, problems_run, worst);
 }
 

@@ -4,7 +4,8 @@
 // chunked, masks that hide whole rows and whole query blocks, a mask that depends on h, and the FA_MOD_DEPENDS_*
 // sharing (classification once for every head / batch entry). Each forward case runs through fa_run (the selected
 // family) and through the plan of every tensor-core forward that covers it on this GPU (fwd_wgmma and fwd_mma on
-// sm_90); the gradients through fa_run_backward and every valid bwd_mma point. Lengths span several query blocks and
+// sm_90); the gradients through fa_run_backward (bwd_wgmma on sm_90 where it covers, else bwd_mma) and every valid
+// bwd_mma and bwd_wgmma point. Lengths span several query blocks and
 // key blocks, ragged and even; outputs and gradients poisoned before every run. Every tunable point of each forward
 // with user code: test_tunables_agree.cpp.
 #include <gtest/gtest.h>
@@ -266,7 +267,8 @@ struct DocumentFive {
   }
 };
 
-// Tunables never change the gradients with block skipping: every valid bwd_mma point (spread to at most 48) runs
+// Tunables never change the gradients with block skipping: every valid bwd_mma point (spread to at most 48), and on
+// sm_90 every valid bwd_wgmma point (non-deterministic), runs
 // through its own plan (mask_blocks at that tile) via rt::run_backward_at against the oracle's gradients, for a
 // document mask with a GQA group of 2, classes per head and shared, ragged and even lengths, half the points in the
 // deterministic mode.
@@ -286,28 +288,30 @@ TEST(GpuBlockSparse, EveryValidBackwardPointGivesTheSameGradients) {
       rt::BwdView view;
       gen::ProblemDesc pd;
       ASSERT_TRUE(rt::validate_backward(&gr.b, &view, &pd).ok());
-      const gen::Semantic sem = gen::semantic_for(*gen::find_family("bwd_mma"), pd, g.ctx->arch);
-      const std::vector<gen::Tunables> pts = compiled_points(sem, pd);
-      for (size_t n = 0; n < pts.size(); ++n) {
-        poison_grads(c, gr);
-        gr.b.deterministic = static_cast<int>(n % 2);
-        const rt::Status st = rt::run_backward_at(g.ctx, &gr.b, pts[n], g.stream);
-        g.d->cuStreamSynchronize(g.stream);
-        GradResult r;
-        if (st.ok()) {
-          r.dq = grad_error(c.dtype, gr.d_dq, c.q, gr.dq_ref, &r.padding_ok);
-          r.dk = grad_error(c.dtype, gr.d_dk, c.k, gr.dk_ref, &r.padding_ok);
-          r.dv = grad_error(c.dtype, gr.d_dv, c.v, gr.dv_ref, &r.padding_ok);
-        } else {
-          r.failure = st.message;
+      // the selector's choice for a mask_mod (non-deterministic): the Hopper backward on sm_90
+      EXPECT_STREQ(gen::select_backward(pd, g.ctx->arch).family->name, g.ctx->arch == 90 ? "bwd_wgmma" : "bwd_mma");
+      for (const char* family : {"bwd_mma", "bwd_wgmma"}) {  // bwd_wgmma on sm_90, non-deterministic only
+        const gen::Family& fam = *gen::find_family(family);
+        const bool wgmma = std::string(family) == "bwd_wgmma";
+        if (wgmma && !gen::family_covers(fam, pd, g.ctx->arch, nullptr)) continue;
+        const gen::Semantic sem = gen::semantic_for(fam, pd, g.ctx->arch);
+        const std::vector<gen::Tunables> pts = compiled_points(sem, pd);
+        for (size_t n = 0; n < pts.size(); ++n) {
+          poison_grads(c, gr);
+          gr.b.deterministic = wgmma ? 0 : static_cast<int>(n % 2);
+          const rt::Status st = rt::run_backward_at(g.ctx, &gr.b, pts[n], g.stream, family);
+          GradResult r;
+          if (st.ok()) r = measure_grads(c, gr);
+          else r.failure = st.message;
+          ++runs;
+          if (!r.ok(c.dtype)) {
+            ++failures;
+            std::printf("  %s %s det %d: FAIL dq %.2e dk %.2e dv %.2e%s %s\n", c.desc.c_str(),
+                        gen::tunables_key(sem, pts[n]).c_str(), gr.b.deterministic, r.dq, r.dk, r.dv,
+                        r.padding_ok ? "" : " PADDING WRITTEN", r.failure.c_str());
+          }
         }
-        ++runs;
-        if (!r.ok(c.dtype)) {
-          ++failures;
-          std::printf("  %s %s det %d: FAIL dq %.2e dk %.2e dv %.2e%s %s\n", c.desc.c_str(),
-                      gen::tunables_key(sem, pts[n]).c_str(), gr.b.deterministic, r.dq, r.dk, r.dv,
-                      r.padding_ok ? "" : " PADDING WRITTEN", r.failure.c_str());
-        }
+        gr.b.deterministic = 0;
       }
     }
   std::printf("  %d backward plans checked\n", runs);

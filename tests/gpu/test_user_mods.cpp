@@ -14,6 +14,10 @@
 #include <cstdlib>
 #include <memory>
 
+#include "generator/family.h"
+#include "generator/problem.h"
+#include "runtime/context.h"
+#include "runtime/validate.h"
 #include "tests/gpu/gpu_support.h"
 #include "tests/gpu/grad_support.h"
 #include "tests/gpu/plan_support.h"
@@ -89,15 +93,15 @@ struct ReadyMods {
     };
   }
   // The case's problem (fresh random inputs) with mc's mod in the params (`m` holds it) and in the oracle.
-  void make(std::mt19937_64& rng, const ModCase& mc, int dtype, Case* c, fa_mods* m) const {
+  void make(std::mt19937_64& rng, const ModCase& mc, int dtype, Case* c, fa_mods* m, int d = kD) const {
     c->dtype = dtype;
     c->op.batch = 2;
     c->op.seqlen_q = kSq;
     c->op.seqlen_k = kSk;
     c->op.heads_q = kHq;
     c->op.heads_kv = kHkv;
-    c->op.head_dim = kD;
-    c->op.head_dim_v = kD;
+    c->op.head_dim = d;
+    c->op.head_dim_v = d;
     c->op.mask = mc.builtin_mask;
     c->op.mask_mod = mc.mask;
     c->op.score_mod = mc.score;
@@ -105,7 +109,7 @@ struct ReadyMods {
     c->want_lse = true;
     c->force_aligned = true;
     materialize(rng, c);
-    c->desc = fmt::format("{} dtype {}", mc.name, dtype);  // materialize writes its generic description
+    c->desc = fmt::format("{} dtype {} d {}", mc.name, dtype, d);  // materialize writes its generic description
     fa_mods_init(m);
     m->mask_mod = mc.mask_mod;
     m->score_mod = mc.score_mod;
@@ -144,8 +148,9 @@ TEST(GpuUserMods, ReadyModsMatchTheOracle) {
   EXPECT_EQ(failures, 0);
 }
 
-// The backward of each ready mod against the oracle's gradients (score_mods with their derivative; the forward's
-// output checked on the way), through the tensor-core backward (block skipping for the masks) and the reference one
+// The backward of each ready mod at head dims 64 and 128 against the oracle's gradients (score_mods with their
+// derivative; the forward's output checked on the way), through the selected tensor-core backward (printed; block
+// skipping for the masks; bwd_wgmma on sm_90 where it covers, i.e. the non-deterministic cases) and the reference one
 // (FA_FORCE_REFERENCE_BWD), the deterministic mode on every other case. Kernels compile in parallel first.
 TEST(GpuUserMods, ReadyModsGradientsMatchTheOracle) {
   Gpu& g = gpu();
@@ -156,12 +161,13 @@ TEST(GpuUserMods, ReadyModsGradientsMatchTheOracle) {
   std::vector<std::unique_ptr<fa_mods>> mods;
   std::vector<const fa_params*> problems;
   for (const ModCase& mc : ready.cases)
-    for (int dtype : {FA_DTYPE_FP16, FA_DTYPE_BF16}) {
-      cases.push_back(std::make_unique<Case>());
-      mods.push_back(std::make_unique<fa_mods>());
-      ready.make(rng, mc, dtype, cases.back().get(), mods.back().get());
-      problems.push_back(&cases.back()->params);
-    }
+    for (int d : {kD, 128})  // head dims 64 and 128: the Hopper backward's (bwd_wgmma on sm_90, non-deterministic)
+      for (int dtype : {FA_DTYPE_FP16, FA_DTYPE_BF16}) {
+        cases.push_back(std::make_unique<Case>());
+        mods.push_back(std::make_unique<fa_mods>());
+        ready.make(rng, mc, dtype, cases.back().get(), mods.back().get(), d);
+        problems.push_back(&cases.back()->params);
+      }
   prepare_in_parallel(problems);
   setenv("FA_FORCE_REFERENCE_BWD", "1", 1);
   prepare_in_parallel(problems);
@@ -175,14 +181,18 @@ TEST(GpuUserMods, ReadyModsGradientsMatchTheOracle) {
     Grads gr;
     setup_grads(rng, c, gr);
     gr.b.deterministic = static_cast<int>(n % 2);
+    rt::BwdView view;
+    gen::ProblemDesc pd;
+    ASSERT_TRUE(rt::validate_backward(&gr.b, &view, &pd).ok());
+    const char* selected = gen::select_backward(pd, g.ctx->arch).family->name;
     for (bool reference : {false, true}) {
       if (reference) setenv("FA_FORCE_REFERENCE_BWD", "1", 1);
       const GradResult r = check_grads(c, gr);
       if (reference) unsetenv("FA_FORCE_REFERENCE_BWD");
       const bool ok = fwd_ok && r.ok(c.dtype);
       if (!ok) ++failures;
-      std::printf("  %-24s %-7s det %d %s err_o %.2e dq %.2e dk %.2e dv %.2e%s %s%s\n", c.desc.c_str(),
-                  reference ? "bwd_ref" : "bwd", gr.b.deterministic, ok ? "ok  " : "FAIL", fwd.err_o, r.dq, r.dk, r.dv,
+      std::printf("  %-30s %-9s det %d %s err_o %.2e dq %.2e dk %.2e dv %.2e%s %s%s\n", c.desc.c_str(),
+                  reference ? "bwd_ref" : selected, gr.b.deterministic, ok ? "ok  " : "FAIL", fwd.err_o, r.dq, r.dk, r.dv,
                   r.padding_ok ? "" : " PADDING WRITTEN", fwd.failure.c_str(), r.failure.c_str());
     }
   }

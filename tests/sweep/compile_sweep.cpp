@@ -68,7 +68,7 @@ constexpr size_t kSampleMods = 32;  // --sample: points per semantic and kind of
 
 // The backward families that run user code (bwd_ref's second kernel, bwd_ref_dkdv, is a step of its plan).
 bool backward_user_code(const Family& f) {
-  for (const char* n : {"bwd_mma", "bwd_ref_dq", "bwd_ref_dkdv"})
+  for (const char* n : {"bwd_mma", "bwd_wgmma", "bwd_ref_dq", "bwd_ref_dkdv"})
     if (f.name == std::string(n)) return true;
   return false;
 }

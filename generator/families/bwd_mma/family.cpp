@@ -262,11 +262,7 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   Plan out;
   size_t off = fam::backward_plan_start(p, main.s.arch, &out);
   const long long rows = fam::rows_q(p);
-  out.off_dq_accum = off;
-  out.accum_q_stride_row = static_cast<long long>(p.heads_q) * p.head_dim;
-  // 8 x 8 tiled (templates/common/dq_accum.cuh, fa_dq_accum_off): rows rounded up to a multiple of 8
-  const size_t rows8 = static_cast<size_t>((rows + 7) / 8 * 8);
-  off = fam::align256(off + rows8 * static_cast<size_t>(out.accum_q_stride_row) * sizeof(float));
+  off = fam::dq_accum_region(p, off, &out);
   if (p.deterministic) {
     out.off_dk_accum = off;
     off = fam::align256(off + static_cast<size_t>(rows) * static_cast<size_t>(p.heads_q) * sizeof(int));
@@ -278,10 +274,7 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
                                                             f.knobs[kBlockN].values, true, true},
                                 off, &out);
   }
-  out.tuned_step = static_cast<int>(out.steps.size());
-  out.steps.push_back(main);
-  out.steps.push_back(fam::plain_step("bwd_post", p, main.s.arch));
-  out.workspace_bytes = std::max<size_t>(off, 256);
+  fam::backward_plan_end(main, p, off, &out);
   return out;
 }
 

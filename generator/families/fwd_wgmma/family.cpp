@@ -188,25 +188,6 @@ void render_constants(const KernelConfig& c, std::string* src) {
   *src += fmt::format("constexpr int kBlockM = {};\n", 64 * c.t[kConsumers]);
 }
 
-// One 4D map (head_dim, seq, heads, batch) of a q/k/v tensor: strides in elements; a dimension of extent 1 may carry
-// any stride (TMA wants a positive multiple of 16 bytes: 16 stands in).
-TensorMapDesc map_of(int dtype, const void* base, int dim, long long seq, long long heads, long long batch,
-                     long long s_seq, long long s_head, long long s_batch, int rows) {
-  TensorMapDesc m;
-  m.dtype = dtype;
-  m.rank = 4;
-  m.base = base;
-  const long long ext[4] = {dim, std::max(1LL, seq), std::max(1LL, heads), std::max(1LL, batch)};
-  const long long str[3] = {s_seq, s_head, s_batch};
-  for (int i = 0; i < 4; ++i) m.dims[i] = static_cast<uint64_t>(ext[i]);
-  for (int i = 0; i < 3; ++i) m.strides[i] = ext[i + 1] > 1 ? static_cast<uint64_t>(str[i] * 2) : 16u;
-  m.box[0] = 64;
-  m.box[1] = static_cast<uint32_t>(rows);
-  m.box[2] = m.box[3] = 1;
-  m.swizzle = 128;
-  return m;
-}
-
 bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::string* why) {
   const FaFwdArgs& a = *static_cast<const FaFwdArgs*>(in.args);
   const bool varlen = c.s.varlen;
@@ -215,9 +196,9 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
   const int bm = 64 * c.t[kConsumers], bn = c.t[kBlockN];
   FaFwdTma tma{};
   const TensorMapDesc maps[3] = {
-      map_of(c.s.dtype, a.q, c.s.head_dim, sq, a.heads_q, nb, a.q_ss, a.q_sh, a.q_sb, bm),
-      map_of(c.s.dtype, a.k, c.s.head_dim, sk, a.heads_kv, nb, a.k_ss, a.k_sh, a.k_sb, bn),
-      map_of(c.s.dtype, a.v, c.s.head_dim_v, sk, a.heads_kv, nb, a.v_ss, a.v_sh, a.v_sb, bn)};
+      fam::tma_map_4d(c.s.dtype, a.q, c.s.head_dim, sq, a.heads_q, nb, a.q_ss, a.q_sh, a.q_sb, bm),
+      fam::tma_map_4d(c.s.dtype, a.k, c.s.head_dim, sk, a.heads_kv, nb, a.k_ss, a.k_sh, a.k_sb, bn),
+      fam::tma_map_4d(c.s.dtype, a.v, c.s.head_dim_v, sk, a.heads_kv, nb, a.v_ss, a.v_sh, a.v_sb, bn)};
   FaTensorMap* dst[3] = {&tma.q, &tma.k, &tma.v};
   for (int i = 0; i < 3; ++i) {
     if (in.encode_tensor_map == nullptr) return fail(why, "no tensor-map encoder (no device)");
