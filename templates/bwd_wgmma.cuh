@@ -1,7 +1,7 @@
 // bwd_wgmma.cuh -- Hopper (sm_90a) backward: TMA + wgmma + warp specialization (fp16 / bf16, head dims 64 / 128).
 //
 // One CTA per (key block n of kBlockN = 64 * kConsumers keys, kv head g, batch b), in bwd_mma's order (causal: the
-// grid's last args.lpt_tail pairs key-block-major, fa_bwd_cta). Warpgroup 0 is the producer (setmaxnreg.dec): its
+// grid's last args.lpt_tail pairs key-block-major, fa_bwd_cta; with a mask_mod every pair). Warpgroup 0 is the producer (setmaxnreg.dec): its
 // first warp loads K_n and V_n once by TMA (before the first tile; none without tiles), then, for every tile (query
 // head h of g's group, query block m of kBlockM = 64 rows meeting the mask band; heads outer, blocks cyclically from
 // one rotated by n, as bwd_mma), Q_m and
@@ -114,7 +114,7 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
   const int tid = (int)threadIdx.x;
 
   FaBwdCta cta{(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
-  if constexpr (fa_cfg::kMask == 1)
+  if constexpr (fa_cfg::kMask == 1 || fa_cfg::kHasMaskMod)
     cta = fa_bwd_cta(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z, args.lpt_tail,
                      args.lpt_magic_tail, args.lpt_magic_heads);
   const int nb = cta.nb, g = cta.g, b = cta.b;

@@ -106,12 +106,13 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
 }
 
 // Causal: the grid's last (kv head, batch) pairs go key-block-major (fa_bwd_cta, as bwd_mma), two waves' worth of one
-// CTA per SM.
+// CTA per SM; with a mask_mod every pair does (bwd_mma_tiling.cuh: fa_bwd_cta_order).
 bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::string* why) {
   FaBwdArgs a = *static_cast<const FaBwdArgs*>(in.args);
-  if (c.s.mask == kMaskCausal) {
+  const bool mask_mod = c.s.mods != nullptr && !c.s.mods->mask_mod.empty();
+  if (c.s.mask == kMaskCausal || mask_mod) {
     a.lpt_tail = fa_bwd_lpt_tail(static_cast<int>(in.launch.grid[1]), static_cast<int>(in.launch.grid[2]),
-                                 static_cast<int>(in.launch.grid[0]), in.limits.sm_count, 2);
+                                 static_cast<int>(in.launch.grid[0]), in.limits.sm_count, 2, mask_mod);
     a.lpt_magic_tail = a.lpt_tail > 0 ? fa_div_magic(static_cast<unsigned>(a.lpt_tail)) : 0;
     a.lpt_magic_heads = fa_div_magic(in.launch.grid[1]);
   }
