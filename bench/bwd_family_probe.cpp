@@ -19,6 +19,7 @@
 
 #include "api/backward_at.h"
 #include "fa/fa.h"
+#include "probe_check.h"
 #include "generator/problem.h"
 #include "runtime/context.h"
 #include "runtime/driver.h"
@@ -28,14 +29,6 @@ namespace {
 
 using fa::rt::Driver;
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    CUresult r_ = (x);                                                                \
-    if (r_ != CUDA_SUCCESS) {                                                         \
-      fmt::print(stderr, "{}:{}: {} failed ({})\n", __FILE__, __LINE__, #x, (int)r_); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
 
 std::vector<int> ints(const std::string& s) {
   std::vector<int> out;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "fa/fa.h"
+#include "probe_check.h"
 #include "generator/config.h"
 #include "generator/family.h"
 #include "generator/problem.h"
@@ -64,15 +65,6 @@ std::vector<Cell> parse_cells(const char* s) {
   }
   return out;
 }
-
-#define CK(x)                                                                   \
-  do {                                                                          \
-    CUresult r_ = (x);                                                          \
-    if (r_ != CUDA_SUCCESS) {                                                   \
-      fmt::print(stderr, "{}:{}: {} failed ({})\n", __FILE__, __LINE__, #x, (int)r_); \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
 
 struct Buf {
   const Driver* d = nullptr;
