@@ -1,8 +1,8 @@
 // bwd_wgmma.cuh -- Hopper (sm_90a) backward: TMA + wgmma + warp specialization (fp16 / bf16, head dims 64 / 128).
 //
 // One CTA per (key block n of kBlockN = 64 * kConsumers keys, kv head g, batch b), in bwd_mma's order (causal: the
-// grid's last args.lpt_tail pairs key-block-major, fa_bwd_cta; with a mask_mod every pair). Warpgroup 0 is the producer (setmaxnreg.dec): its
-// first warp loads K_n and V_n once by TMA (before the first tile; none without tiles), then, for every tile (query
+// grid's last args.lpt_tail pairs key-block-major, fa_bwd_cta; with a mask_mod every pair). Warpgroup 0 is the
+// producer (setmaxnreg.dec): its first warp loads K_n and V_n once by TMA (before the first tile; none without tiles), then, for every tile (query
 // head h of g's group, query block m of kBlockM = 64 rows meeting the mask band; heads outer, blocks cyclically from
 // one rotated by n, as bwd_mma), Q_m and
 // dO_m by TMA into a kStages-deep ring of 128-byte-swizzled slots, and LSE_m (base 2; +inf hides rows past seqlen_q
@@ -33,7 +33,7 @@
 // column of args.f.blk_cls_t at 64 x kBlockN, walked by common/blk_visit.cuh's cursor in the producer warp and in
 // every consumer warp alike, last block first); tiles the mask hides nowhere skip every mask, the others evaluate
 // mask_mod per pair in a rolled loop. Without classes every tile of the band is visited and masked.
-// Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim (= kHeadDimV, 64 or 128), kMask (1: causal CTA order),
+// Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim (= kHeadDimV, 64 or 128), kMask (1: the CTA order of fa_bwd_cta, as with kHasMaskMod),
 // kHasMaskMod, kHasScoreMod, and the tunables kConsumers (1, 2), kStages (2, 3), kDqCols (the dQ' split; with one
 // consumer it has every column anyway).
 // Parameters: (FaBwdArgs, FaUser with user code (FA_USER_PARAM), FaBwdTma). Launch (host): block = 128 *
