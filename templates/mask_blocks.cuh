@@ -45,8 +45,10 @@ extern "C" __global__ void __launch_bounds__(128) fa_kernel(const FaFwdArgs args
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) sp[p] = hp[p] = 0u;
   // each lane owns the key columns lane, lane + 32, ... below kBN; the lanes of a warp walk the same rows (the votes
-  // below are warp-uniform)
-#pragma unroll 2
+  // below are warp-uniform). Rows unrolled by 2 up to 6 passes: at 7 (block_n 208 / 224), varlen, ptxas spilled 4
+  // bytes with the pair unrolled (full sweep, 2026-11-25).
+  constexpr int kRowUnroll = kPasses >= 7 ? 1 : 2;
+#pragma unroll kRowUnroll
   for (int r = warp, k = 0; r < rows; r += 4, ++k) {
 #pragma unroll
     for (int c0 = 0; c0 < kBN; c0 += 32) {

@@ -139,6 +139,22 @@ bool valid(const KernelConfig& c, std::string* why) {
     return fail(why, "register pressure: " + std::to_string(live) + " accumulator registers per thread > " +
                          std::to_string(budget));
   }
+  // A score_mod (user code on every S element) spills well inside that budget. ptxas -v over every valid point with
+  // the sweep's relative-bias score_mod, alone and beside its document mask (sm_80 and sm_90a, bf16, causal, head
+  // dims 64-256, with and without varlen and ALiBi; 4192 kernels, 2026-11-25): with Q in shared memory 9-99% of the
+  // points at 88-144 live registers spilled and none at <= 80; with Q in registers none at <= 116 and 20-88% above.
+  // The smallest tile (16 rows per warp, 32 keys, Q in shared memory) stays, so that head dims past 128 keep a
+  // tensor-core kernel: spill-free with a score_mod alone, it spills at head dims >= 136 beside a mask_mod (still
+  // far ahead of the reference kernel).
+  if (score_code) {
+    const bool smallest = mt == 1 && t[kBlockN] == 32 && t[kQInRegs] == 0;
+    const int score_budget = t[kQInRegs] != 0 ? 116 : 80;
+    if (live > score_budget && !smallest)
+      return fail(why, "register pressure with a score_mod: " + std::to_string(live) +
+                           " accumulator registers per thread > " + std::to_string(score_budget) +
+                           (t[kQInRegs] != 0 ? " (Q in registers)" : " (Q in shared memory)") +
+                           "; the smallest tile (16 rows per warp, 32 keys) is always allowed");
+  }
   return true;
 }
 
