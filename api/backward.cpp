@@ -22,23 +22,26 @@ struct Prepared {
   fa::gen::Plan plan;
 };
 
-// Validates and plans. `pinned`: the backward family `family` (bwd_mma, bwd_wgmma) at these tunables
-// (rt::run_backward_at), no chooser; NOT_SUPPORTED where it does not cover the problem.
-Status prepare_plan(fa_context c, const fa_bwd_params* in, const TuneRequest* tune, Prepared* out,
-                    const fa::gen::Tunables* pinned = nullptr, const char* family = "bwd_mma") {
+// The context checked and `in` validated into out->v / out->d.
+Status validated(fa_context c, const fa_bwd_params* in, Prepared* out) {
   Status st = check_context(c);
-  if (!st.ok()) return st;
-  st = validate_backward(in, &out->v, &out->d);
-  if (!st.ok()) return st;
+  if (st.ok()) st = validate_backward(in, &out->v, &out->d);
+  return st;
+}
+
+// Plans a validated call (validated()). `pinned`: the backward family `family` (bwd_mma, bwd_wgmma) at these
+// tunables (rt::run_backward_at), no chooser; NOT_SUPPORTED where it does not cover the problem.
+Status plan_validated(fa_context c, const TuneRequest* tune, Prepared* out, const fa::gen::Tunables* pinned = nullptr,
+                      const char* family = "bwd_mma") {
   const int arch = context_arch(c);
   std::string why;
   if (pinned != nullptr) {
-    const fa::gen::Family* mma = fa::gen::find_family(family);
-    if (mma == nullptr || mma->role != fa::gen::Role::Backward || !fa::gen::family_covers(*mma, out->d, arch, &why))
+    const fa::gen::Family* f = fa::gen::find_family(family);
+    if (f == nullptr || f->role != fa::gen::Role::Backward || !fa::gen::family_covers(*f, out->d, arch, &why))
       return error(FA_ERROR_NOT_SUPPORTED, std::string("the backward family ") + family + " does not cover this problem: " + why);
-    out->plan = fa::gen::make_plan(fa::gen::semantic_for(*mma, out->d, arch), *pinned, out->d);
+    out->plan = fa::gen::make_plan(fa::gen::semantic_for(*f, out->d, arch), *pinned, out->d);
   } else {
-    st = plan_for(c, fa::gen::Role::Backward, out->d, tune, &out->plan);
+    Status st = plan_for(c, fa::gen::Role::Backward, out->d, tune, &out->plan);
     if (!st.ok()) return st;
   }
   for (const auto& step : out->plan.steps) {
@@ -46,6 +49,13 @@ Status prepare_plan(fa_context c, const fa_bwd_params* in, const TuneRequest* tu
       return error(FA_ERROR_NOT_SUPPORTED, "backward step " + fa::gen::canonical_key(step) + ": " + why);
   }
   return Status::Ok();
+}
+
+// Validates and plans (validated(), then plan_validated()).
+Status prepare_plan(fa_context c, const fa_bwd_params* in, const TuneRequest* tune, Prepared* out,
+                    const fa::gen::Tunables* pinned = nullptr, const char* family = "bwd_mma") {
+  Status st = validated(c, in, out);
+  return st.ok() ? plan_validated(c, tune, out, pinned, family) : st;
 }
 
 FaBwdArgs make_bwd_args(const BwdView& v, const fa::gen::ProblemDesc& d, const fa::gen::Plan& plan) {
@@ -123,8 +133,7 @@ bool may_tune(fa_context c, const Prepared& P) {
 // capturing).
 Status run_backward(fa_context c, const fa_bwd_params* in, CUstream stream) {
   Prepared P;
-  Status st = check_context(c);
-  if (st.ok()) st = validate_backward(in, &P.v, &P.d);
+  Status st = validated(c, in, &P);
   if (!st.ok()) return st;
   const ShapeSignature sig = shape_signature(fa::gen::Role::Backward, P.d);
   if (c->has_device)
@@ -132,7 +141,7 @@ Status run_backward(fa_context c, const fa_bwd_params* in, CUstream stream) {
       return enqueue_with(c, P.v, P.d, hit->plan, &hit->kernels, false, stream, P.v.bwd.workspace,
                           P.v.bwd.workspace_size);
   const uint64_t generation = c->plans.generation();  // read before the choice (plan_cache.h)
-  st = prepare_plan(c, in, nullptr, &P);  // the selector's plan, without tuning
+  st = plan_validated(c, nullptr, &P);  // the selector's plan, without tuning
   if (!st.ok()) return st;
   if (!c->has_device) return error(FA_ERROR_NO_DEVICE, c->no_device_reason);
   bool capturing = false;
@@ -140,7 +149,7 @@ Status run_backward(fa_context c, const fa_bwd_params* in, CUstream stream) {
   if (!st.ok()) return st;
   if (!capturing && may_tune(c, P)) {
     const TuneRequest tune = backward_tune_request(c, P, stream);
-    st = prepare_plan(c, in, &tune, &P);
+    st = plan_validated(c, &tune, &P);
     if (!st.ok()) return st;
   }
   auto entry = std::make_shared<CachedPlan>();
@@ -193,7 +202,7 @@ extern "C" FA_API fa_status fa_prepare_backward(fa_context c, const fa_bwd_param
     if (!st.ok()) return st;
     if (may_tune(c, P)) {
       const TuneRequest tune = backward_tune_request(c, P, nullptr);
-      st = prepare_plan(c, params, &tune, &P);
+      st = plan_validated(c, &tune, &P);
       if (!st.ok()) return st;
     }
     for (const auto& step : P.plan.steps) {

@@ -6,72 +6,84 @@ implementations, for comparison.
 
   FA_LIBRARY=build/lib/libfa.so PYTHONPATH=python python3 bench/bwd_host.py
 """
-import sys, time, ctypes
-import torch, torch.nn.functional as F
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-sys.path.insert(0, "python")
-import fa
-from fa import _torch_ops as T
-from fa._tensor_params import build_params, build_bwd_params
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+import fa  # noqa: E402
+from fa import _torch_ops as T  # noqa: E402
+from fa._tensor_params import build_params, build_bwd_params  # noqa: E402
+from host_overhead import host_us as loop_us  # noqa: E402
+
 
 def host_us(fn, n=300):
-    for _ in range(20): fn()
-    torch.cuda.synchronize()
-    best = []
-    for r in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n): fn()
-        t1 = time.perf_counter(); torch.cuda.synchronize()
-        best.append(1e6 * (t1 - t0) / n)
-    best.sort(); return best[len(best)//2]
+    """Median over 5 loops of host_overhead.py's timer (n calls each), after 20 warm-up calls."""
+    for _ in range(20):
+        fn()
+    return statistics.median(loop_us(fn, n) for _ in range(5))
 
-S = 64
-q, k, v = (torch.randn(1, S, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-do = torch.randn(1, S, 16, 128, device="cuda", dtype=torch.bfloat16)
-qd, kd, vd = q.detach(), k.detach(), v.detach()
-o, lse = T._fwd_impl(qd, kd, vd, None, None, None, None, 0, 0, 1, -1, -1, 0.0, 0.0)
-rest = (None, None, None, None, 0, 0, 1, -1, -1, 0.0, 0.0)
-ctxo = fa.context.default_context(0)
-dq, dk, dv = (torch.empty_like(x) for x in (qd, kd, vd))
-p, keep = build_params(qd, kd, vd, o, lse, *rest)
-bp = build_bwd_params(p, do, dq, dk, dv, False, False)
-stream = T._stream(q.device)
 
-def devctx():
-    with torch.cuda.device(q.device):
-        pass
+def main() -> int:
+    if not torch.cuda.is_available() or not fa.available():
+        print("bwd_host: skipped (no GPU or no libfa)")
+        return 0
+    S = 64
+    q, k, v = (torch.randn(1, S, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    do = torch.randn(1, S, 16, 128, device="cuda", dtype=torch.bfloat16)
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    o, lse = T._fwd_impl(qd, kd, vd, None, None, None, None, 0, 0, 1, -1, -1, 0.0, 0.0)
+    rest = (None, None, None, None, 0, 0, 1, -1, -1, 0.0, 0.0)
+    ctxo = fa.context.default_context(0)
+    dq, dk, dv = (torch.empty_like(x) for x in (qd, kd, vd))
+    p, keep = build_params(qd, kd, vd, o, lse, *rest)
+    bp = build_bwd_params(p, do, dq, dk, dv, False, False)
+    stream = T._stream(q.device)
 
-class Ident(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, b, c): return a.clone()
-    @staticmethod
-    def backward(ctx, g): return g, None, None
+    def device_switch():
+        with torch.cuda.device(q.device):
+            pass
 
-class Old(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, *inputs):
-        o, lse = T._fwd_impl(*inputs)
-        T._setup_context(ctx, inputs, (o, lse))
-        return o, lse
-    @staticmethod
-    def backward(ctx, dout, _dlse):
-        return T._grads(T._bwd_impl, ctx, dout)
+    class Ident(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b, c): return a.clone()
+        @staticmethod
+        def backward(ctx, g): return g, None, None
 
-cases = {
-  "OLD 14-arg Function fwd+grad": lambda: torch.autograd.grad(Old.apply(q, k, v, *rest)[0], (q, k, v), do),
-  "fa fwd+grad (autograd)": lambda: torch.autograd.grad(fa.attention(q, k, v, causal=True), (q, k, v), do),
-  "fa fwd (nograd)": lambda: fa.attention(qd, kd, vd, causal=True),
-  "_bwd_impl direct": lambda: T._bwd_impl(do, qd, kd, vd, o, lse, *rest, False),
-  "build_params+bwd": lambda: build_bwd_params(build_params(qd, kd, vd, o, lse, *rest)[0], do, dq, dk, dv, False, False),
-  "ctx.run_backward (C call)": lambda: ctxo.run_backward(bp, stream),
-  "with torch.cuda.device: pass": lambda: devctx(),
-  "autograd identity fn": lambda: torch.autograd.grad(Ident.apply(q, k, v), (q,), do),
-  "3x torch.empty": lambda: [torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (qd, kd, vd)],
-}
-def sdpa():
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        return torch.autograd.grad(F.scaled_dot_product_attention(qt, kt, vt, is_causal=True), (q, k, v), do.transpose(1, 2))
-cases["FA2 fwd+grad (autograd)"] = sdpa
-for name, fn in cases.items():
-    print(f"{name:<40} host {host_us(fn):8.1f} us")
+    class Old(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *inputs):
+            o, lse = T._fwd_impl(*inputs)
+            T._setup_context(ctx, inputs, (o, lse))
+            return o, lse
+        @staticmethod
+        def backward(ctx, dout, _dlse):
+            return T._grads(T._bwd_impl, ctx, dout)
+
+    cases = {
+      "OLD 14-arg Function fwd+grad": lambda: torch.autograd.grad(Old.apply(q, k, v, *rest)[0], (q, k, v), do),
+      "fa fwd+grad (autograd)": lambda: torch.autograd.grad(fa.attention(q, k, v, causal=True), (q, k, v), do),
+      "fa fwd (nograd)": lambda: fa.attention(qd, kd, vd, causal=True),
+      "_bwd_impl direct": lambda: T._bwd_impl(do, qd, kd, vd, o, lse, *rest, False),
+      "build_params+bwd": lambda: build_bwd_params(build_params(qd, kd, vd, o, lse, *rest)[0], do, dq, dk, dv, False, False),
+      "ctx.run_backward (C call)": lambda: ctxo.run_backward(bp, stream),
+      "with torch.cuda.device: pass": device_switch,
+      "autograd identity fn": lambda: torch.autograd.grad(Ident.apply(q, k, v), (q,), do),
+      "3x torch.empty": lambda: [torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (qd, kd, vd)],
+    }
+    def sdpa():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            return torch.autograd.grad(F.scaled_dot_product_attention(qt, kt, vt, is_causal=True), (q, k, v), do.transpose(1, 2))
+    cases["FA2 fwd+grad (autograd)"] = sdpa
+    for name, fn in cases.items():
+        print(f"{name:<40} host {host_us(fn):8.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -153,8 +153,8 @@ std::string render_source(const KernelConfig& c) {
   src += fmt::format("constexpr bool kEvenK = {};\n", b(s.even_k));
   src += fmt::format("constexpr bool kHasLse = {};\n", b(s.has_lse));
   src += fmt::format("constexpr bool kPaged = {};\n", b(s.paged));
-  src += fmt::format("constexpr bool kHasMaskMod = {};\n", b(s.mods != nullptr && !s.mods->mask_mod.empty()));
-  src += fmt::format("constexpr bool kHasScoreMod = {};\n", b(s.mods != nullptr && !s.mods->score_mod.empty()));
+  src += fmt::format("constexpr bool kHasMaskMod = {};\n", b(has_mask_mod(s.mods)));
+  src += fmt::format("constexpr bool kHasScoreMod = {};\n", b(has_score_mod(s.mods)));
   if (s.family != nullptr) {
     const auto& knobs = s.family->knobs;
     for (size_t i = 0; i < knobs.size(); ++i) {

@@ -26,6 +26,11 @@ struct UserMods {
   uint64_t hash = 0;      // of everything above: the key's ".mod<hash>" part
 };
 
+// Whether m (nullptr: no user code) has a mask_mod / a score_mod: what kHasMaskMod / kHasScoreMod render, and
+// what the families' rules and plans ask.
+inline bool has_mask_mod(const UserMods* m) { return m != nullptr && !m->mask_mod.empty(); }
+inline bool has_score_mod(const UserMods* m) { return m != nullptr && !m->score_mod.empty(); }
+
 // The interned record of these contents (one pointer per distinct content, thread-safe), or nullptr when every
 // body is empty and there are no buffers. An empty score_mod_grad leaves the hash as it was before the field.
 const UserMods* intern_user_mods(std::string_view mask_mod, std::string_view score_mod, int num_buffers,

@@ -76,6 +76,11 @@ bool overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// The tensor-copy engine (TMA) reads q, k, v (and, in the Hopper backward, dout) as (head_dim, seq, heads, batch)
+// boxes: on top of the 16-byte rule, every dimension of extent > 1 needs a positive byte stride below 2^40.
+bool tma_stride(int64_t stride, int64_t extent, size_t elem_bytes) {
+  return extent <= 1 || (stride > 0 && stride * static_cast<int64_t>(elem_bytes) < (int64_t{1} << 40));
+}
 
 }  // namespace
 
@@ -304,18 +309,14 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   if (p.bias != nullptr)
     d.aligned16 = d.aligned16 && aligned16(p.bias) && p.bias_stride_k == 1 && s16(p.bias_stride_batch) &&
                   s16(p.bias_stride_head) && s16(p.bias_stride_q);
-  // The tensor-copy engine (TMA) reads q, k, v as (head_dim, seq, heads, batch) boxes: on top of the 16-byte rule,
-  // every dimension of extent > 1 needs a positive byte stride below 2^40 (varlen: the packed sequence, batch 1).
-  auto tma_stride = [&](int64_t stride, int64_t extent) {
-    return extent <= 1 || (stride > 0 && stride * static_cast<int64_t>(es) < (int64_t{1} << 40));
-  };
+  // TMA boxes of q, k, v (tma_stride; varlen: the packed sequence, batch 1).
   const int64_t tma_b = varlen ? 1 : p.batch, tma_q = varlen ? d.total_q : p.seqlen_q,
                 tma_k = varlen ? d.total_k : p.seqlen_k;
-  d.tma_ok = d.aligned16 && !paged && tma_stride(p.q_stride_seq, tma_q) && tma_stride(p.q_stride_head, p.heads_q) &&
-             tma_stride(p.q_stride_batch, tma_b) && tma_stride(p.k_stride_seq, tma_k) &&
-             tma_stride(p.k_stride_head, p.heads_kv) && tma_stride(p.k_stride_batch, tma_b) &&
-             tma_stride(p.v_stride_seq, tma_k) && tma_stride(p.v_stride_head, p.heads_kv) &&
-             tma_stride(p.v_stride_batch, tma_b);
+  d.tma_ok = d.aligned16 && !paged && tma_stride(p.q_stride_seq, tma_q, es) &&
+             tma_stride(p.q_stride_head, p.heads_q, es) && tma_stride(p.q_stride_batch, tma_b, es) &&
+             tma_stride(p.k_stride_seq, tma_k, es) && tma_stride(p.k_stride_head, p.heads_kv, es) &&
+             tma_stride(p.k_stride_batch, tma_b, es) && tma_stride(p.v_stride_seq, tma_k, es) &&
+             tma_stride(p.v_stride_head, p.heads_kv, es) && tma_stride(p.v_stride_batch, tma_b, es);
   d.v_in_k = p.v == p.k && p.head_dim_v <= p.head_dim && p.v_stride_batch == p.k_stride_batch &&
              p.v_stride_seq == p.k_stride_seq && p.v_stride_head == p.k_stride_head;
   *out = p;
@@ -454,12 +455,9 @@ Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc
                 s16(b.dq_stride_batch) && s16(b.dq_stride_seq) && s16(b.dq_stride_head) &&
                 s16(b.dk_stride_batch) && s16(b.dk_stride_seq) && s16(b.dk_stride_head) &&
                 s16(b.dv_stride_batch) && s16(b.dv_stride_seq) && s16(b.dv_stride_head);
-  // The Hopper backward (bwd_wgmma) reads dout by TMA too: q/k/v's rule (validate_forward) for its strides.
-  auto tma_stride = [&](int64_t stride, int64_t extent) {
-    return extent <= 1 || (stride > 0 && stride * static_cast<int64_t>(es) < (int64_t{1} << 40));
-  };
-  d.tma_ok = d.tma_ok && d.aligned16 && tma_stride(b.dout_stride_seq, tq) &&
-             tma_stride(b.dout_stride_head, p.heads_q) && tma_stride(b.dout_stride_batch, nb);
+  // The Hopper backward (bwd_wgmma) reads dout by TMA too (tma_stride, as q, k, v).
+  d.tma_ok = d.tma_ok && d.aligned16 && tma_stride(b.dout_stride_seq, tq, es) &&
+             tma_stride(b.dout_stride_head, p.heads_q, es) && tma_stride(b.dout_stride_batch, nb, es);
   *out = v;
   *desc = d;
   return Status::Ok();

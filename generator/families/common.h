@@ -129,6 +129,15 @@ inline TensorMapDesc tma_map_4d(int dtype, const void* base, int dim, long long 
   return m;
 }
 
+// Encodes the tensor maps maps[0..n) into dst[0..n) (128-byte CUtensorMaps) with the device's encoder (BindInput).
+inline bool encode_tensor_maps(const BindInput& in, const TensorMapDesc* maps, void* const* dst, int n,
+                               const char* family, std::string* why) {
+  if (in.encode_tensor_map == nullptr) return fail(why, family, "no tensor-map encoder (no device)");
+  for (int i = 0; i < n; ++i)
+    if (!in.encode_tensor_map(in.encoder_ctx, maps[i], dst[i], why)) return false;
+  return true;
+}
+
 // The end of every backward plan: the family's own step `main` (the tuned one), then bwd_post at its defaults; the
 // workspace ends at `off` (at least 256 bytes).
 inline void backward_plan_end(const KernelConfig& main, const ProblemDesc& p, size_t off, Plan* plan) {
@@ -208,7 +217,7 @@ inline size_t plan_mask_blocks(const KernelConfig& main, const ProblemDesc& p, c
 // (plan_mask_blocks; per batch entry in varlen, whose lengths differ). Without a mask_mod: the plan of one.
 inline Plan block_sparse_plan(const KernelConfig& main, const ProblemDesc& p, const BlockSkipping& b) {
   Plan out;
-  if (main.s.mods != nullptr && !main.s.mods->mask_mod.empty()) out.workspace_bytes = plan_mask_blocks(main, p, b, 0, &out);
+  if (has_mask_mod(main.s.mods)) out.workspace_bytes = plan_mask_blocks(main, p, b, 0, &out);
   out.steps.push_back(main);
   out.tuned_step = static_cast<int>(out.steps.size()) - 1;
   return out;

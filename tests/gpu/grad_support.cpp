@@ -5,6 +5,10 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
+
+#include "api/backward_at.h"
+
 namespace fa::test {
 
 double bwd_tolerance(int dtype) {
@@ -87,6 +91,22 @@ GradResult check_grads(const Case& c, Grads& g) {
     return r;
   }
   return measure_grads(c, g);
+}
+
+GradResult check_grads_at(const Case& c, Grads& g, const gen::Tunables& t, const char* family) {
+  Gpu& gp = gpu();
+  GradResult r;
+  poison_grads(c, g);
+  const rt::Status st = rt::run_backward_at(gp.ctx, &g.b, t, gp.stream, family);
+  if (!st.ok()) {
+    r.failure = std::string("run_backward_at: ") + st.message;
+    return r;
+  }
+  return measure_grads(c, g);
+}
+
+std::string GradResult::describe() const {
+  return fmt::format("dq {:.3g} dk {:.3g} dv {:.3g} {} padding {} ", dq, dk, dv, failure, padding_ok);
 }
 
 GradResult measure_grads(const Case& c, Grads& g) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "generator/config.h"
 #include "tests/gpu/gpu_support.h"
 
 namespace fa::test {
@@ -35,10 +36,14 @@ struct GradResult {
   std::string failure;  // empty: fa_run_backward returned FA_OK
   double worst() const { return std::max(dq, std::max(dk, dv)); }
   bool ok(int dtype) const { return failure.empty() && padding_ok && worst() <= bwd_tolerance(dtype); }
+  std::string describe() const;  // "dq .. dk .. dv .. <failure> padding <ok>", for a failed expectation
 };
 // fa_run_backward of g (the case's forward already ran: its o and lse are on the device) on the test stream, with
 // the gradients poisoned first, against the oracle's gradients.
 GradResult check_grads(const Case& c, Grads& g);
+// The same through rt::run_backward_at: the backward family `family`'s plan at tunables t (the deterministic mode
+// as g.b says), the run's error in .failure.
+GradResult check_grads_at(const Case& c, Grads& g, const gen::Tunables& t, const char* family);
 // The gradients of a backward already enqueued on the test stream (after poison_grads) against the oracle's: syncs,
 // then the errors and the padding.
 GradResult measure_grads(const Case& c, Grads& g);

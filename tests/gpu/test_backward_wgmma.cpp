@@ -9,7 +9,6 @@
 
 #include <fmt/format.h>
 
-#include "api/backward_at.h"
 #include "generator/family.h"
 #include "generator/problem.h"
 #include "runtime/context.h"
@@ -52,20 +51,15 @@ TEST(GpuBackwardWgmma, SelectedWhereItCoversAndMatchesTheOracle) {
     ASSERT_STREQ(s.family->name, "bwd_wgmma") << c.desc;
     // fa_run_backward (the selector, default tunables)
     const GradResult r = check_grads(c, g);
-    EXPECT_TRUE(r.ok(c.dtype)) << fmt::format("dq {:.3g} dk {:.3g} dv {:.3g} {} padding {} [{}]", r.dq, r.dk, r.dv,
-                                              r.failure, r.padding_ok, c.desc);
+    EXPECT_TRUE(r.ok(c.dtype)) << r.describe() << "[" << c.desc << "]";
     worst = std::max(worst, r.worst());
     // every valid point of the family
     for (const gen::Tunables& t : gen::valid_space(s, gp.ctx->limits)) {
       const std::string key = fmt::format("{} [{}]", gen::tunables_key(s, t), c.desc);
-      poison_grads(c, g);
-      const rt::Status st = rt::run_backward_at(gp.ctx, &g.b, t, gp.stream, "bwd_wgmma");
-      ASSERT_TRUE(st.ok()) << st.message << " " << key;
-      const GradResult rp = measure_grads(c, g);
+      const GradResult rp = check_grads_at(c, g, t, "bwd_wgmma");
+      ASSERT_TRUE(rp.failure.empty()) << rp.failure << " " << key;
       worst = std::max(worst, rp.worst());
-      EXPECT_TRUE(rp.ok(c.dtype)) << fmt::format("dq {:.3g} dk {:.3g} dv {:.3g} {} padding {} ", rp.dq, rp.dk, rp.dv,
-                                                 rp.failure, rp.padding_ok)
-                                  << key;
+      EXPECT_TRUE(rp.ok(c.dtype)) << rp.describe() << key;
       ++points;
     }
     // the deterministic mode is bwd_mma's

@@ -32,6 +32,7 @@
 
 #include <fmt/format.h>
 
+#include "../bwd_cta_order.h"
 #include "../common.h"
 #include "generator/user_mods.h"
 #include "templates/fa_args.cuh"
@@ -61,8 +62,6 @@ FaBwdLayout layout(const KernelConfig& c) {
 }
 
 int reg_estimate(const KernelConfig& c) { return fa_bwd_acc_regs(layout(c)); }
-
-bool has_mask_mod(const KernelConfig& c) { return c.s.mods != nullptr && !c.s.mods->mask_mod.empty(); }
 
 bool valid(const KernelConfig& c, std::string* why);
 unsigned smem_bytes(const KernelConfig& c);
@@ -112,7 +111,7 @@ bool valid(const KernelConfig& c, std::string* why) {
                       (transient <= kBwdMmaWideTransient || even_cols);
   const bool wide = t[kWarps] == 8 && transient <= kBwdMmaWideTransient && regs <= kBwdMmaWideBudget && even_cols;
   // score_mod (user code) runs on the feature path (bwd_mma.cuh: kFeat), so it is held to the features' rules.
-  const bool score_code = c.s.mods != nullptr && !c.s.mods->score_mod.empty();
+  const bool score_code = has_score_mod(c.s.mods);
   const bool features = c.s.has_bias || c.s.has_alibi || c.s.has_softcap || score_code;
   if (features && !even_cols && regs > kBwdMmaFeatUnevenBudget)
     return fail(fmt::format("registers: estimated {} float32 accumulators per thread with bias/ALiBi/softcap and "
@@ -123,7 +122,7 @@ bool valid(const KernelConfig& c, std::string* why) {
   // 12 bytes on sm_80, 24-84 bytes at head dims 32-48 and 12 bytes at 56 (padded to 64, one stage; 2026-11-23, also
   // before this session's changes), so it stays outside the rule elsewhere.
   // A mask_mod (user code in the masking step, block skipping; bwd_mma.cuh: kBlockSparse) spills 18-78 bytes there.
-  const bool mask_code = has_mask_mod(c);
+  const bool mask_code = has_mask_mod(c.s.mods);
   const bool fa2_d64_tile = c.s.arch >= 90 && !features && !mask_code && t[kBlockM] == 128 && t[kBlockN] == 128 &&
                             t[kWarps] == 8 && c.s.head_dim == 64 && c.s.head_dim_v == 64;
   if (!narrow && !wide && !fa2_d64_tile)
@@ -224,7 +223,7 @@ unsigned smem_bytes(const KernelConfig& c) {
   const int dp = (c.s.head_dim + 15) / 16 * 16, dvp = (c.s.head_dim_v + 15) / 16 * 16;
   const int pk = fa_smem_pitch(dp), pv = fa_smem_pitch(dvp);  // K / Q and V / dO row pitches (smem_layout.cuh)
   const int halves = bn * pk + bn * pv + ns * bm * pk + ns * bm * pv + 2 * bn * (bm + 8);
-  const unsigned mailbox = fa_bwd_cta_order(c.s.mask, has_mask_mod(c), bm, bn) ? 16 : 0;  // the CTA mailbox (bwd_mma.cuh: cta_coord)
+  const unsigned mailbox = fa_bwd_cta_order(c.s.mask, has_mask_mod(c.s.mods), bm, bn) ? 16 : 0;  // the CTA mailbox (bwd_mma.cuh: cta_coord)
   return static_cast<unsigned>(halves * 2 + ns * bm * 8) + mailbox;
 }
 
@@ -248,7 +247,7 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return no(fmt::format("dtype: bwd_mma needs fp16 or bf16, got {}", dtype_name(p.dtype)));
   if (!p.aligned16) return no("alignment: bwd_mma needs 16-byte aligned pointers and strides");
   // Block skipping's list entries ((hl * query blocks + m) << 1 | full, int32) must fit at the smallest block_m.
-  if (p.mods != nullptr && !p.mods->mask_mod.empty() &&
+  if (has_mask_mod(p.mods) &&
       static_cast<long long>(p.heads_q / p.heads_kv) * ((p.seqlen_q + 15) / 16) >= (1ll << 30))
     return no("bwd_mma: too many (query head, query block) pairs per kv head for block skipping's lists");
   const Semantic s = semantic_for(*find_family("bwd_mma"), p, arch);
@@ -268,7 +267,7 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
     off = fam::align256(off + static_cast<size_t>(rows) * static_cast<size_t>(p.heads_q) * sizeof(int));
   }
   // Block skipping (a mask_mod): the tile classes at this kernel's tile, transposed too, and the visiting lists.
-  if (main.s.mods != nullptr && !main.s.mods->mask_mod.empty()) {
+  if (has_mask_mod(main.s.mods)) {
     const Family& f = *main.s.family;
     off = fam::plan_mask_blocks(main, p, fam::BlockSkipping{main.t[kBlockM], main.t[kBlockN], f.knobs[kBlockM].values,
                                                             f.knobs[kBlockN].values, true, true},
@@ -292,18 +291,12 @@ int resident_ctas(const BindInput& in) {
   return std::max(1, n);
 }
 
-// Causal (fa_bwd_cta_order): the grid's last pairs go heaviest key block first (fa_bwd_cta), two waves' worth; with
-// a mask_mod every pair does (its heavy key blocks are the low ones; one wave of them would still end on a tail).
+// Causal or a mask_mod (fa_bwd_cta_order): the CTA order (bwd_cta_order.h), over the CTAs resident per SM.
 bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::string* why) {
   FaBwdArgs a = *static_cast<const FaBwdArgs*>(in.args);
-  const bool mask_mod = has_mask_mod(c);
-  if (fa_bwd_cta_order(c.s.mask, mask_mod, c.t[kBlockM], c.t[kBlockN])) {
-    const int slots = in.limits.sm_count * resident_ctas(in);
-    a.lpt_tail = fa_bwd_lpt_tail(static_cast<int>(in.launch.grid[1]), static_cast<int>(in.launch.grid[2]),
-                                 static_cast<int>(in.launch.grid[0]), slots, 2, mask_mod);
-    a.lpt_magic_tail = a.lpt_tail > 0 ? fa_div_magic(static_cast<unsigned>(a.lpt_tail)) : 0;
-    a.lpt_magic_heads = fa_div_magic(in.launch.grid[1]);
-  }
+  const bool mask_mod = has_mask_mod(c.s.mods);
+  if (fa_bwd_cta_order(c.s.mask, mask_mod, c.t[kBlockM], c.t[kBlockN]))
+    fam::bind_bwd_cta_order(&a, in.launch.grid, in.limits.sm_count * resident_ctas(in), mask_mod);
   // (FaBwdArgs[, FaUser with user code]): the template's fa_kernel(args FA_USER_PARAM)
   if (c.s.mods != nullptr && in.user == nullptr) return fam::fail(why, "bwd_mma", "the user code's arguments (FaUser) are missing");
   if (out->add(&a, sizeof a, alignof(FaBwdArgs)) &&

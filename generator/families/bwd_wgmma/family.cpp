@@ -8,11 +8,12 @@
 // Q / dO ring), dq_cols (dQ' split over the consumers by head-dim columns, else by keys).
 // Plan: bwd_pre -> [mask_blocks ->] bwd_wgmma -> bwd_post over bwd_mma's workspace (Delta, the 8 x 8 tiled float32
 // dq_accum: fam::dq_accum_region; with a mask_mod the tile classes at 64 x block_n, transposed too).
-// Binding: FaBwdArgs (causal: bwd_mma's CTA-order fields, fa_bwd_cta), FaUser (user code only), then FaBwdTma
-// (templates/fa_tma_args.cuh): four 4D tensor maps, box (64, rows, 1, 1) with 64 rows for Q / dO and block_n rows for
-// K / V.
+// Binding: FaBwdArgs (causal or a mask_mod: bwd_mma's CTA-order fields, bwd_cta_order.h), FaUser (user code only),
+// then FaBwdTma (templates/fa_tma_args.cuh): four 4D tensor maps, box (64, rows, 1, 1) with 64 rows for Q / dO
+// and block_n rows for K / V.
 #include <fmt/format.h>
 
+#include "../bwd_cta_order.h"
 #include "../common.h"
 #include "templates/bwd_mma_tiling.cuh"
 #include "templates/fa_args.cuh"
@@ -29,8 +30,6 @@ constexpr int kSmemLimit = 232448;  // 227 KB, the sm_90 opt-in maximum (the tem
 bool fail(std::string* why, const std::string& msg) { return fam::fail(why, "bwd_wgmma", msg); }
 
 bool head_dims_ok(int d, int dv) { return d == dv && (d == 64 || d == 128); }
-// User code runs: a mask_mod with block skipping over mask_blocks' classes, a score_mod with its derivative.
-bool mask_code(const UserMods* m) { return m != nullptr && !m->mask_mod.empty(); }
 
 // The template's shared-memory formula (bwd_wgmma.cuh): K, V, the Q / dO ring, two dS^T buffers, LSE / Delta per
 // slot, barriers, 1 KB of alignment slack.
@@ -94,7 +93,7 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   off = fam::dq_accum_region(p, off, &out);
   // A mask_mod: mask_blocks' classes at this kernel's 64 x block_n tile, transposed (the CTA walks its key block's
   // column; bwd_wgmma.cuh: for_each_tile), no lists.
-  if (mask_code(main.s.mods)) {
+  if (has_mask_mod(main.s.mods)) {
     const Family& f = *main.s.family;
     std::vector<int> block_ns;
     for (int c : f.knobs[kConsumers].values) block_ns.push_back(64 * c);
@@ -105,17 +104,11 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   return out;
 }
 
-// Causal: the grid's last (kv head, batch) pairs go key-block-major (fa_bwd_cta, as bwd_mma), two waves' worth of one
-// CTA per SM; with a mask_mod every pair does (bwd_mma_tiling.cuh: fa_bwd_cta_order).
+// Causal or a mask_mod: the CTA order of bwd_mma (bwd_cta_order.h), one CTA per SM.
 bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::string* why) {
   FaBwdArgs a = *static_cast<const FaBwdArgs*>(in.args);
-  const bool mask_mod = c.s.mods != nullptr && !c.s.mods->mask_mod.empty();
-  if (c.s.mask == kMaskCausal || mask_mod) {
-    a.lpt_tail = fa_bwd_lpt_tail(static_cast<int>(in.launch.grid[1]), static_cast<int>(in.launch.grid[2]),
-                                 static_cast<int>(in.launch.grid[0]), in.limits.sm_count, 2, mask_mod);
-    a.lpt_magic_tail = a.lpt_tail > 0 ? fa_div_magic(static_cast<unsigned>(a.lpt_tail)) : 0;
-    a.lpt_magic_heads = fa_div_magic(in.launch.grid[1]);
-  }
+  const bool mask_mod = has_mask_mod(c.s.mods);
+  if (c.s.mask == kMaskCausal || mask_mod) fam::bind_bwd_cta_order(&a, in.launch.grid, in.limits.sm_count, mask_mod);
   const FaFwdArgs& f = a.f;
   const int bn = 64 * c.t[kConsumers], d = c.s.head_dim;
   FaBwdTma tma{};
@@ -124,11 +117,8 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
       fam::tma_map_4d(c.s.dtype, f.k, d, f.seqlen_k, f.heads_kv, f.batch, f.k_ss, f.k_sh, f.k_sb, bn),
       fam::tma_map_4d(c.s.dtype, f.v, d, f.seqlen_k, f.heads_kv, f.batch, f.v_ss, f.v_sh, f.v_sb, bn),
       fam::tma_map_4d(c.s.dtype, a.dout, d, f.seqlen_q, f.heads_q, f.batch, a.do_ss, a.do_sh, a.do_sb, 64)};
-  FaTensorMap* dst[4] = {&tma.q, &tma.k, &tma.v, &tma.dout};
-  for (int i = 0; i < 4; ++i) {
-    if (in.encode_tensor_map == nullptr) return fail(why, "no tensor-map encoder (no device)");
-    if (!in.encode_tensor_map(in.encoder_ctx, maps[i], dst[i], why)) return false;
-  }
+  void* const dst[4] = {&tma.q, &tma.k, &tma.v, &tma.dout};
+  if (!fam::encode_tensor_maps(in, maps, dst, 4, "bwd_wgmma", why)) return false;
   // (FaBwdArgs[, FaUser with user code], FaBwdTma): the template's fa_kernel(args FA_USER_PARAM, tma)
   if (c.s.mods != nullptr && in.user == nullptr) return fail(why, "the user code's arguments (FaUser) are missing");
   if (out->add(&a, sizeof a, alignof(FaBwdArgs)) &&

@@ -114,7 +114,7 @@ bool valid(const KernelConfig& c, std::string* why) {
   const int s_regs = mt * (t[kBlockN] / 8) * 4;
   // A mask_mod alone runs in the masking step (as the built-in masks do; full blocks skip it): it keeps the plain
   // accumulator budget, its S tile held to 32 registers (ptxas -v over the sweep's document mask, 2026-11-25).
-  const bool score_code = s.mods != nullptr && !s.mods->score_mod.empty();
+  const bool score_code = has_score_mod(s.mods);
   const bool mask_only = s.mods != nullptr && !score_code;
   const bool feat = s.has_bias || s.has_alibi || s.has_softcap || s.varlen || score_code;
   // An additive bias is loaded beside every S element: with 64-key blocks the bias path exceeds 255 registers at

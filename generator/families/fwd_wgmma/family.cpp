@@ -38,10 +38,10 @@ constexpr int kSmemLimit = 232448;  // 227 KB, the sm_90 opt-in maximum (the tem
 
 int pad64(int d) { return (d + 63) / 64 * 64; }
 // A score_mod (fa_mods) runs per S element on the feature path, like the built-in score features.
-bool score_code(const Semantic& s) { return s.mods != nullptr && !s.mods->score_mod.empty(); }
+bool score_code(const Semantic& s) { return has_score_mod(s.mods); }
 bool features(const Semantic& s) { return s.has_bias || s.has_alibi || s.has_softcap || score_code(s); }
 // A mask_mod: user code per element of the sub-tiles the mask cuts (block skipping).
-bool mask_code(const Semantic& s) { return s.mods != nullptr && !s.mods->mask_mod.empty(); }
+bool mask_code(const Semantic& s) { return has_mask_mod(s.mods); }
 // User code at head dims padded to 256 (either dim above 192) spilled 8-128 bytes at 84 of the valid points of a
 // scan over d 16 / dv 248, d 128 / dv 256, d 200, d 256 with the compile sweep's heaviest mods (every feature mix,
 // 1 and 2 consumers, persistent or not; none at d 136): the mma forward runs those problems.
@@ -163,7 +163,7 @@ bool covers(const ProblemDesc& p, int, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (!p.tma_ok) return fail(why, "q/k/v are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
   if (!user_code_fits(p.head_dim, p.head_dim_v, p.mods != nullptr,
-                      p.mods != nullptr && !p.mods->mask_mod.empty() && p.has_bias))
+                      has_mask_mod(p.mods) && p.has_bias))
     return fail(why, fmt::format("user code at head dims above {} or a mask_mod with a bias past 128 columns (the mma "
                                  "forward runs it)", kMaxUserCodeDim));
   return fam::contiguous_kv_fast_dims(p, "fwd_wgmma", why);
@@ -199,11 +199,8 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
       fam::tma_map_4d(c.s.dtype, a.q, c.s.head_dim, sq, a.heads_q, nb, a.q_ss, a.q_sh, a.q_sb, bm),
       fam::tma_map_4d(c.s.dtype, a.k, c.s.head_dim, sk, a.heads_kv, nb, a.k_ss, a.k_sh, a.k_sb, bn),
       fam::tma_map_4d(c.s.dtype, a.v, c.s.head_dim_v, sk, a.heads_kv, nb, a.v_ss, a.v_sh, a.v_sb, bn)};
-  FaTensorMap* dst[3] = {&tma.q, &tma.k, &tma.v};
-  for (int i = 0; i < 3; ++i) {
-    if (in.encode_tensor_map == nullptr) return fail(why, "no tensor-map encoder (no device)");
-    if (!in.encode_tensor_map(in.encoder_ctx, maps[i], dst[i], why)) return false;
-  }
+  void* const dst[3] = {&tma.q, &tma.k, &tma.v};
+  if (!fam::encode_tensor_maps(in, maps, dst, 3, "fwd_wgmma", why)) return false;
   // (FaFwdArgs[, FaUser with user code], FaFwdTma): the template's fa_kernel(args FA_USER_PARAM, tma)
   if (c.s.mods != nullptr && in.user == nullptr) return fail(why, "the user code's arguments (FaUser) are missing");
   if (out->add(&a, sizeof a, alignof(FaFwdArgs)) &&
