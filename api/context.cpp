@@ -110,6 +110,7 @@ static Status create(const fa_context_options* in, fa_context* out) {
   if (Status env = read_cache_readonly_env(c.get()); !env.ok()) return env;
   if (Status env = read_arch_env(c.get()); !env.ok()) return env;
   if (Status env = read_mask_cache_env(c.get()); !env.ok()) return env;
+  if (Status env = read_prefetch_env(c.get()); !env.ok()) return env;
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   Status st = bind_device(c.get());
@@ -121,6 +122,7 @@ static Status create(const fa_context_options* in, fa_context* out) {
   c->kernels = std::make_unique<KernelCache>(c->store.get());
   c->chooser = make_chooser(c.get());
   c->mask_cache = make_mask_cache(c.get());
+  if (c->prefetch_enabled && c->has_device) c->prefetch = std::make_unique<SerialWorker>();
   *out = c.release();
   return Status::Ok();
 }
@@ -135,6 +137,7 @@ extern "C" FA_API fa_status fa_context_create(const fa_context_options* options,
 
 extern "C" FA_API void fa_context_destroy(fa_context c) {
   if (c == nullptr) return;
+  if (c->prefetch) c->prefetch->stop();  // joins its worker: nothing compiles or loads for it past this line
   c->chooser->stop_background();  // joins the worker: nothing tunes or loads past this line
   c->mask_cache.reset();          // waits for the context's device work when it kept classifications, frees them
   if (c->has_device) {

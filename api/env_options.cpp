@@ -40,6 +40,15 @@ Status read_mask_cache_env(fa_context c) {
   return Status::Ok();
 }
 
+Status read_prefetch_env(fa_context c) {
+  const char* v = std::getenv("FA_PREFETCH");
+  const std::string text = v != nullptr ? v : "";
+  if (text.empty() || text == "1") c->prefetch_enabled = true;
+  else if (text == "0") c->prefetch_enabled = false;
+  else return invalid("FA_PREFETCH", "0 or 1", "'" + text + "'");
+  return Status::Ok();
+}
+
 Status read_log_env(fa_context c) {
   const char* v = std::getenv("FA_LOG");
   const std::string text = v != nullptr ? v : "";

@@ -20,6 +20,11 @@ Status read_arch_env(fa_context c);
 // c->mask_cache_bytes (runtime/mask_cache.h).
 Status read_mask_cache_env(fa_context c);
 
+// $FA_PREFETCH: unset, "" or "1": a new problem's sibling kernels (its other shape classes) compile on a worker
+// thread after its first call (runtime/serial_worker.h); "0": only when a call needs them. Sets
+// c->prefetch_enabled.
+Status read_prefetch_env(fa_context c);
+
 // $FA_LOG: unset or "": warn; else one of off, warn, info, debug (runtime/log.h). c->verbose == 1 raises the level
 // to at least info. Sets c->log_level.
 Status read_log_env(fa_context c);

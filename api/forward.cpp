@@ -6,6 +6,7 @@
 
 #include "api/guarded.h"
 #include "fa/fa.h"
+#include "runtime/driver.h"
 #include "runtime/launch.h"
 #include "runtime/validate.h"
 #include "tuner/bucket.h"
@@ -22,6 +23,36 @@ Status validated(fa_context c, const fa_params* in, fa_params* p, fa::gen::Probl
   if (st.ok()) st = validate_forward(in, p, d);
   if (st.ok()) d->sm_count = c->sm_count > 0 ? c->sm_count : c->limits.sm_count;  // split-KV plans size by it
   return st;
+}
+
+// After a call that brought a kernel into the context: the kernels that the other shape classes of its tuning bucket
+// (tune::bucket_class_lengths: even_k and not) plan with the same choice, handed to the context's prefetcher so that
+// a later new length finds them compiled (runtime/serial_worker.h). Planning only (the chooser's remembered
+// answer for this key: no tuning, no compile here); fixed length only (varlen has one class).
+void prefetch_siblings(fa_context c, const fa::gen::ProblemDesc& d, const fa::gen::Plan& own) {
+  if (!c->prefetch || d.varlen) return;
+  for (int sk : fa::tune::bucket_class_lengths(d)) {
+    if (sk == d.seqlen_k) continue;
+    fa::gen::ProblemDesc other = d;
+    other.seqlen_k = sk;
+    fa::gen::Plan plan;
+    if (!plan_for(c, fa::gen::Role::Forward, other, nullptr, &plan).ok()) continue;
+    for (const auto& step : plan.steps) {
+      bool same = false;
+      for (const auto& mine : own.steps) same = same || fa::gen::canonical_key(mine) == fa::gen::canonical_key(step);
+      if (!same) c->prefetch->submit(fa::gen::canonical_key(step), [c, step](const std::atomic<bool>&) {
+        // relaxed capture interaction first (as the background tuner's thread): its module loads neither fail nor
+        // invalidate a graph capture another thread runs meanwhile
+        thread_local bool relaxed = false;
+        if (!relaxed) {
+          CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+          relaxed = c->drv->cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+        }
+        std::shared_ptr<Kernel> k;
+        (void)kernel_for(c, step, true, &k);  // compiled (or from the store) and loaded; an error is the call's
+      });
+    }
+  }
 }
 
 // fa_run. Fast path: a shape seen before (runtime/plan_cache.h) launches its cached plan: no capture query, selector,
@@ -61,11 +92,13 @@ Status run(fa_context c, const fa_params* in, CUstream stream) {
   st = plan_for(c, fa::gen::Role::Forward, d, !capturing && tunes_on_first_use(c->tune_policy) ? &tune : nullptr,
                 &entry->plan);
   if (!st.ok()) return st;
+  const long long loads_before = c->kernels->stats().loads;
   st = resolve_kernels(c, entry->plan, !capturing, &entry->kernels);
   if (!st.ok()) return st;
   st = enqueue_steps(c, entry->plan, entry->kernels, fa::gen::launch_shape(d), plan_args(entry->plan), stream,
                      p.workspace, p.workspace_size);
   if (st.ok() && !capturing) {
+    if (c->kernels->stats().loads > loads_before) prefetch_siblings(c, d, entry->plan);
     entry->sig = sig;
     entry->generation = generation;
     c->plans.insert(std::move(entry));

@@ -18,6 +18,7 @@ fast but wrong kernel shows.
 """
 
 import argparse
+import gc
 import itertools
 import json
 import math
@@ -80,15 +81,24 @@ def flops(b, h, sq, sk, d, causal, backward):
 def event_times(fn, warmup, iters):
     """Per-call CUDA-event times (ms) of `iters` calls after `warmup` calls, all enqueued back to back and
     synchronized once at the end, so the host runs ahead and host-side overhead (ctypes, dispatch) is hidden as it
-    is in a real model."""
+    is in a real model; Python's cyclic garbage collector paused meanwhile."""
     for _ in range(warmup):
         fn()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
+    # as timeit does: no cyclic collection inside the timed calls (a process holding torch.compile'd graphs spends
+    # milliseconds on a full collection, on whichever contender it lands)
+    gc.collect()
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        for start, end in events:
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+    finally:
+        if was_on:
+            gc.enable()
     return [start.elapsed_time(end) for start, end in events]
 
 

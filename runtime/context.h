@@ -15,6 +15,7 @@
 #include "generator/problem.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/serial_worker.h"
 #include "runtime/log.h"
 #include "runtime/mask_cache.h"
 #include "runtime/plan_cache.h"
@@ -79,6 +80,10 @@ struct fa_context_s {
   // Block classifications kept across calls (runtime/mask_cache.h; $FA_MASK_CACHE_MB bytes at most, 0: none).
   size_t mask_cache_bytes = size_t{64} << 20;
   std::unique_ptr<fa::rt::MaskCache> mask_cache;
+  // Sibling kernels of a new problem's other shape classes, compiled and loaded ahead of need (api/forward.cpp,
+  // runtime/serial_worker.h; null when $FA_PREFETCH=0 or without a device).
+  bool prefetch_enabled = true;
+  std::unique_ptr<fa::rt::SerialWorker> prefetch;
   // fa_context_create's own cost, split (bench/tuning_figures [2]): binding the device (driver table, cuInit,
   // primary context: the part any CUDA process pays once) and opening the cache store (SQLite open, checks).
   double create_bind_ms = 0, create_store_ms = 0;

@@ -1,6 +1,7 @@
-// background.h -- the background tuner of FA_TUNE_ON_FIRST_USE: one worker thread per context, started with the
-// first job, that tunes keys queued by fa_run while fa_run goes on with the defaults. A job runs through `run`
-// (the device runner below, or a fake in tests) and hands its outcome to `done` (the chooser swaps the winner in).
+// background.h -- the background tuner of FA_TUNE_ON_FIRST_USE: one worker thread per context (rt::SerialWorker),
+// started with the first job, that tunes keys queued by fa_run while fa_run goes on with the defaults. A job runs
+// through `run` (the device runner below, or a fake in tests) and hands its outcome to `done` (the chooser swaps the
+// winner in).
 //
 // Lifecycle: submit() queues a key once (a key already queued, running or done is ignored); stop() sets the cancel
 // flag the job in flight polls (TuneOptions::cancelled: between compiles and timings), drops the queue and joins
@@ -9,16 +10,13 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <mutex>
-#include <set>
 #include <string>
-#include <thread>
 
 #include "generator/config.h"
 #include "generator/problem.h"
+#include "runtime/serial_worker.h"
 #include "runtime/status.h"
 #include "tuner/tuner.h"
 
@@ -50,26 +48,20 @@ class BackgroundTuner {
   // Queues a job; false when stopped or when its key was submitted before.
   bool submit(BackgroundJob job);
   // Cancels the job in flight, drops queued ones, joins the worker. Idempotent.
-  void stop();
+  void stop() { worker_.stop(); }
   // Waits until nothing is queued or running; false on timeout.
-  bool wait_idle(double timeout_s);
-  bool idle();
+  bool wait_idle(double timeout_s) { return worker_.wait_idle(timeout_s); }
+  bool idle() { return worker_.idle(); }
   BackgroundStats stats();
 
  private:
-  void loop();
+  void run_job(const BackgroundJob& job, const std::atomic<bool>& cancelled);
 
   JobRunner run_;
   JobDone done_;
-  std::mutex mu_;
-  std::condition_variable cv_, idle_cv_;
-  std::deque<BackgroundJob> queue_;
-  std::set<std::string> seen_;
-  bool stopping_ = false;
-  bool running_ = false;
-  std::thread thread_;
-  std::atomic<bool> cancel_{false};
-  BackgroundStats stats_;
+  std::mutex mu_;  // guards stats_
+  BackgroundStats stats_;  // abandoned: the jobs cancelled in flight (the worker counts the dropped ones)
+  rt::SerialWorker worker_;  // last: stopped (joined) before the members its tasks use go away
 };
 
 }  // namespace fa::tune

@@ -20,7 +20,8 @@ from torch import Tensor
 
 from ._tensor_params import build_params, last_dim_contiguous, output_shapes
 from ._torch_ops import _cached_forward, eager_function, run_backward, run_forward
-from .mods import Mods, mods_struct
+from . import _structs as S
+from .mods import Mods, contents_epoch, mods_struct
 
 
 def _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device, contents=()):
@@ -124,6 +125,40 @@ attention_mods.register_autograd(_backward, setup_context=_setup_context)
 
 # Eager mode: the implementations under a plain autograd.Function (no dispatcher cost per call).
 _EagerModsAttention = eager_function(_mods_impl, _mods_bwd_impl, _setup_context, _grads)
+
+
+# fa.attention's eager, gradient-free call with user code (bshd, fixed length, no bias or ALiBi: an inference loop),
+# keyed by the raw arguments and the Mods' code, scalars and buffers (address, dtype, shape, strides): the first call
+# of a key makes every check (_op_args_fixed, mods_struct); later ones copy the filled fa_mods, set the contents'
+# epoch and go straight to _cached_forward (the same kernel, with LSE, as the autograd path).
+_EAGER: dict = {}
+_EAGER_MAX = 256
+
+
+def eager_mods(q, k, v, mods: Mods, causal, window, softcap, scale) -> Optional[Tuple[Tensor, Tensor]]:
+    """(o, lse) of fa.attention(q, k, v, mods=mods, ...) without gradient, or None: take the full path."""
+    bufs = mods.buffers
+    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, causal,
+           None if window is None else tuple(window), softcap, scale, mods.mask_mod, mods.score_mod,
+           mods.score_mod_grad, mods.depends, tuple(mods.scalars), tuple(mods.iscalars),
+           tuple((t.data_ptr(), t.dtype, t.shape, t.stride()) for t in bufs))
+    ent = _EAGER.get(key)
+    if ent is None:
+        if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+            return None
+        from ._torch_ops import _op_args_fixed
+        rest = _op_args_fixed(q, k, v, causal, window, softcap, scale, "bshd")[3]
+        m, keep = mods_struct(mods.mask_mod, mods.score_mod, mods.score_mod_grad, bufs, mods.scalars, mods.iscalars,
+                              mods.depends, q.device)
+        pkey = ("mods", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device) + rest[6:]
+        if len(_EAGER) >= _EAGER_MAX:
+            _EAGER.clear()
+        ent = (bytes(m), keep, pkey, rest)
+        _EAGER[key] = ent
+    blob, _keep, pkey, rest = ent
+    m = S.Mods.from_buffer_copy(blob)
+    m.mask_epoch = contents_epoch(bufs) if mods.mask_mod is not None else 0
+    return _cached_forward(pkey, q, k, v, True, lambda o, lse: build_params(q, k, v, o, lse, *rest)[0], mods=m)
 
 
 def forward_with_mods(q, k, v, mods: Mods, rest) -> Tuple[Tensor, Tensor]:

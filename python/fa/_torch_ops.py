@@ -140,12 +140,44 @@ def run_backward(dout, q, k, v, o, lse, rest, deterministic: bool, attach=None) 
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     if q.numel() == 0 or k.numel() == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
+    if rest[0] is None and rest[1] is None and rest[2] is None and rest[3] is None:
+        return _cached_backward(dout, q, k, v, o, lse, dq, dk, dv, rest, deterministic, attach)
     p, keep = build_params(q, k, v, o, lse, *rest)
     keep_attached = attach(p) if attach is not None else None
     bp = build_bwd_params(p, dout, dq, dk, dv, rest[2] is not None, deterministic)
     with torch.cuda.device(q.device):
         default_context(_device_index(q.device)).run_backward(bp, _stream(q.device))
     del keep, keep_attached
+    return dq, dk, dv
+
+
+# Host cost of the backward, as the forward's _cached_forward: a fixed-length backward without bias or ALiBi keeps
+# its filled fa_params and fa_bwd_params per signature (every shape and stride, dtype, device, the scalar arguments,
+# deterministic); a call of a known signature copies both, sets the data pointers (and the user code's fa_mods
+# through `attach`) and calls fa_run_backward on the current raw stream, without a device switch.
+_BWD_CACHE: dict = {}
+
+
+def _cached_backward(dout, q, k, v, o, lse, dq, dk, dv, rest, deterministic, attach):
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), o.stride(), dout.stride(), q.dtype,
+           q.device, rest[4:], deterministic)
+    entry = _BWD_CACHE.get(key)
+    if entry is None:
+        p, _ = build_params(q, k, v, o, lse, *rest)
+        bp = build_bwd_params(p, dout, dq, dk, dv, False, deterministic)
+        if len(_BWD_CACHE) >= _PARAMS_CACHE_MAX:
+            _BWD_CACHE.clear()
+        entry = (bytes(p), bytes(bp), _device_index(q.device))
+        _BWD_CACHE[key] = entry
+    fblob, bblob, device = entry
+    p = S.Params.from_buffer_copy(fblob)
+    p.q, p.k, p.v, p.o, p.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
+    keep_attached = attach(p) if attach is not None else None
+    bp = S.BwdParams.from_buffer_copy(bblob)
+    bp.fwd = ctypes.pointer(p)
+    bp.dout, bp.dq, bp.dk, bp.dv = dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+    default_context(device).run_backward(bp, _stream_of(device))
+    del keep_attached
     return dq, dk, dv
 
 
@@ -196,10 +228,13 @@ def eager_function(fwd_impl, bwd_impl, setup_context, grads):
             inputs = (q, k, v) + rest
             o, lse = fwd_impl(*inputs)
             setup_context(ctx, inputs, (o, lse))
+            ctx.set_materialize_grads(False)  # no zero-filled tensor for lse's (never used) gradient
             return o, lse
 
         @staticmethod
         def backward(ctx, dout, _dlse):
+            if dout is None:  # o took no part in the loss
+                return None, None, None, None
             g = grads(bwd_impl, ctx, dout)
             return g[0], g[1], g[2], None
 
@@ -275,12 +310,18 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
     [B, Hq, Sq, Sk]; alibi_slopes is float32 [Hq]; softcap 0 is off; scale None is 1/sqrt(D).
     Returns o (same layout as q, head dim Dv), and lse (float32 [B, Hq, Sq] or [Hq, total]) when return_lse.
     """
-    if (mods is None and bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None
+    if (bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None
             and layout == "bshd" and not torch.compiler.is_compiling()
             and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
-        out = _eager_plain(q, k, v, causal, window, softcap, scale, return_lse)
-        if out is not None:
-            return out
+        if mods is None:
+            out = _eager_plain(q, k, v, causal, window, softcap, scale, return_lse)
+            if out is not None:
+                return out
+        else:
+            from ._mods_op import eager_mods
+            out = eager_mods(q, k, v, mods, causal, window, softcap, scale)
+            if out is not None:
+                return out if return_lse else out[0]
     if (mods is not None and bias is None and alibi_slopes is None and cu_seqlens_q is None
             and cu_seqlens_k is None):
         q2, k2, v2, rest, bhsd = _op_args_fixed(q, k, v, causal, window, softcap, scale, layout)

@@ -6,21 +6,14 @@
 #include <vector>
 
 #include "generator/family.h"
+#include "ref_config.h"
 #include "runtime/kernel_cache.h"
 
 using namespace fa;
+using fa::test::ref_config;
 
 namespace {
 
-gen::KernelConfig ref_config(int head_dim) {
-  gen::KernelConfig c;
-  c.s.family = gen::find_family("fwd_ref");
-  c.s.arch = 80;
-  c.s.dtype = gen::kFp16;
-  c.s.head_dim = c.s.head_dim_v = head_dim;
-  c.t = c.s.family->defaults(c.s);
-  return c;
-}
 
 TEST(KernelCache, ConcurrentRequestsCompileOnce) {
   rt::KernelCache cache(nullptr);
