@@ -10,6 +10,12 @@ enable_gqa=True, is_causal=False (where a backend refuses enable_gqa, k / v repe
 that fits in memory; else n/a). Times: median of per-call CUDA-event times, calls enqueued back to back (~25 ms of calls and a warmup first;
 fa's first call compiles, outside the timing). KV read rate = bytes of K and V read (B * S * 8 * 128 * 2 * 2) / time.
 Copy bandwidth: a 2 GiB device-to-device copy, (read + write bytes) / time, median of 20.
+Equal tunables (--equal, on by default): contiguous and paged again through a second context at
+FA_TUNE_POLICY=defaults with its own in-memory cache (so no tuned entry of the shared cache is served), so that both
+run the family's default point (the same split count and tile): the
+`paged{16,64}_over_contiguous_eq` columns are the paged code's cost alone, while `paged{16,64}_over_contiguous`
+(under the process's tune policy) also holds which point each key's tuning picked. At equal tunables paged and
+contiguous must agree bit for bit (`paged{16,64}_bit_exact_eq`).
 MLA cells (mla_cell): batch 1 / 32 / 128 x keys 4k / 32k, d 576 / dv 512, 128 query heads over one latent KV head,
 paged (page 64), v = k[..., :512]; fa only (SDPA's backends do not take these head dims).
 
@@ -180,10 +186,14 @@ def main():
     ap.add_argument("--mla-keys", default="4096,32768")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--equal", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time contiguous and paged at the default point (a FA_TUNE_POLICY=defaults context)")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_name()
     ctx = fa.Context()
+    # its own in-memory cache: "defaults" still serves tuned entries a shared cache holds
+    ctx_eq = fa.Context(tune_policy="defaults", cache_path=":memory:") if args.equal else None
     bw0 = copy_bandwidth()
     print(f"device {dev}; copy bandwidth {bw0:.3f} TB/s; fa {_lib.library_path()}", flush=True)
     rows = []
@@ -219,6 +229,16 @@ def main():
             best = min([row[x] for x in ("FA2_ms", "cuDNN_ms") if row.get(x)] or [float("nan")])
             row["fa_over_best"] = best / t if best == best else None
             o_contig = o.clone()
+            if ctx_eq is not None:  # equal tunables: the contiguous cache at the default point
+                o_eq = torch.empty_like(o)
+                call_eq = FaDecode(ctx_eq, q, k, v, o_eq)
+                row["fa_eq_key"] = call_eq.key
+                t_eq = timed(call_eq, args)
+                call_eq()
+                torch.cuda.synchronize()
+                row["fa_eq_ms"] = t_eq
+                o_contig_eq = o_eq.clone()
+                del call_eq
             for ps in [int(x) for x in args.pages.split(",") if x]:
                 npages = b * sk // ps
                 perm = torch.randperm(npages, device="cuda")
@@ -236,6 +256,15 @@ def main():
                 row[f"paged{ps}_kv_tbps"] = kv_bytes / (tp * 1e-3) / 1e12
                 row[f"paged{ps}_over_contiguous"] = t / tp
                 row[f"paged{ps}_bit_exact"] = bool(torch.equal(op, o_contig))
+                if ctx_eq is not None:  # the same pages at the default point, against the contiguous default run
+                    pe = FaDecode(ctx_eq, q, kp, vp, op, block_table=table, page_size=ps)
+                    tpe = timed(pe, args)
+                    pe()
+                    torch.cuda.synchronize()
+                    row[f"paged{ps}_eq_ms"] = tpe
+                    row[f"paged{ps}_over_contiguous_eq"] = t_eq / tpe
+                    row[f"paged{ps}_bit_exact_eq"] = bool(torch.equal(op, o_contig_eq))
+                    del pe
                 del kp, vp, pc
             row["fa_ms_again"] = timed(call, args)  # the contiguous run once more, after the other backends
             rows.append(row)
@@ -253,11 +282,17 @@ def main():
     Path(args.json).write_text(json.dumps(out, indent=1))
     print(f"copy bandwidth {bw0:.3f} / {bw1:.3f} TB/s (before / after)")
     print(f"{'batch':>5} {'keys':>7} {'fa ms':>8} {'FA2 ms':>8} {'cuDNN ms':>8} {'fa/best':>7} {'fa TB/s':>7} "
-          f"{'p16 ms':>8} {'p64 ms':>8}")
+          f"{'p16 ms':>8} {'p64 ms':>8} {'eq ms':>8} {'p16 eq':>7} {'p64 eq':>7}")
     for r in rows:
         f = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
         print(f"{r['batch']:>5} {r['seqlen_k']:>7} {f(r['fa_ms']):>8} {f(r.get('FA2_ms')):>8} {f(r.get('cuDNN_ms')):>8} "
-              f"{f(r.get('fa_over_best')):>7} {r['fa_kv_tbps']:7.2f} {f(r.get('paged16_ms')):>8} {f(r.get('paged64_ms')):>8}")
+              f"{f(r.get('fa_over_best')):>7} {r['fa_kv_tbps']:7.2f} {f(r.get('paged16_ms')):>8} {f(r.get('paged64_ms')):>8} "
+              f"{f(r.get('fa_eq_ms')):>8} {f(r.get('paged16_over_contiguous_eq')):>7} "
+              f"{f(r.get('paged64_over_contiguous_eq')):>7}")
+    if ctx_eq is not None:
+        print("eq: the default point through a FA_TUNE_POLICY=defaults context (paged x contiguous at equal tunables; "
+              "bit-exact: " + ", ".join(f"{r['batch']}/{r['seqlen_k']} p{ps} {r.get(f'paged{ps}_bit_exact_eq')}"
+                                        for r in rows for ps in [int(x) for x in args.pages.split(",") if x]) + ")")
     if mla_rows:
         print(f"MLA (d {MLA_D} / dv {MLA_DV}, {MLA_HQ} q heads over 1 latent head, paged {MLA_PAGE}, v = k[..., :{MLA_DV}])")
         print(f"{'batch':>5} {'keys':>7} {'fa ms':>8} {'cache TB/s':>10} {'TFLOP/s':>8} {'max err':>8}")

@@ -26,8 +26,9 @@
 // outside [0, num_pages) masks its keys (never read), so each key row costs one table read and the copies never wait
 // for it. Issuing a block, a thread first reads the page indices of its rows (one batch of shared loads, when its rows
 // and chunk column are the same for K and V) and computes one element offset per row that serves K and V (same
-// strides); a block masks only when one of its
-// rows names a page outside the pool (the loop's barrier is a __syncthreads_or of that). The shared-memory plan is
+// strides); a block masks only when one of its rows names a page outside the pool (the loop's barrier is a
+// __syncthreads_or of that: on this fast path of bits each thread noted for its rows where it issued them, else of
+// a scan of the block's ring entries before the barrier). The shared-memory plan is
 // fwd_split_layout.cuh. Masks are bottom-right aligned to the used length: key j is visible to token i iff
 // lo(i) <= j < hi(i), lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq + win_right + 1 (win_right >= 0).
 // Contiguous caches issue their blocks the same way (one offset per row for K and V). Paged and contiguous caches
@@ -228,6 +229,9 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
       if constexpr (kFastIssue) ring_synced = !kv_same;
       if (ring_synced) __syncthreads();
     }
+    // Fast issue path, paged: bit s set when the block in pipeline slot s has a row (inside the used length) on a
+    // page outside the pool, noted where the block's copies are issued; the block's barrier ORs the threads' bits.
+    [[maybe_unused]] unsigned bad_bits = 0;
     // Issues the copies of block `it` (one commit group, empty past the last block).
     auto issue = [&](int it) {
       if (it < n_blocks) {
@@ -259,18 +263,24 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
               for (int i = 0; i < M::kIters; ++i) pg[i] = 0;
             }
             const unsigned dk = sK + (unsigned)(slot * kKSlot), dv = sV + (unsigned)(slot * kVSlot);
+            [[maybe_unused]] unsigned bad = 0;
 #pragma unroll
             for (int i = 0; i < M::kIters; ++i) {
               const int r = rb + i * M::kStep;
               const int j = kn + r;
-              const bool ok = col_ok && j < key_hi && (!fa_cfg::kPaged || (unsigned)pg[i] < (unsigned)a.num_pages);
+              const bool page_ok = !fa_cfg::kPaged || (unsigned)pg[i] < (unsigned)a.num_pages;
+              if constexpr (fa_cfg::kPaged) bad |= j < key_hi && !page_ok;
+              const bool ok = col_ok && j < key_hi && page_ok;
               const long long off = fa_cfg::kPaged
                                         ? (long long)pg[i] * a.k_sb + (long long)(j & pmask) * a.k_ss + ghead + ch * 8
                                         : kbase_off + (long long)j * a.k_ss + ch * 8;
               cp_async16(dk + fa_smem_off<kPitchK>(r, ch), ok ? (const void*)(kpool + off) : kpool, ok ? 16 : 0);
               cp_async16(dv + fa_smem_off<kPitchV>(r, ch), ok ? (const void*)(vpool + off) : vpool, ok ? 16 : 0);
             }
-            if constexpr (fa_cfg::kPaged) table_async(it + kStages);
+            if constexpr (fa_cfg::kPaged) {
+              bad_bits = (bad_bits & ~(1u << slot)) | (bad << slot);
+              table_async(it + kStages);
+            }
             cp_commit();
             return;
           }
@@ -318,13 +328,18 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
       const int kn = (blk0 + it) * kBlockN;
       cp_wait<kStages - 2>();
       // Paged: whether a row of this block (inside the used length) names a page outside the pool, decided by the
-      // block barrier itself (its ring entries landed with an earlier group); blocks without one mask like
-      // contiguous ones (the same bits).
+      // block barrier itself: on the fast issue path from the bits each thread noted where it issued its rows (no
+      // shared read before the barrier), else from a scan of the block's ring entries (landed with an earlier
+      // group); blocks without one mask like contiguous ones (the same bits).
       int bad = 0;
       if constexpr (fa_cfg::kPaged) {
-        const int* prm = ring + (it % kRing) * kBlockN;
-        for (int r = tid; r < kBlockN; r += kThreads)
-          if (kn + r < key_hi && (unsigned)prm[r] >= (unsigned)a.num_pages) bad = 1;
+        if (kFastIssue && kv_same) {
+          bad = (int)((bad_bits >> slot) & 1u);
+        } else {
+          const int* prm = ring + (it % kRing) * kBlockN;
+          for (int r = tid; r < kBlockN; r += kThreads)
+            if (kn + r < key_hi && (unsigned)prm[r] >= (unsigned)a.num_pages) bad = 1;
+        }
       }
       const bool blk_bad = fa_cfg::kPaged ? __syncthreads_or(bad) != 0 : (__syncthreads(), false);
       issue(it + kStages - 1);

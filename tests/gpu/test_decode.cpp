@@ -2,9 +2,9 @@
 // random problems: paged vs contiguous caches bit for bit at every page size 1..512 (same split count), split vs
 // unsplit, random used lengths (0 and 1 included: o = 0, lse = -inf for 0), masks / softcap / ALiBi / GQA ratios /
 // query tokens / head dims / dtypes, block-table entries outside the pool (masked, never read: the pool's other
-// pages and the cache past the used lengths hold NaN), and one captured CUDA graph replayed with new used lengths and
-// block tables. Outputs are poisoned (NaN) before every run. The oracle runs per sequence on its used keys; keys of
-// pages outside the pool are masked for it by a -inf bias.
+// pages and the cache past the used lengths hold NaN), page layouts other than row-major pages (head-major, padded),
+// and one captured CUDA graph replayed with new used lengths and block tables. Outputs are poisoned (NaN) before every
+// run. The oracle runs per sequence on its used keys; keys of pages outside the pool are masked for it by a -inf bias.
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
@@ -112,10 +112,16 @@ void oracle_of(const DecodeData& x, const std::vector<int>& used, const std::vec
 
 // A cache on the device: contiguous [batch, cap, hkv, d] (rows past the used lengths NaN), or a pool of pages
 // (page_size rows each; pages the table does not name, and table entries past the used lengths, hold / point at NaN).
+// Page layouts (make_paged): kRowMajor [page_size, hkv, d] per page (vLLM's); kHeadMajor [hkv, page_size, d] (the
+// page stride a multiple of the row stride, not page_size of them); kPadded kRowMajor with 8 elements between pages
+// (the page stride no multiple of the row stride).
+enum PageLayout { kRowMajor, kHeadMajor, kPadded };
+
 struct Cache {
   int page_size = 0;  // 0: contiguous
   bool latent = false;  // v is k's first head_dim_v columns (MLA's latent cache): params_of passes v = k
   int num_pages = 0, bt_stride = 0;
+  int64_t k_sb = 0, k_ss = 0, k_sh = 0, v_sb = 0, v_ss = 0, v_sh = 0;  // paged: the pools' strides (elements)
   std::vector<int> table;
   DevBuf dk, dv, d_bt, d_used;
 };
@@ -139,7 +145,8 @@ void make_contiguous(const DecodeData& x, const std::vector<int>& used, Cache* c
 }
 
 // Pages in a random order; `extra` NaN pages in the pool; table entries past the used pages point at them.
-void make_paged(std::mt19937_64& rng, const DecodeData& x, const std::vector<int>& used, int page_size, Cache* c) {
+void make_paged(std::mt19937_64& rng, const DecodeData& x, const std::vector<int>& used, int page_size, Cache* c,
+                PageLayout layout = kRowMajor) {
   const DecodeSpec& s = x.s;
   const int pps = (s.cap + page_size - 1) / page_size;
   const int extra = 3;
@@ -151,7 +158,15 @@ void make_paged(std::mt19937_64& rng, const DecodeData& x, const std::vector<int
   std::shuffle(perm.begin(), perm.end(), rng);
   c->table.assign(size_t(s.batch) * c->bt_stride, 0);
   const size_t rk = size_t(s.hkv) * s.d, rv = size_t(s.hkv) * s.dv;
-  std::vector<double> pk(size_t(c->num_pages) * page_size * rk, NAN), pv(size_t(c->num_pages) * page_size * rv, NAN);
+  auto strides = [&](int64_t d, int64_t* sb, int64_t* ss, int64_t* sh) {
+    const int64_t row = int64_t(s.hkv) * d;
+    *ss = layout == kHeadMajor ? d : row;
+    *sh = layout == kHeadMajor ? int64_t(page_size) * d : d;
+    *sb = int64_t(page_size) * row + (layout == kPadded ? 8 : 0);
+  };
+  strides(s.d, &c->k_sb, &c->k_ss, &c->k_sh);
+  strides(s.dv, &c->v_sb, &c->v_ss, &c->v_sh);
+  std::vector<double> pk(size_t(c->num_pages * c->k_sb), NAN), pv(size_t(c->num_pages * c->v_sb), NAN);
   for (int b = 0; b < s.batch; ++b)
     for (int pg = 0; pg < c->bt_stride; ++pg) {
       const bool live = pg < pps && pg * page_size < used[size_t(b)];
@@ -161,8 +176,12 @@ void make_paged(std::mt19937_64& rng, const DecodeData& x, const std::vector<int
       for (int r = 0; r < page_size; ++r) {
         const int j = pg * page_size + r;
         if (j >= used[size_t(b)]) break;  // past the used length: NaN stays
-        std::copy_n(&x.k[(size_t(b) * s.cap + j) * rk], rk, &pk[(size_t(id) * page_size + r) * rk]);
-        std::copy_n(&x.v[(size_t(b) * s.cap + j) * rv], rv, &pv[(size_t(id) * page_size + r) * rv]);
+        for (int h = 0; h < s.hkv; ++h) {
+          std::copy_n(&x.k[(size_t(b) * s.cap + j) * rk + size_t(h) * s.d], s.d,
+                      &pk[size_t(id * c->k_sb + r * c->k_ss + h * c->k_sh)]);
+          std::copy_n(&x.v[(size_t(b) * s.cap + j) * rv + size_t(h) * s.dv], s.dv,
+                      &pv[size_t(id * c->v_sb + r * c->v_ss + h * c->v_sh)]);
+        }
       }
     }
   const auto kb = encode(s.dtype, pk), vb = encode(s.dtype, pv);
@@ -197,9 +216,13 @@ fa_params params_of(DecodeData& x, Cache& c, bool with_used, int num_splits) {
   p.o_stride_batch = (int64_t)s.sq * s.hq * s.dv; p.o_stride_seq = (int64_t)s.hq * s.dv; p.o_stride_head = s.dv;
   p.k = c.dk.get();
   p.v = c.dv.get();
-  const int64_t rows = c.page_size > 0 ? c.page_size : s.cap;
+  const int64_t rows = s.cap;
   p.k_stride_batch = rows * s.hkv * s.d; p.k_stride_seq = (int64_t)s.hkv * s.d; p.k_stride_head = s.d;
   p.v_stride_batch = rows * s.hkv * s.dv; p.v_stride_seq = (int64_t)s.hkv * s.dv; p.v_stride_head = s.dv;
+  if (c.page_size > 0) {
+    p.k_stride_batch = c.k_sb; p.k_stride_seq = c.k_ss; p.k_stride_head = c.k_sh;
+    p.v_stride_batch = c.v_sb; p.v_stride_seq = c.v_ss; p.v_stride_head = c.v_sh;
+  }
   if (c.latent) {
     p.v = p.k;
     p.v_stride_batch = p.k_stride_batch; p.v_stride_seq = p.k_stride_seq; p.v_stride_head = p.k_stride_head;
@@ -286,6 +309,35 @@ std::vector<int> random_used(std::mt19937_64& rng, int batch, int cap) {
   Gpu& g = gpu();      \
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why
 
+// Paged caches in `layout` at each of page_sizes bit for bit against the contiguous cache at the same split count
+// (1 and 3), once the contiguous run matched the oracle.
+void check_paged_matches_contiguous(std::mt19937_64& rng, const DecodeSpec& s, const std::vector<int>& page_sizes,
+                                    PageLayout layout) {
+  DecodeData x;
+  make_data(rng, s, &x);
+  const std::vector<int> used = random_used(rng, s.batch, s.cap);
+  std::vector<double> o_ref, lse_ref;
+  oracle_of(x, used, {}, &o_ref, &lse_ref);
+  for (int splits : {1, 3}) {
+    Cache flat;
+    make_contiguous(x, used, &flat);
+    set_used(&flat, used);
+    const Out base = run(x, params_of(x, flat, true, splits));
+    ASSERT_EQ(compare(x, base, o_ref, lse_ref), "") << describe(s) << " contiguous, splits " << splits;
+    EXPECT_NE(base.key.find("fwd_split"), std::string::npos) << base.key;
+    for (int ps : page_sizes) {
+      Cache paged;
+      make_paged(rng, x, used, ps, &paged, layout);
+      set_used(&paged, used);
+      const Out r = run(x, params_of(x, paged, true, splits));
+      ASSERT_TRUE(r.failure.empty()) << r.failure;
+      EXPECT_TRUE(r.o_bytes == base.o_bytes && r.lse_bytes == base.lse_bytes)
+          << describe(s) << " layout " << int(layout) << " page size " << ps << " splits " << splits
+          << ": paged differs from contiguous (" << compare(x, r, o_ref, lse_ref) << ")";
+    }
+  }
+}
+
 TEST(GpuDecode, PagedMatchesContiguousBitForBitAtEveryPageSize) {
   REQUIRE_GPU();
   std::mt19937_64 rng(test_seed() + 2101);
@@ -298,30 +350,21 @@ TEST(GpuDecode, PagedMatchesContiguousBitForBitAtEveryPageSize) {
     s.hkv = 2;
     s.mask = dtype == FA_DTYPE_BF16 ? FA_MASK_CAUSAL : FA_MASK_NONE;
     s.sq = 2;
-    DecodeData x;
-    make_data(rng, s, &x);
-    const std::vector<int> used = random_used(rng, s.batch, s.cap);
-    std::vector<double> o_ref, lse_ref;
-    oracle_of(x, used, {}, &o_ref, &lse_ref);
-    for (int splits : {1, 3}) {
-      Cache flat;
-      make_contiguous(x, used, &flat);
-      set_used(&flat, used);
-      const Out base = run(x, params_of(x, flat, true, splits));
-      ASSERT_EQ(compare(x, base, o_ref, lse_ref), "") << describe(s) << " contiguous, splits " << splits;
-      EXPECT_NE(base.key.find("fwd_split"), std::string::npos) << base.key;
-      for (int ps = 1; ps <= 512; ps *= 2) {
-        Cache paged;
-        make_paged(rng, x, used, ps, &paged);
-        set_used(&paged, used);
-        const Out r = run(x, params_of(x, paged, true, splits));
-        ASSERT_TRUE(r.failure.empty()) << r.failure;
-        EXPECT_TRUE(r.o_bytes == base.o_bytes && r.lse_bytes == base.lse_bytes)
-            << describe(s) << " page size " << ps << " splits " << splits << ": paged differs from contiguous ("
-            << compare(x, r, o_ref, lse_ref) << ")";
-      }
-    }
+    check_paged_matches_contiguous(rng, s, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}, kRowMajor);
   }
+}
+
+// Page layouts other than row-major pages: head-major pages ([hkv, page_size, d]: the page stride hkv * page_size
+// row strides) and padded pages (a page stride that is no multiple of the row stride), page sizes 1..256.
+TEST(GpuDecode, PagedLayoutsMatchContiguousBitForBit) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 2112);
+  DecodeSpec s;
+  s.batch = 3;
+  s.cap = 900;
+  s.hq = 16;
+  s.hkv = 4;
+  for (PageLayout layout : {kHeadMajor, kPadded}) check_paged_matches_contiguous(rng, s, {1, 16, 64, 256}, layout);
 }
 
 TEST(GpuDecode, SplitAndUnsplitAgreeWithTheOracle) {
@@ -519,7 +562,7 @@ TEST(GpuDecode, MlaLatentCacheMatchesTheOracleAtEveryPageSize) {
 // oracle hides them with -inf), never read. Sequence 0: its second page is -1; sequence 1: its first page is past the
 // pool; sequence 2: every page out.
 void check_pages_outside_the_pool(const DecodeSpec& s, bool latent, std::initializer_list<int> page_sizes,
-                                  uint64_t seed) {
+                                  uint64_t seed, PageLayout layout = kRowMajor) {
   std::mt19937_64 rng(seed);
   DecodeData x;
   make_data(rng, s, &x);
@@ -527,7 +570,7 @@ void check_pages_outside_the_pool(const DecodeSpec& s, bool latent, std::initial
   const std::vector<int> used = {300, 150, 77};
   for (int ps : page_sizes) {
     Cache cache;
-    make_paged(rng, x, used, ps, &cache);
+    make_paged(rng, x, used, ps, &cache, layout);
     cache.latent = latent;
     std::vector<std::vector<uint8_t>> masked(size_t(s.batch), std::vector<uint8_t>(size_t(s.cap), 0));
     auto knock = [&](int b, int pg, int id) {
@@ -543,7 +586,8 @@ void check_pages_outside_the_pool(const DecodeSpec& s, bool latent, std::initial
     oracle_of(x, used, masked, &o_ref, &lse_ref);
     for (int splits : {1, 4}) {
       const Out r = run(x, params_of(x, cache, true, splits));
-      EXPECT_EQ(compare(x, r, o_ref, lse_ref), "") << describe(s) << " page size " << ps << " splits " << splits;
+      EXPECT_EQ(compare(x, r, o_ref, lse_ref), "") << describe(s) << " page size " << ps << " splits " << splits
+                                                    << " layout " << int(layout);
       if (latent) {
         EXPECT_NE(r.key.find(latent_family(r.key)), std::string::npos) << r.key;
       }
@@ -551,6 +595,7 @@ void check_pages_outside_the_pool(const DecodeSpec& s, bool latent, std::initial
   }
 }
 
+// In each of make_paged's layouts (row-major, head-major and padded pages).
 TEST(GpuDecode, PagesOutsideThePoolAreMaskedNeverRead) {
   REQUIRE_GPU();
   DecodeSpec s;
@@ -559,6 +604,8 @@ TEST(GpuDecode, PagesOutsideThePoolAreMaskedNeverRead) {
   s.hq = 8;
   s.hkv = 2;
   check_pages_outside_the_pool(s, false, {1, 16, 64}, test_seed() + 2104);
+  check_pages_outside_the_pool(s, false, {1, 16, 64}, test_seed() + 2110, kHeadMajor);
+  check_pages_outside_the_pool(s, false, {1, 16, 64}, test_seed() + 2111, kPadded);
 }
 
 TEST(GpuDecode, MlaLatentPagesOutsideThePoolAreMasked) {
