@@ -1,6 +1,9 @@
 // forward.cpp -- fa_run, fa_prepare, fa_is_supported, fa_problem_key: validation, then the forward plan (the
 // selector's family, the chooser's tunables, the family's launches) enqueued on the caller's stream.
 #include <cstring>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -25,34 +28,42 @@ Status validated(fa_context c, const fa_params* in, fa_params* p, fa::gen::Probl
   return st;
 }
 
-// After a call that brought a kernel into the context: the kernels that the other shape classes of its tuning bucket
-// (tune::bucket_class_lengths: even_k and not) plan with the same choice, handed to the context's prefetcher so that
-// a later new length finds them compiled (runtime/serial_worker.h). Planning only (the chooser's remembered
-// answer for this key: no tuning, no compile here); fixed length only (varlen has one class).
-void prefetch_siblings(fa_context c, const fa::gen::ProblemDesc& d, const fa::gen::Plan& own) {
-  if (!c->prefetch || d.varlen) return;
+// The plans of d's problem at the other key counts of its tuning bucket (tune::bucket_class_lengths: the shape
+// classes, key counts a multiple of the tile or not), with the chooser's answer for the key (no tuning here); none
+// for varlen (one class). The first failure ends the list.
+Status sibling_plans(fa_context c, const fa::gen::ProblemDesc& d, std::vector<fa::gen::Plan>* out) {
+  if (d.varlen) return Status::Ok();
   for (int sk : fa::tune::bucket_class_lengths(d)) {
     if (sk == d.seqlen_k) continue;
     fa::gen::ProblemDesc other = d;
     other.seqlen_k = sk;
     fa::gen::Plan plan;
-    if (!plan_for(c, fa::gen::Role::Forward, other, nullptr, &plan).ok()) continue;
+    Status st = plan_for(c, fa::gen::Role::Forward, other, nullptr, &plan);
+    if (!st.ok()) return st;
+    out->push_back(std::move(plan));
+  }
+  return Status::Ok();
+}
+
+// After a call that brought a kernel into the context: the kernels its siblings plan that it did not use, handed to
+// the context's prefetch worker (runtime/serial_worker.h), which compiles and loads them, so that a later new length
+// finds them ready.
+void prefetch_siblings(fa_context c, const fa::gen::ProblemDesc& d, const fa::gen::Plan& own) {
+  if (!c->prefetch) return;
+  std::vector<fa::gen::Plan> plans;
+  (void)sibling_plans(c, d, &plans);  // what planned before a failure is still worth having
+  std::set<std::string> have;
+  for (const auto& step : own.steps) have.insert(fa::gen::canonical_key(step));
+  for (const auto& plan : plans)
     for (const auto& step : plan.steps) {
-      bool same = false;
-      for (const auto& mine : own.steps) same = same || fa::gen::canonical_key(mine) == fa::gen::canonical_key(step);
-      if (!same) c->prefetch->submit(fa::gen::canonical_key(step), [c, step](const std::atomic<bool>&) {
-        // relaxed capture interaction first (as the background tuner's thread): its module loads neither fail nor
-        // invalidate a graph capture another thread runs meanwhile
-        thread_local bool relaxed = false;
-        if (!relaxed) {
-          CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-          relaxed = c->drv->cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
-        }
+      std::string key = fa::gen::canonical_key(step);
+      if (!have.insert(key).second) continue;
+      c->prefetch->submit(key, [c, step](const std::atomic<bool>&) {
+        relax_capture_mode_of_this_thread(*c->drv);
         std::shared_ptr<Kernel> k;
         (void)kernel_for(c, step, true, &k);  // compiled (or from the store) and loaded; an error is the call's
       });
     }
-  }
 }
 
 // fa_run. Fast path: a shape seen before (runtime/plan_cache.h) launches its cached plan: no capture query, selector,
@@ -118,17 +129,13 @@ Status prepare(fa_context c, const fa_params* in) {
   st = plan_for(c, fa::gen::Role::Forward, d, c->has_device && tunes_on_first_use(c->tune_policy) ? &tune : nullptr,
                 &plan);
   if (st.ok()) st = resolve_kernels(c, plan, true, &kernels);
-  if (st.ok() && !d.varlen) {
-    // Every shape class of the tuning bucket (tune::bucket_class_lengths), so that no later sequence length in it
-    // compiles anything, inside or outside graph capture: the chooser may serve a length with the tuned winner or
-    // with its fallback (tuner/chooser.h).
-    for (int sk : fa::tune::bucket_class_lengths(d)) {
-      fa::gen::ProblemDesc other = d;
-      other.seqlen_k = sk;
-      st = plan_for(c, fa::gen::Role::Forward, other, nullptr, &plan);
-      if (st.ok()) st = resolve_kernels(c, plan, true, &kernels);
-      if (!st.ok()) break;
-    }
+  if (st.ok()) {
+    // Every shape class of the tuning bucket, so that no later sequence length in it compiles anything, inside or
+    // outside graph capture: the chooser may serve a length with the tuned winner or with its fallback
+    // (tuner/chooser.h).
+    std::vector<fa::gen::Plan> siblings;
+    st = sibling_plans(c, d, &siblings);
+    for (size_t i = 0; st.ok() && i < siblings.size(); ++i) st = resolve_kernels(c, siblings[i], true, &kernels);
   }
   if (!st.ok()) return st;
   if (!c->has_device) return error(FA_ERROR_NO_DEVICE, "kernel compiled, but it cannot be loaded: " + c->no_device_reason);

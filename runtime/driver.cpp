@@ -71,4 +71,11 @@ std::string driver_error(const Driver& d, const char* call, CUresult r) {
   return fmt::format("{} failed: {} ({})", call, name ? name : "unknown", static_cast<int>(r));
 }
 
+void relax_capture_mode_of_this_thread(const Driver& d) {
+  thread_local bool relaxed = false;
+  if (relaxed) return;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  relaxed = d.cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+}
+
 }  // namespace fa::rt

@@ -21,4 +21,9 @@ const Driver* driver(std::string* why);
 // "cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE (1)"
 std::string driver_error(const Driver& d, const char* call, CUresult r);
 
+// Sets the calling thread's stream-capture interaction mode to relaxed (once per thread): a background worker's
+// allocations, module loads and synchronizations then neither fail nor invalidate a graph capture that another
+// thread of the process runs meanwhile.
+void relax_capture_mode_of_this_thread(const Driver& d);
+
 }  // namespace fa::rt

@@ -13,11 +13,7 @@ rt::Status run_job_on_device(fa_context c, const BackgroundJob& job, const TuneO
   if (!c->has_device) return rt::error(FA_ERROR_NO_DEVICE, c->no_device_reason);
   if (job.p.varlen || job.p.backward)
     return rt::error(FA_ERROR_NOT_SUPPORTED, "background tuning covers fixed-length forward problems only");
-  thread_local bool relaxed = false;
-  if (!relaxed) {
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    relaxed = c->drv->cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
-  }
+  rt::relax_capture_mode_of_this_thread(*c->drv);
   GridPoint g;
   g.desc = job.p;
   g.softcap = job.p.has_softcap ? 30.0f : 0.0f;

@@ -319,9 +319,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
                 return out
         else:
             from ._mods_op import eager_mods
-            out = eager_mods(q, k, v, mods, causal, window, softcap, scale)
-            if out is not None:
-                return out if return_lse else out[0]
+            o, lse = eager_mods(q, k, v, mods, causal, window, softcap, scale)
+            return (o, lse) if return_lse else o
     if (mods is not None and bias is None and alibi_slopes is None and cu_seqlens_q is None
             and cu_seqlens_k is None):
         q2, k2, v2, rest, bhsd = _op_args_fixed(q, k, v, causal, window, softcap, scale, layout)

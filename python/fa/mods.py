@@ -79,10 +79,10 @@ _STRUCTS: dict = {}
 _STRUCTS_MAX = 256
 
 
-def mods_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device, contents=()):
-    """A fresh fa_mods for these op arguments (its mask_epoch from the buffers and `contents`, e.g. varlen offsets)
-    and what it keeps alive. The first call of a signature (the code, depends, scalars, device and each buffer's
-    address, dtype, shape and strides) builds it through Mods.to_struct with every check; later ones copy it."""
+def filled_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device):
+    """The filled fa_mods of a signature (the code, depends, scalars, device and each buffer's address, dtype, shape
+    and strides) as (its bytes, the code's bytes it points at): built the first time through Mods.to_struct with
+    every check, then kept."""
     sig = (mask_mod, score_mod, score_mod_grad, depends, tuple(scalars), tuple(iscalars), device,
            tuple((t.data_ptr(), t.dtype, t.shape, t.stride()) for t in buffers))
     ent = _STRUCTS.get(sig)
@@ -93,9 +93,21 @@ def mods_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars,
             _STRUCTS.clear()
         ent = (bytes(m), [x for x in keep if isinstance(x, bytes)])  # the code's bytes; buffers live in the call
         _STRUCTS[sig] = ent
-    m = S.Mods.from_buffer_copy(ent[0])
-    m.mask_epoch = contents_epoch(itertools.chain(buffers, contents)) if mask_mod is not None else 0
-    return m, ent[1]
+    return ent
+
+
+def copy_struct(filled, buffers, contents, has_mask_mod: bool):
+    """A fresh fa_mods from filled_struct's entry, its mask_epoch from the buffers and `contents` (varlen offsets)."""
+    m = S.Mods.from_buffer_copy(filled[0])
+    m.mask_epoch = contents_epoch(itertools.chain(buffers, contents)) if has_mask_mod else 0
+    return m
+
+
+def mods_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device, contents=()):
+    """A fresh fa_mods for these op arguments (its mask_epoch from the buffers and `contents`, e.g. varlen offsets)
+    and what it keeps alive: filled_struct's entry copied (copy_struct)."""
+    filled = filled_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device)
+    return copy_struct(filled, buffers, contents, mask_mod is not None), filled[1]
 
 _DTYPES = None
 

@@ -8,8 +8,23 @@
 #include <fmt/format.h>
 
 #include "api/backward_at.h"
+#include "runtime/validate.h"
 
 namespace fa::test {
+
+::testing::AssertionResult forward_with_grads(std::mt19937_64& rng, const CaseSpec& spec, Case* c, Grads* g,
+                                              gen::ProblemDesc* d) {
+  Gpu& gp = gpu();
+  materialize_spec(rng, spec, true, c);  // the tensor-core backwards need 16-byte aligned strides
+  c->params.lse = reinterpret_cast<float*>(c->d_lse.get());
+  if (fa_run(gp.ctx, &c->params, gp.stream) != FA_OK)
+    return ::testing::AssertionFailure() << "forward: " << fa_last_error() << " [" << c->desc << "]";
+  setup_grads(rng, *c, *g);
+  rt::BwdView view;
+  const rt::Status st = rt::validate_backward(&g->b, &view, d);
+  if (!st.ok()) return ::testing::AssertionFailure() << "backward params: " << st.message << " [" << c->desc << "]";
+  return ::testing::AssertionSuccess();
+}
 
 double bwd_tolerance(int dtype) {
   switch (dtype) {

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <string>
 
+#include <gtest/gtest.h>
+
 #include "generator/config.h"
+#include "generator/problem.h"
 #include "tests/gpu/gpu_support.h"
 
 namespace fa::test {
@@ -24,6 +27,10 @@ struct Grads {
 // Random dO (NaN where the output is padding), poisoned dQ/dK/dV buffers with the case's strides, the params, and
 // the oracle's gradients.
 void setup_grads(std::mt19937_64& rng, Case& c, Grads& g);
+// The hand-picked problem `spec` (aligned strides, LSE on) materialized, its forward run by fa_run on the test
+// stream, its gradients set up (setup_grads) and the backward params validated: *d is the backward's problem.
+::testing::AssertionResult forward_with_grads(std::mt19937_64& rng, const CaseSpec& spec, Case* c, Grads* g,
+                                              gen::ProblemDesc* d);
 // Re-poisons the gradient buffers (before another launch on the same Grads).
 void poison_grads(const Case& c, Grads& g);
 // Relative error over the valid elements (those the reference input had: non-NaN); padding must stay poisoned.

@@ -14,7 +14,6 @@
 #include "generator/family.h"
 #include "runtime/context.h"
 #include "runtime/launch.h"
-#include "runtime/validate.h"
 #include "tests/gpu/grad_support.h"
 
 namespace fa::test {
@@ -37,14 +36,9 @@ TEST(GpuBackwardTunables, EveryValidPointGivesTheSameGradients) {
   double worst = 0;
   for (const CaseSpec& pr : problems) {
     Case c;
-    materialize_spec(rng, pr, true, &c);  // the tensor-core backward needs 16-byte aligned strides
-    c.params.lse = reinterpret_cast<float*>(c.d_lse.get());
-    ASSERT_EQ(fa_run(gp.ctx, &c.params, gp.stream), FA_OK) << fa_last_error() << " [" << c.desc << "]";
     Grads g;
-    setup_grads(rng, c, g);
-    rt::BwdView view;
     gen::ProblemDesc d;
-    ASSERT_TRUE(rt::validate_backward(&g.b, &view, &d).ok());
+    ASSERT_TRUE(forward_with_grads(rng, pr, &c, &g, &d));
     // bwd_mma everywhere; bwd_wgmma (sm_90) on the problems it covers, non-deterministic only
     for (const char* family : {"bwd_mma", "bwd_wgmma"}) {
       std::string why;

@@ -12,7 +12,6 @@
 #include "generator/family.h"
 #include "generator/problem.h"
 #include "runtime/context.h"
-#include "runtime/validate.h"
 #include "tests/gpu/grad_support.h"
 
 namespace fa::test {
@@ -38,14 +37,9 @@ TEST(GpuBackwardWgmma, SelectedWhereItCoversAndMatchesTheOracle) {
   double worst = 0;
   for (const CaseSpec& pr : problems) {
     Case c;
-    materialize_spec(rng, pr, true, &c);
-    c.params.lse = reinterpret_cast<float*>(c.d_lse.get());
-    ASSERT_EQ(fa_run(gp.ctx, &c.params, gp.stream), FA_OK) << fa_last_error() << " [" << c.desc << "]";
     Grads g;
-    setup_grads(rng, c, g);
-    rt::BwdView view;
     gen::ProblemDesc d;
-    ASSERT_TRUE(rt::validate_backward(&g.b, &view, &d).ok());
+    ASSERT_TRUE(forward_with_grads(rng, pr, &c, &g, &d));
     const gen::Semantic s = gen::select_backward(d, gp.ctx->arch);
     ASSERT_NE(s.family, nullptr);
     ASSERT_STREQ(s.family->name, "bwd_wgmma") << c.desc;
