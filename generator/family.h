@@ -89,10 +89,12 @@ struct Plan {
   // bwd_post]): the tile classes (FaFwdArgs::blk_cls, [batch or 1][heads_q or 1][query blocks][blk_nkb] bytes;
   // blk_shared as in LaunchShape), in backward plans transposed too (blk_cls_t, key block major), and the kernel's
   // visiting lists (blk_list, [batch][heads_q][query blocks][blk_nkb] int32; fwd_wgmma has none), and fwd_wgmma's
-  // sub-tile words (blk_sub, the classes' layout times block_m / 64 uint32; fa_args.cuh); SIZE_MAX: none
+  // sub-tile records (blk_sub, the classes' layout times block_m / 64 + 1 uint32) and the hidden pairs of partial
+  // tiles (blk_bits: a slot counter, then blk_bits_cap slots of block_m * 32 bytes; fa_args.cuh); SIZE_MAX: none
   // (families/common.h: block_workspace).
   size_t off_blk_cls = SIZE_MAX, off_blk_cls_t = SIZE_MAX, off_blk_list = SIZE_MAX, off_blk_sub = SIZE_MAX;
-  int blk_nkb = 0, blk_mblocks = 0, blk_shared = 0;
+  size_t off_blk_bits = SIZE_MAX;
+  int blk_nkb = 0, blk_mblocks = 0, blk_shared = 0, blk_bits_cap = 0;
   // The classification step (mask_blocks) and the workspace bytes it writes, [off_blk_cls, off_blk_cls_end): every
   // region the step writes lies there (the classes, transposed too), and nothing else does. A context may keep those
   // bytes across calls (runtime/mask_cache.h) and then skip the step, binding the regions to its copy

@@ -109,6 +109,10 @@ void bind_block_classes(const gen::Plan& plan, FaFwdArgs* args, char* span) {
   if (plan.off_blk_cls_t != SIZE_MAX) args->blk_cls_t = reinterpret_cast<unsigned char*>(span + (plan.off_blk_cls_t - plan.off_blk_cls));
   // the sub-tile codes (fwd_wgmma's plans) sit in the same span, so a cached classification keeps them too
   if (plan.off_blk_sub != SIZE_MAX) args->blk_sub = reinterpret_cast<unsigned*>(span + (plan.off_blk_sub - plan.off_blk_cls));
+  if (plan.off_blk_bits != SIZE_MAX) {
+    args->blk_bits = reinterpret_cast<unsigned*>(span + (plan.off_blk_bits - plan.off_blk_cls));
+    args->blk_bits_cap = plan.blk_bits_cap;
+  }
 }
 
 void cache_classes(fa_context c, gen::Role role, const gen::ProblemDesc& d, const gen::Plan& plan, const fa_params& p,
@@ -344,6 +348,10 @@ Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std:
     } else if (!params.add(a.args, a.size, 16) ||
                (step.s.mods != nullptr && (a.user == nullptr || !params.add(a.user, sizeof(FaUser), 16)))) {
       st = error(FA_ERROR_INTERNAL, "the arguments of " + kernels[i]->key + " do not fit (or its user code's are missing)");
+    }
+    if (st.ok() && classify && a.fwd != nullptr && a.fwd->blk_bits != nullptr) {  // mask_blocks takes slots from 0
+      CUresult r = c->drv->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(a.fwd->blk_bits), 0u, 1, stream);
+      if (r != CUDA_SUCCESS) st = error(FA_ERROR_DRIVER, driver_error(*c->drv, "cuMemsetD32Async", r));
     }
     if (st.ok()) st = launch_pushed(c, *kernels[i], in.launch, params, stream);
     if (st.ok() && classify) {

@@ -75,13 +75,22 @@ struct FaFwdArgs {
   unsigned char* blk_cls_t;
   int blk_nmb;
   int blk_pad2;
-  // Sub-tile codes of the tiles (fwd_wgmma plans; templates/mask_blocks.cuh writes them when this is set):
-  // blk_sub[(bb*blk_cls_sb + hh*blk_cls_sh + m_block*blk_nkb + n_block) * (blk_m / 64) + w] holds, for the rows
-  // 64 w .. 64 w + 63 of the tile, 2 bits per (16-row strip s < 4, key group g < 4) at bit 2 (4 s + g): 0 the mask
-  // hides every pair of the sub-tile, 1 some, 2 none. Key group g of a tile of blk_n keys: the 8-key columns c8 in
+  // Sub-tile records of the tiles (fwd_wgmma plans; templates/mask_blocks.cuh writes them when this is set): the
+  // record of tile t = bb*blk_cls_sb + hh*blk_cls_sh + m_block*blk_nkb + n_block is blk_sub[t * (blk_m / 64 + 1) ..]:
+  // word w < blk_m / 64 holds, for the rows 64 w .. 64 w + 63 of the tile, 2 bits per (16-row strip s < 4, key
+  // group g < 4) at bit 2 (4 s + g): 0 the mask hides every pair of the sub-tile, 1 some, 2 none; word blk_m / 64 is
+  // the tile's slot in blk_bits (0xffffffff: none). Key group g of a tile of blk_n keys: the 8-key columns c8 in
   // [g * blk_n / 32, (g + 1) * blk_n / 32) (integer division), i.e. c8 belongs to group (4 c8 + 3) / (blk_n / 8).
   // null: none (every sub-tile of a partial tile is partial).
   unsigned* blk_sub;
+  // The hidden pairs of partial tiles, so that the forward reads a word instead of running user code (fwd_wgmma
+  // plans; null: none): blk_bits[0] counts the slots taken (zeroed before mask_blocks runs), and slot k < blk_bits_cap
+  // is blk_bits[64 + k * blk_m * 8 ..]: per (16-row strip s, key group g) 32 words, word (4 s + g) * 32 + lane, in
+  // the wgmma fragment layout of lane = 4 gq + tq: bit 4 (c8 - first c8 of g) + 2 hh + e is set when row 16 s + 8 hh
+  // + gq, key 8 c8 + 2 tq + e is hidden (rows past the query length: any value, never stored).
+  unsigned* blk_bits;
+  int blk_bits_cap;
+  int blk_pad3;
 };
 
 struct FaBwdArgs {

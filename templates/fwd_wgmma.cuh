@@ -33,8 +33,11 @@
 // computed, and blocks it hides nowhere skip every mask (a tile's visits are counted first, 128 classes per memory
 // round trip, and the walk starts at its last visited block). In the blocks it cuts, mask_blocks' sub-tile codes
 // (args.blk_sub: per 16-row strip, i.e. per consumer warp, and per quarter of the keys, hidden / some / none) limit
-// user code to the quarters it cuts (common/fwd_score.cuh: fa_wg_user_mask); the producer prefetches a partial
-// block's codes into L1 for the consumers. With kSparse the whole producer warp walks the classes and its lane 0
+// the mask to the quarters it cuts, where a lane reads its word of hidden pairs from the tile's slot (args.blk_bits;
+// user code runs there only for tiles past the slots; common/fwd_score.cuh: fa_wg_user_mask): the producer warp
+// loads a partial block's record (codes, slot) when its walk reaches it, and stages the record and a bulk copy of the
+// slot in the block's K stage, on K's full barrier; the consumers read them from shared memory before they release
+// the stage. With kSparse the whole producer warp walks the classes and its lane 0
 // issues the copies. Without classes (blk_cls null) every block of the band is visited and masked.
 // Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasMaskMod,
 // kHasScoreMod, kVarlen, kEvenK (seqlen_k % kBlockN == 0, fixed length only), kHasLse, and the tunables kBlockM
@@ -43,9 +46,10 @@
 // Parameters: (FaFwdArgs, FaUser with user code (FA_USER_PARAM), FaFwdTma).
 // Launch (host): block = 128 * (kConsumers + 1) threads; grid = (ceil(seqlen_q / kBlockM), heads_q, batch), or
 // (min(ceil(seqlen_q / kBlockM) * heads_q * batch, SM count), 1, 1) when kPersistent; dynamic shared memory =
-// fa_wg::kSmemBytes = nQ * R0 + kStages * kBlockN * (Dp + DVp) * 2 + 8 * (4 + 4 * kStages) + 1024 with
-// R0 = kBlockM * max(Dp, DVp) * 2, Dp = ceil64(head_dim), DVp = ceil64(head_dim_v), nQ = 2 if kPersistent and the
-// total with nQ = 2 is <= 232448, else 1 (the kernel traps if launched with less).
+// fa_wg::kSmemBytes = nQ * R0 + kStages * (kBlockN * (Dp + DVp) * 2 + M) + 8 * (4 + 4 * kStages) + 1024 with
+// R0 = kBlockM * max(Dp, DVp) * 2, Dp = ceil64(head_dim), DVp = ceil64(head_dim_v), M = kBlockM * 32 + 16 with a
+// mask_mod (else 0), nQ = 2 if kPersistent and the total with nQ = 2 is <= 232448, else 1 (the kernel traps if
+// launched with less).
 #ifndef FA_FWD_WGMMA_CUH
 #define FA_FWD_WGMMA_CUH
 
@@ -78,7 +82,11 @@ constexpr int kOBytes = kBM * kDVp * 2;
 constexpr int kR0 = kQBytes > kOBytes ? kQBytes : kOBytes;  // Q tile, then the O staging tile
 constexpr int kKBytes = kBN * kDp * 2;
 constexpr int kVBytes = kBN * kDVp * 2;
-constexpr int kRing = kStages * (kKBytes + kVBytes);
+// kSparse: per K stage, the partial block's slot of hidden pairs (mask_blocks' blk_bits, kBM * 32 bytes) and its
+// record (kC code words, the slot; 16 bytes), both staged by the producer with the block's K
+constexpr int kBitsBytes = fa_cfg::kHasMaskMod ? kBM * 32 : 0;
+constexpr int kRecBytes = fa_cfg::kHasMaskMod ? 16 : 0;
+constexpr int kRing = kStages * (kKBytes + kVBytes + kBitsBytes + kRecBytes);
 constexpr int kBarBytes = 8 * (4 + 4 * kStages);
 // Persistent: two Q/O buffers when they fit (the next tile's Q lands while this one computes; O is staged in the
 // tile's own buffer), else one (then O goes straight from the accumulators to global memory).
@@ -86,11 +94,14 @@ constexpr int kQBuf = (kPersist && 2 * kR0 + kRing + kBarBytes + 1024 <= 232448)
 constexpr bool kStaged = !kPersist || kQBuf == 2;  // O staged through shared memory
 constexpr int kOffK = kQBuf * kR0;
 constexpr int kOffV = kOffK + kStages * kKBytes;
-constexpr int kOffBar = kOffV + kStages * kVBytes;
+constexpr int kOffBits = kOffV + kStages * kVBytes;
+constexpr int kOffRec = kOffBits + kStages * kBitsBytes;
+constexpr int kOffBar = kOffRec + kStages * kRecBytes;
 constexpr int kSmemBytes = kOffBar + kBarBytes + 1024;  // + slack to align the base to 1024
 constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap || fa_cfg::kHasScoreMod;
 constexpr bool kSparse = fa_cfg::kHasMaskMod;  // visit the key blocks mask_blocks classified (block skipping)
 constexpr bool kMasked = fa_cfg::kMask != 0 || fa_cfg::kHasMaskMod;  // query blocks in reverse: longest first
+constexpr bool kEarlyQ = kSparse && !kPersist;  // the producer issues Q before it walks the tile's classes
 constexpr bool kIsBf16 = fa_cfg::kDtype == 2;
 #define FA_WG_NEG_INF __int_as_float(0xff800000)
 
@@ -112,6 +123,11 @@ FA_DEVICE unsigned pack2(float lo, float hi) {  // two floats -> 16-bit pair, lo
 }
 FA_DEVICE void st_shared_b32(unsigned addr, unsigned v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+FA_DEVICE unsigned ld_shared_b32(unsigned addr) {
+  unsigned v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
 }
 FA_DEVICE uint4 ld_shared_v4(unsigned addr) {
   uint4 v;
@@ -202,11 +218,11 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
   };
   // kSparse: the visited blocks of the band and the last of them (common/blk_visit.cuh; warp-collective, the same
   // in every warp).
-  // kSparse: the sub-tile words (mask_blocks; fa_args.cuh) of block nb of the class row cls_row (the tile index
-  // from the class pointer), or null without words.
+  // kSparse: the sub-tile record (mask_blocks; fa_args.cuh: kC code words, then the slot) of block nb of the class
+  // row cls_row (the tile index from the class pointer), or null without records.
   auto sub_words = [&](const unsigned char* cls_row, int nb) -> const unsigned* {
     if (!kSparse || cls_row == nullptr || args.blk_sub == nullptr) return nullptr;
-    return args.blk_sub + ((long long)(cls_row - args.blk_cls) + nb) * kC;
+    return args.blk_sub + ((long long)(cls_row - args.blk_cls) + nb) * (kC + 1);
   };
   auto count_visits = [&](FaTile& T) {
     if constexpr (kSparse) {
@@ -219,6 +235,11 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
   };
   if constexpr (!kPersist) {
     if (tile_at(0).m0 >= tile_at(0).sq) return;  // uniform: the whole CTA leaves
+    if constexpr (kSparse) {
+      // the tile's row of classes on its way to L1 before the barriers are set up (the walks below read it)
+      const FaTile T0 = tile_at(0);
+      if (tid < 32 && T0.cls != nullptr && T0.nb_lo + 128 * tid < T0.nb_hi) fa_prefetch_l1(T0.cls + T0.nb_lo + 128 * tid);
+    }
   }
 
   {  // the host must launch with fa_wg::kSmemBytes of dynamic shared memory (formula at the top of this file)
@@ -228,6 +249,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
   }
   const unsigned sbase = (fa_sm90_smem(fa_smem_raw) + 1023u) & ~1023u;
   const unsigned sQ = sbase, sK = sbase + kOffK, sV = sbase + kOffV, sBar = sbase + kOffBar;
+  const unsigned sBits = sbase + kOffBits, sRec = sbase + kOffRec;
   auto q_full = [&](int i) { return sBar + 8u * i; };         // Q buffer i landed
   auto q_empty = [&](int i) { return sBar + 8u * (2 + i); };   // Q buffer i free again (persistent)
   auto k_full = [&](int s) { return sBar + 8u * (4 + s); };
@@ -267,7 +289,9 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
       int qn = 0;  // tiles whose Q was loaded: buffer qn % kQBuf, phase (qn / kQBuf) & 1
       for (int t = t_first; t < total; t += t_step) {
         FaTile T = tile_at(t);
-        count_visits(T);
+        // Non-persistent kSparse: Q goes out before the class walk (the walk's round trip runs under Q's copy; a
+        // tile the classes leave empty still gets its Q, which the consumers wait for before staging O there).
+        if constexpr (!kEarlyQ) count_visits(T);
         if (T.n_blocks == 0) continue;
         const int qb = qn % kQBuf;
         const unsigned qph = (unsigned)(qn / kQBuf) & 1u;
@@ -281,14 +305,36 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
                            T.h, T.bt);
         }
         // K of block it+1 is issued before V of block it: the consumers need K_{j+1} (S = Q K^T) before V_j.
-        auto load_k = [&](int nb) {
-          const int kn = T.base_k + nb * kBN;
+        // kSparse: lane l <= kC holds word l of the next partial block's record (block_of); load_k stages it and the
+        // slot's hidden pairs in K's stage, on K's full barrier.
+        unsigned recw = 0u;
+        auto load_k = [&](int entry) {
+          const int kn = T.base_k + (entry >> 1) * kBN;
           fa_mbar_wait(k_empty(ks), kph ^ 1u);
+          // K's copy goes out first; a partial block's record (whose load may still be in flight) and slot follow,
+          // and the arrival comes last, after the record's stores (kSparse), so the phase waits for all of them
+          const bool staged = kSparse && (entry & 1) == 0;
           if (lead) {
-            fa_mbar_arrive_expect_tx(k_full(ks), (unsigned)kKBytes);
+            if (staged) fa_mbar_expect_tx(k_full(ks), (unsigned)kKBytes);
+            else fa_mbar_arrive_expect_tx(k_full(ks), (unsigned)kKBytes);
 #pragma unroll
             for (int c = 0; c < kDp / 64; ++c)
               fa_tma_load_4d(sK + (unsigned)(ks * kKBytes + c * kBN * 128), &tma.k, k_full(ks), c * 64, kn, T.g, T.bt);
+          }
+          if constexpr (kSparse) {
+            if (staged) {
+              const unsigned slot = __shfl_sync(0xffffffffu, recw, kC);
+              if (tid <= kC) st_shared_b32(sRec + (unsigned)(ks * kRecBytes + 4 * tid), recw);
+              __syncwarp();
+              if (lead) {
+                if (slot != 0xffffffffu) {
+                  fa_mbar_expect_tx(k_full(ks), (unsigned)kBitsBytes);
+                  fa_bulk_load(sBits + (unsigned)(ks * kBitsBytes), args.blk_bits + 64 + (size_t)slot * (kBM * 8),
+                               (unsigned)kBitsBytes, k_full(ks));
+                }
+                fa_mbar_arrive(k_full(ks));
+              }
+            }
           }
           if (++ks == kStages) { ks = 0; kph ^= 1u; }
         };
@@ -303,31 +349,31 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           }
           if (++vs == kStages) { vs = 0; vph ^= 1u; }
         };
-        // The key block of visit it: the band from its last block down, or the next classified one (kSparse; a
-        // partial block's sub-tile words are prefetched into this SM's L1 for the consumers' softmax).
+        // The entry (n_block << 1) | full of visit it: the band from its last block down, or the next classified one
+        // (kSparse; a partial block's record words go to recw, lane l <= kC word l: its codes and slot, defaults
+        // without records); -1 past the last visit.
         FaBlkCursor cur;
         if constexpr (kSparse) cur.start(T.cls, T.nb_lo, T.last + 1);
         auto block_of = [&](int it) {
           if constexpr (kSparse) {
             const int entry = cur.next();
-            if ((entry & 1) == 0 && lead) {
+            if (entry >= 0 && (entry & 1) == 0) {
               const unsigned* w = sub_words(T.cls, entry >> 1);
-              if (w != nullptr) fa_prefetch_l1(w);
+              recw = tid < kC ? 0x55555555u : 0xffffffffu;
+              if (w != nullptr && tid <= kC && (tid < kC || args.blk_bits != nullptr)) recw = w[tid];
             }
-            return entry >> 1;
+            return entry;
           }
-          return T.nb_hi - 1 - it;
+          return it < T.n_blocks ? (T.nb_hi - 1 - it) << 1 : -1;
         };
-        int nb = block_of(0);
-        load_k(nb);
-        for (int it = 0; it < T.n_blocks; ++it) {
-          int nb_next = 0;
-          if (it + 1 < T.n_blocks) {
-            nb_next = block_of(it + 1);
-            load_k(nb_next);
-          }
-          load_v(nb);
-          nb = nb_next;
+        int e = block_of(0);
+        if (e < 0) continue;
+        load_k(e);
+        for (int it = 1; e >= 0; ++it) {
+          const int e_next = block_of(it);
+          if (e_next >= 0) load_k(e_next);
+          load_v(e >> 1);
+          e = e_next;
         }
       }
     }
@@ -371,7 +417,11 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
     for (int t = t_first; t < total; t += t_step) {
       FaTile T = tile_at(t);
       if (T.m0 >= T.sq) continue;
+      const int band = T.n_blocks;
       count_visits(T);
+      if constexpr (kEarlyQ) {
+        if (T.n_blocks == 0 && band > 0) fa_mbar_wait(q_full(0), 0u);  // the producer's Q copy, before O is staged
+      }
       const int m0 = T.m0, sq = T.sq, sk = T.sk, h = T.h, b = T.b;
       const int qb = qn % kQBuf;  // this tile's Q buffer (valid when n_blocks > 0)
       const unsigned qph = (unsigned)(qn / kQBuf) & 1u;
@@ -392,14 +442,24 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           if constexpr (kSparse) return cur.next();
           return (nb_hi - 1 - it) << 1;
         };
-        // kSparse: this warpgroup's sub-tile word of a partial block (null without words: every sub-tile partial),
-        // read by the softmax from L1, where the producer warp prefetched it when it issued the block's loads (a
-        // word loaded ahead into a register, or prefetched here, spilled: 3 consumers at head dim 64, and 1 consumer
-        // at head dims 80 / 184 with ALiBi, softcap and both user functions). The cursor's class pointer, held
-        // anyway, gives the tile's index.
-        auto codes_at = [&](int entry) -> const unsigned* {
-          const unsigned* w = sub_words(cur.cls, entry >> 1);
-          return w != nullptr ? w + cw : nullptr;
+        // kSparse: what the softmax masks a partial block with, read from the block's K stage (where the producer
+        // staged the record and the slot's hidden pairs) before that stage is released: this warp's 8 code bits and,
+        // when the tile has a slot, this lane's word of each key group (common/fwd_score.cuh: fa_wg_user_mask).
+        auto mask_words = [&](int entry, int stage) {
+          FaWgMaskWords m{0x55u, false, {0u, 0u, 0u, 0u}};
+          if constexpr (kSparse) {
+            if ((entry & 1) == 0) {
+              const unsigned rec = sRec + (unsigned)(stage * kRecBytes);
+              m.codes = (ld_shared_b32(rec + 4u * cw) >> (8 * warp)) & 0xffu;
+              m.pre = ld_shared_b32(rec + 4u * kC) != 0xffffffffu;
+              if (m.pre) {
+                const unsigned w0 = sBits + (unsigned)(stage * kBitsBytes + (cw * 4 + warp) * 512 + lane * 4);
+#pragma unroll
+                for (int g = 0; g < 4; ++g) m.w[g] = ld_shared_b32(w0 + 128u * g);
+              }
+            }
+          }
+          return m;
         };
         float slope = 0.f;
         if constexpr (fa_cfg::kHasAlibi) slope = args.alibi[h] * 1.4426950408889634f;
@@ -431,7 +491,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
         };
         // Scores -> probabilities in place (base 2), running max / sum, rescale factors of O.
         // entry: (n_block << 1) | full (entry_of).
-        auto softmax = [&](float (&s)[kBN / 2], int entry, float (&corr)[2]) {
+        auto softmax = [&](float (&s)[kBN / 2], int entry, const FaWgMaskWords& mw, float (&corr)[2]) {
           const int kn = (entry >> 1) * kBN;
           if constexpr (kFeat) {
 #pragma unroll
@@ -460,10 +520,8 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           if (need_mask) {
             if constexpr (fa_cfg::kHasMaskMod) {
               // user code only on the key groups of this warp's rows that the mask cuts (common/fwd_score.cuh)
-              const unsigned* cp = codes_at(entry);
-              const unsigned codes = cp != nullptr ? *cp : 0x55555555u;
-              fa_wg_user_mask<kBN / 8>(s, (codes >> (8 * warp)) & 0xffu, b, h, m0 + rbase, kn + tq * 2, sq, sk,
-                                       args.win_left, args.win_right, FA_USER_ARGS);
+              fa_wg_user_mask<kBN / 8>(s, mw, b, h, m0 + rbase, kn + tq * 2, sq, sk, args.win_left, args.win_right,
+                                       FA_USER_ARGS);
             } else {
 #pragma unroll
               for (int hh = 0; hh < 2; ++hh) {
@@ -549,10 +607,11 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           pp_arrive();
           fa_wg_wait<0>();
           fa_wg_fence_regs(s);
+          const FaWgMaskWords mw0 = mask_words(entry0, kst);
           release(k_empty(kst));
           adv_k();
           if (n_blocks == 1) release_q();
-          softmax(s, entry0, corr);
+          softmax(s, entry0, mw0, corr);
           convert(p, s);
           for (int it = 1; it < n_blocks; ++it) {
             const int entry = entry_of(it);
@@ -564,10 +623,11 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
             pp_arrive();
             fa_wg_wait<1>();
             fa_wg_fence_regs(s);
+            const FaWgMaskWords mw = mask_words(entry, kst);
             release(k_empty(kst));
             adv_k();
             if (it == n_blocks - 1) release_q();
-            softmax(s, entry, corr);
+            softmax(s, entry, mw, corr);
             // ptxas hoists wait_group 0 to the top of the basic block holding the softmax (SASS: every MUFU.EX2
             // after the WARPGROUP.DEPBAR), which serialises the softmax behind P_j V_j. The wait loop for the next
             // K block (needed next anyway) ends that basic block, so the softmax stays under P_j V_j.
@@ -596,10 +656,11 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
             pp_arrive();
             fa_wg_wait<0>();
             fa_wg_fence_regs(s);
+            const FaWgMaskWords mw = mask_words(entry, kst);
             release(k_empty(kst));
             adv_k();
             if (it == n_blocks - 1) release_q();
-            softmax(s, entry, corr);
+            softmax(s, entry, mw, corr);
             rescale_o(corr);
             convert(p, s);
             fa_mbar_wait(v_full(vst), vph);

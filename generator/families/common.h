@@ -167,9 +167,10 @@ struct BlockSkipping {
 
 // The workspace of block skipping at a block_m x block_n tile, from offset `off`: the tile classes ([batch or 1]
 // [heads_q or 1][query blocks][key blocks] bytes), with `transposed` the same classes key block major, with `sub` the
-// sub-tile words (the classes' layout, block_m / 64 uint32 per tile), with `lists` the kernels' visiting lists
+// sub-tile records (the classes' layout, block_m / 64 + 1 uint32 per tile) and the hidden-pair slots, with `lists` the kernels' visiting lists
 // ([batch][heads_q][query blocks][key blocks] int32: a forward CTA's key blocks, or a backward CTA's query blocks of
 // each head of its group). Fills the plan's block fields; returns the end.
+constexpr size_t kBlkBitsMaxBytes = size_t{64} << 20;  // the hidden-pair slots of one classification, at most
 inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bool transposed, bool lists, bool sub,
                               size_t off, Plan* out) {
   out->blk_shared = blk_shared(p);
@@ -186,7 +187,15 @@ inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bo
   }
   if (sub) {
     out->off_blk_sub = off;
-    off = align256(off + batch_c * heads_c * tiles * static_cast<size_t>(block_m / 64) * sizeof(unsigned));
+    off = align256(off + batch_c * heads_c * tiles * static_cast<size_t>(block_m / 64 + 1) * sizeof(unsigned));
+    // slots for the hidden pairs of partial tiles: four per query-block row (a band, a document boundary, a sink
+    // and the diagonal), at most kBlkBitsMaxBytes; tiles past them run the user's code instead
+    const size_t slot_bytes = static_cast<size_t>(block_m) * 32;
+    const size_t cap = std::min({batch_c * heads_c * tiles, batch_c * heads_c * out->blk_mblocks * 4,
+                                 kBlkBitsMaxBytes / slot_bytes});
+    out->off_blk_bits = off;
+    out->blk_bits_cap = static_cast<int>(cap);
+    off = align256(off + 256 + cap * slot_bytes);
   }
   out->off_blk_cls_end = off;  // what mask_blocks writes ends here (Plan::off_blk_cls_end); the kernels' lists follow
   if (!lists) return off;

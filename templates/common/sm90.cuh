@@ -31,6 +31,11 @@ FA_DEVICE void fa_mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
   asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(bar), "r"(bytes)
                : "memory");
 }
+// Raises the current phase's expected transaction count by `bytes` without an arrival (the phase still waits for
+// its arrivals: copies may be issued before the arrival that publishes other data).
+FA_DEVICE void fa_mbar_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
 // Non-blocking test: true once the phase of parity `parity` has completed (a fresh barrier: parity 1 is complete).
 FA_DEVICE bool fa_mbar_try_wait(unsigned bar, unsigned parity) {
   unsigned ok;
@@ -46,6 +51,15 @@ FA_DEVICE bool fa_mbar_try_wait(unsigned bar, unsigned parity) {
 FA_DEVICE void fa_mbar_wait(unsigned bar, unsigned parity) {
   while (!fa_mbar_try_wait(bar, parity)) {
   }
+}
+
+// ---- bulk copies (cp.async.bulk, no tensor map) -------------------------------------------------------------------
+// `bytes` (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned), completing on mbarrier `bar`
+// as transaction bytes (the arrival that expects them counts them in).
+FA_DEVICE void fa_bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
 }
 
 // ---- TMA (cp.async.bulk.tensor) -----------------------------------------------------------------------------------

@@ -126,6 +126,41 @@ TEST_F(MaskKeys, VarlenKeysHoldTheOffsetsPointers) {
   EXPECT_FALSE(key() == k0) << "new offsets";
 }
 
+// fwd_wgmma's plan keeps the sub-tile records and the hidden-pair slots (templates/fa_args.cuh: blk_sub, blk_bits)
+// inside the span the classification writes, so a cached copy keeps them too: four slots per query-block row of every
+// classified (batch, head), a counter word first, and the binding gives the kernels their pointers and the count.
+TEST_F(MaskKeys, WgmmaPlansKeepTheHiddenPairSlotsInTheClassesSpan) {
+  fa_params v;
+  fa::gen::ProblemDesc d;
+  ASSERT_TRUE(fa::rt::validate_forward(&p, &v, &d).ok()) << fa_last_error();
+  const fa::gen::Plan plan = fa::gen::make_plan(fa::gen::select(fa::gen::Role::Forward, d, 90), d);
+  ASSERT_EQ(std::string(plan.steps.back().s.family->name), "fwd_wgmma");
+  ASSERT_NE(plan.off_blk_sub, SIZE_MAX);
+  ASSERT_NE(plan.off_blk_bits, SIZE_MAX);
+  const int bm = 64 * plan.steps.back().t[0];
+  const size_t tiles = static_cast<size_t>(plan.blk_mblocks) * plan.blk_nkb;
+  const size_t classified = ((plan.blk_shared & 1) ? 1 : 2) * ((plan.blk_shared & 2) ? 1 : 4);  // batch 2, 4 heads
+  EXPECT_EQ(plan.blk_mblocks, (1024 + bm - 1) / bm);
+  EXPECT_EQ(static_cast<size_t>(plan.blk_bits_cap), std::min(tiles, 4 * static_cast<size_t>(plan.blk_mblocks)) * classified);
+  EXPECT_LE(plan.off_blk_cls, plan.off_blk_sub);
+  EXPECT_GE(plan.off_blk_bits, plan.off_blk_sub + classified * tiles * (bm / 64 + 1) * sizeof(unsigned))
+      << "the records (block_m / 64 code words and a slot per tile) end before the slots";
+  EXPECT_GE(plan.off_blk_cls_end, plan.off_blk_bits + 256 + static_cast<size_t>(plan.blk_bits_cap) * bm * 32)
+      << "every slot lies in the span the classification writes (and a cache keeps)";
+  EXPECT_GE(plan.workspace_bytes, plan.off_blk_cls_end);
+  EXPECT_GE(plan.reported_workspace(), plan.workspace_bytes);
+  FaFwdArgs args{};
+  std::vector<char> span(plan.off_blk_cls_end - plan.off_blk_cls);
+  fa::rt::bind_block_classes(plan, &args, span.data());
+  EXPECT_EQ(reinterpret_cast<char*>(args.blk_bits), span.data() + (plan.off_blk_bits - plan.off_blk_cls));
+  EXPECT_EQ(reinterpret_cast<char*>(args.blk_sub), span.data() + (plan.off_blk_sub - plan.off_blk_cls));
+  EXPECT_EQ(args.blk_bits_cap, plan.blk_bits_cap);
+  // the backward's plan (bwd_mma: no sub-tile records) has none
+  d.backward = true;
+  const fa::gen::Plan bwd = fa::gen::make_plan(fa::gen::select(fa::gen::Role::Backward, d, 90), d);
+  if (bwd.off_blk_sub == SIZE_MAX) EXPECT_EQ(bwd.off_blk_bits, SIZE_MAX);
+}
+
 TEST_F(MaskKeys, OnlyVersion4WithAnEpochAndAClassificationUsesTheCache) {
   bool eligible = true;
   m.mask_epoch = 0;

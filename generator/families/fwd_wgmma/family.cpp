@@ -59,7 +59,9 @@ unsigned smem_bytes(const KernelConfig& c) {
   const int dp = pad64(c.s.head_dim), dvp = pad64(c.s.head_dim_v);
   const int bm = 64 * c.t[kConsumers];
   const int r0 = bm * std::max(dp, dvp) * 2;
-  const int rest = c.t[kStages] * c.t[kBlockN] * (dp + dvp) * 2 + 8 * (4 + 4 * c.t[kStages]) + 1024;
+  // with a mask_mod, each stage also holds a partial block's hidden pairs (bm * 32 bytes) and record (16 bytes)
+  const int masks = has_mask_mod(c.s.mods) ? bm * 32 + 16 : 0;
+  const int rest = c.t[kStages] * (c.t[kBlockN] * (dp + dvp) * 2 + masks) + 8 * (4 + 4 * c.t[kStages]) + 1024;
   const int nq = c.t[kPersistent] != 0 && 2 * r0 + rest <= kSmemLimit ? 2 : 1;
   return static_cast<unsigned>(nq * r0 + rest);
 }

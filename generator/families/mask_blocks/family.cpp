@@ -5,7 +5,8 @@
 // is shared over batch entries and heads where fa_mods.mask_mod_depends allows it (LaunchShape::blk_shared). In a
 // backward plan it receives the FaBwdArgs (its first member is the FaFwdArgs the kernel reads) and also writes the
 // classes transposed (FaFwdArgs::blk_cls_t). A third knob, sub_tiles (set by fwd_wgmma's plans), compiles the
-// sub-tile codes in (FaFwdArgs::blk_sub: every pair of every tile evaluated, no early exit on partial tiles).
+// sub-tile records in (FaFwdArgs::blk_sub: every pair of every tile evaluated, no early exit on partial tiles) and
+// the hidden pairs of partial tiles in slots (FaFwdArgs::blk_bits; the runtime zeroes its counter before the launch).
 #include "../common.h"
 
 namespace fa::gen {
