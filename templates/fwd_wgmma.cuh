@@ -236,9 +236,12 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
   if constexpr (!kPersist) {
     if (tile_at(0).m0 >= tile_at(0).sq) return;  // uniform: the whole CTA leaves
     if constexpr (kSparse) {
-      // the tile's row of classes on its way to L1 before the barriers are set up (the walks below read it)
-      const FaTile T0 = tile_at(0);
-      if (tid < 32 && T0.cls != nullptr && T0.nb_lo + 128 * tid < T0.nb_hi) fa_prefetch_l1(T0.cls + T0.nb_lo + 128 * tid);
+      // the tile's row of classes on its way to L1 before the barriers are set up (the walks below read it); the
+      // first warp's lanes a line each
+      if (tid < 32) {
+        const FaTile T0 = tile_at(0);
+        if (T0.cls != nullptr && T0.nb_lo + 128 * tid < T0.nb_hi) fa_prefetch_l1(T0.cls + T0.nb_lo + 128 * tid);
+      }
     }
   }
 

@@ -155,10 +155,12 @@ TEST_F(MaskKeys, WgmmaPlansKeepTheHiddenPairSlotsInTheClassesSpan) {
   EXPECT_EQ(reinterpret_cast<char*>(args.blk_bits), span.data() + (plan.off_blk_bits - plan.off_blk_cls));
   EXPECT_EQ(reinterpret_cast<char*>(args.blk_sub), span.data() + (plan.off_blk_sub - plan.off_blk_cls));
   EXPECT_EQ(args.blk_bits_cap, plan.blk_bits_cap);
-  // the backward's plan (bwd_mma: no sub-tile records) has none
+  // the backward's plan (its classes transposed, no sub-tile records) has no slots
   d.backward = true;
   const fa::gen::Plan bwd = fa::gen::make_plan(fa::gen::select(fa::gen::Role::Backward, d, 90), d);
-  if (bwd.off_blk_sub == SIZE_MAX) EXPECT_EQ(bwd.off_blk_bits, SIZE_MAX);
+  ASSERT_NE(bwd.off_blk_cls, SIZE_MAX);
+  EXPECT_EQ(bwd.off_blk_sub, SIZE_MAX);
+  EXPECT_EQ(bwd.off_blk_bits, SIZE_MAX);
 }
 
 TEST_F(MaskKeys, OnlyVersion4WithAnEpochAndAClassificationUsesTheCache) {
