@@ -1,6 +1,6 @@
-// sm90.cuh -- Hopper (sm_90a) primitives as inline PTX: mbarriers, TMA tensor copies, L2 bulk prefetch, proxy
-// fences, wgmma (descriptors, fences, groups, m64nNk16 bf16/fp16 -> fp32 in SS (A and B K- or MN-major) and RS forms),
-// named barriers (with an or-reduction), setmaxnreg.
+// sm90.cuh -- Hopper (sm_90a) primitives as inline PTX: mbarriers, TMA tensor copies, bulk copies, L2 bulk prefetch,
+// proxy fences, wgmma (descriptors, fences, groups, m64nNk16 bf16/fp16 -> fp32 in SS (A and B K- or MN-major) and RS
+// forms), named barriers (with an or-reduction), setmaxnreg.
 // Self-contained (no CUDA headers), NVRTC-compilable; needs FA_DEVICE (fa_common.cuh) and sm_90a for wgmma and
 // setmaxnreg. Shared-memory addresses are 32-bit shared-window addresses (fa_sm90_smem); tensor maps are the
 // generic address of a 64-byte aligned CUtensorMap held in a __grid_constant__ kernel parameter.
