@@ -108,14 +108,7 @@ TEST(SerialWorker, PrefetchEnvironmentSwitchIsParsedAndNeedsADevice) {
     fa_context_destroy(c);
   }
   {
-    test::ScopedEnv env("FA_PREFETCH", "yes");
-    fa_context_options o;
-    fa_context_options_init(&o);
-    o.cache_path = ":memory:";
-    fa_context c = nullptr;
-    EXPECT_EQ(fa_context_create(&o, &c), FA_ERROR_INVALID_ARGUMENT);
-    EXPECT_EQ(c, nullptr);
-    const std::string err = fa_last_error();
+    const std::string err = test::context_create_error("FA_PREFETCH", "yes");
     EXPECT_NE(err.find("FA_PREFETCH"), std::string::npos) << err;
     EXPECT_NE(err.find("'yes'"), std::string::npos) << err;
   }
