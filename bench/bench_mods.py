@@ -9,6 +9,9 @@ fa's first calls over 20 new sequence lengths and the cache's rows before / afte
 --bwd: forward + backward instead (autograd of the same calls with one dO: fa's forward and its [bwd_pre,
 mask_blocks, bwd_mma, bwd_post] against Flex's compiled forward and backward, and fa's built-in / dense; the
 backward alone as the difference to the forward's time), no first-call figures; --only NAMES limits the mods.
+Each contender of a row (fa, Flex, fa's built-in) is timed in three interleaved rounds (interleaved_ms: the median of
+the rounds' event-timed medians); a restated built-in is also compared with its built-in on device time per call
+(device_ms, torch.profiler), since the 2k calls are host-bound.
 --json PATH writes every figure; the table goes to stdout."""
 import argparse
 import concurrent.futures
@@ -45,6 +48,18 @@ def event_ms(fn, warmup_s=0.15, iters=30):
     return statistics.median(event_times(fn, 0, iters))
 
 
+def interleaved_ms(fns, rounds=3):
+    """name -> the median over `rounds` rounds of event_ms(fn), the contenders side by side in each round (the
+    order reversed every other round): the host-bound rows (2k) swing by up to 2x between runs with the host's state,
+    and contenders timed in the same rounds see the same state."""
+    got = {n: [] for n in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            got[n].append(event_ms(fns[n]))
+    return {n: statistics.median(x) for n, x in got.items()}
+
+
 def mods_for(s, only=None):
     """name -> (fa Mods, fa builtin kwargs, flex mask_mod or None, flex score_mod or None), the names starting with
     one of `only` (comma-separated) when given; and the built-in kwargs of the mods that restate one."""
@@ -73,8 +88,8 @@ def mods_for(s, only=None):
     return out, builtin
 
 
-def fa_kernel_times(fn, calls=10):
-    """Device times (ms, torch.profiler) of the fa kernels of `calls` calls of fn after one warm-up, in launch order."""
+def profiled_events(fn, calls=10):
+    """torch.profiler's events of `calls` calls of fn after one warm-up call (device activity only)."""
     from torch.profiler import ProfilerActivity, profile
     fn()
     torch.cuda.synchronize()
@@ -82,8 +97,21 @@ def fa_kernel_times(fn, calls=10):
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    ks = sorted((e for e in prof.events() if e.name == "fa_kernel"), key=lambda e: e.time_range.start)
+    return prof.events()
+
+
+def fa_kernel_times(fn, calls=10):
+    """Device times (ms, torch.profiler) of the fa kernels of `calls` calls of fn after one warm-up, in launch order."""
+    ks = sorted((e for e in profiled_events(fn, calls) if e.name == "fa_kernel"), key=lambda e: e.time_range.start)
     return [(e.time_range.end - e.time_range.start) / 1000.0 for e in ks]
+
+
+def device_ms(fn, calls=10):
+    """Device time per call (ms, torch.profiler): every kernel, memset and copy of `calls` calls of fn after one
+    warm-up, summed, over `calls`. At 2k the calls are host-bound (the call time is the host's), so a restated
+    built-in is compared with its built-in on this too."""
+    evs = [e for e in profiled_events(fn, calls) if e.device_type.name == "CUDA"]
+    return sum(e.time_range.end - e.time_range.start for e in evs) / 1000.0 / calls
 
 
 def cls_pass_ms(fn, calls=10):
@@ -180,6 +208,7 @@ def first_calls(res, flex_attention, create_block_mask):
 
 def timings(res, args, flex, flex_attention, create_block_mask):
     profiled = []
+    dev = []  # (row, column, call): device time per call, after every timing too
     for s in [int(x) for x in args.seqs.split(",")]:
         q, k, v = (torch.randn(1, s, H, D, device="cuda", dtype=DT) for _ in range(3))
         qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
@@ -198,10 +227,12 @@ def timings(res, args, flex, flex_attention, create_block_mask):
         torch.cuda.synchronize()
         dense = event_ms(lambda: fa.attention(q, k, v))
         for name, (mods, kw, fmask, fscore) in table.items():
-            fa_ms = event_ms(lambda: fa.attention(q, k, v, mods=mods, **kw))
-            row = {"mod": name, "seq": s, "fa_ms": fa_ms, "cls_ms": None, "fwd_ms": None, "dense_ms": dense}
+            # every name bound now: the device times below run after the loop (q, k, v then hold the last length)
+            fa_call = lambda q=q, k=k, v=v, mods=mods, kw=kw: fa.attention(q, k, v, mods=mods, **kw)  # noqa: E731
+            row = {"mod": name, "seq": s, "cls_ms": None, "fwd_ms": None, "dense_ms": dense}
             if mods.mask_mod:  # profiled after every timing (see below)
                 profiled.append((row, lambda q=q, k=k, v=v, mods=mods, kw=kw: fa.attention(q, k, v, mods=mods, **kw)))
+            contenders = {"fa_ms": fa_call}
             try:
                 if args.no_flex:
                     raise RuntimeError("--no-flex")
@@ -213,20 +244,26 @@ def timings(res, args, flex, flex_attention, create_block_mask):
                     static = torch.compile(flex_attention)
                     fcall = lambda: static(qh, kh, vh, block_mask=bmask, score_mod=fscore)  # noqa: E731
                     row["flex_static_compile"] = True
-                row["flex_ms"] = event_ms(fcall)
                 o_f = fcall().transpose(1, 2)
-                o = fa.attention(q, k, v, mods=mods, **kw)
+                o = fa_call()
                 row["max_abs_diff"] = (o.float() - o_f.float()).abs().max().item()
+                contenders["flex_ms"] = fcall
             except Exception as exc:  # noqa: BLE001
                 row["flex_error"] = str(exc)[:200]
             if name in builtin:
-                row["builtin_ms"] = event_ms(lambda: fa.attention(q, k, v, **builtin[name]))
+                contenders["builtin_ms"] = lambda q=q, k=k, v=v, kw=builtin[name]: fa.attention(q, k, v, **kw)
+                dev.append((row, "builtin_dev_ms", contenders["builtin_ms"]))
+                dev.append((row, "fa_dev_ms", fa_call))
+            row.update(interleaved_ms(contenders))
+            fa_ms = row["fa_ms"]
             res["rows"].append(row)
             print(f"# {name} {s}: fa {fa_ms:.3f} ms, Flex {row.get('flex_ms', float('nan')):.3f} ms", flush=True)
     # the classification pass and the forward kernel alone (torch.profiler), after every event timing: a profiler
     # session leaves per-launch overhead behind that would slow the host-bound rows timed after it
     for row, fn in profiled:
         row["cls_ms"], row["fwd_ms"] = cls_pass_ms(fn)
+    for row, col, fn in dev:
+        row[col] = device_ms(fn)
     print(f"{'mod':<20}{'seq':>6}{'fa ms':>9}{'cls ms':>8}{'fwd ms':>8}{'flex ms':>9}{'flex/fa':>9}"
           f"{'builtin ms':>11}{'dense ms':>10}{'max|fa-flex|':>13}")
     for row in res["rows"]:
@@ -245,34 +282,37 @@ def timings(res, args, flex, flex_attention, create_block_mask):
         doc = rows.get("document(8)", {})
         print(f"SUMMARY seq {s}: Flex/fa " + ", ".join(f"{m} {x:.2f}" for m, x in sp.items()) +
               (f"; min {min(sp.values()):.2f}" if sp else "") +
-              (f"; causal (mod) / built-in {c['fa_ms'] / c['builtin_ms']:.3f}" if c.get("builtin_ms") else "") +
-              (f"; window (mod) / built-in {w['fa_ms'] / w['builtin_ms']:.3f}" if w.get("builtin_ms") else "") +
+              "".join(f"; {m} / built-in {r['fa_ms'] / r['builtin_ms']:.3f} "
+                      f"(device {r['fa_dev_ms'] / r['builtin_dev_ms']:.3f})"
+                      for m, r in (("causal (mod)", c), ("window (mod)", w)) if r.get("builtin_dev_ms")) +
               (f"; dense / document(8) {doc['dense_ms'] / doc['fa_ms']:.2f}" if doc else ""))
 
 
-def fwd_bwd_ms(run, inputs, do):
-    """(median ms of forward + backward, median ms of the forward alone, the gradients) of o = run(*inputs) with
-    dO = do: each timed call runs the forward and autograd.grad (Flex's compiled backward refuses a retained graph,
-    so the backward is not timed alone; backward = the difference)."""
-    step = lambda: torch.autograd.grad(run(*inputs), inputs, do)  # noqa: E731
-    with torch.no_grad():
-        fwd = event_ms(lambda: run(*inputs))
-    return event_ms(step), fwd, step()
+def fwd_bwd_calls(run, inputs, do):
+    """(forward + autograd.grad with dO = do, the forward alone without grad) of o = run(*inputs), for
+    interleaved_ms."""
+    def fwd():
+        with torch.no_grad():
+            return run(*inputs)
+    return (lambda: torch.autograd.grad(run(*inputs), inputs, do)), fwd
 
 
 def bwd_timings(res, args, flex, flex_attention, create_block_mask):
     print(f"{'mod (fwd+bwd)':<20}{'seq':>6}{'fa ms':>9}{'flex ms':>9}{'flex/fa':>9}{'fa bwd':>8}{'flex bwd':>9}"
           f"{'bwd f/fa':>9}{'builtin ms':>11}{'dense ms':>10}{'max|dq fa-flex|':>16}")
+    dev = []  # (row, column, call): device time per call
     for s in [int(x) for x in args.seqs.split(",")]:
         q, k, v = (torch.randn(1, s, H, D, device="cuda", dtype=DT).requires_grad_() for _ in range(3))
         qh, kh, vh = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
         do = torch.randn(1, s, H, D, device="cuda", dtype=DT)
-        dense, _, _ = fwd_bwd_ms(lambda a, b, c: fa.attention(a, b, c), (q, k, v), do)
+        dense = event_ms(fwd_bwd_calls(lambda a, b, c: fa.attention(a, b, c), (q, k, v), do)[0])
         table, builtin = mods_for(s, args.only)
         for name, (mods, kw, fmask, fscore) in table.items():
-            fa_ms, fa_fwd, g_fa = fwd_bwd_ms(lambda a, b, c: fa.attention(a, b, c, mods=mods, **kw), (q, k, v), do)
-            row = {"mod": name, "seq": s, "fa_fwd_bwd_ms": fa_ms, "fa_bwd_ms": fa_ms - fa_fwd,
-                   "dense_fwd_bwd_ms": dense}
+            fa_step, fa_fwd = fwd_bwd_calls(lambda a, b, c, mods=mods, kw=kw: fa.attention(a, b, c, mods=mods, **kw),
+                                            (q, k, v), do)  # names bound now: device times run after the loop
+            g_fa = fa_step()
+            row = {"mod": name, "seq": s, "dense_fwd_bwd_ms": dense}
+            contenders = {"fa_fwd_bwd_ms": fa_step, "fa_fwd_ms": fa_fwd}
             try:
                 bmask = create_block_mask(fmask, None, None, s, s, device="cuda")
                 fn = lambda a, b, c: flex(a, b, c, block_mask=bmask, score_mod=fscore)  # noqa: E731
@@ -282,30 +322,41 @@ def bwd_timings(res, args, flex, flex_attention, create_block_mask):
                     static = torch.compile(flex_attention)
                     fn = lambda a, b, c: static(a, b, c, block_mask=bmask, score_mod=fscore)  # noqa: E731
                     row["flex_static_compile"] = True
-                f_ms, f_fwd, g_flex = fwd_bwd_ms(fn, (qh, kh, vh), do.transpose(1, 2))
-                row["flex_fwd_bwd_ms"], row["flex_bwd_ms"] = f_ms, f_ms - f_fwd
+                f_step, f_fwd = fwd_bwd_calls(fn, (qh, kh, vh), do.transpose(1, 2))
+                g_flex = f_step()
                 row["max_abs_diff_dq"] = (g_fa[0].float() - g_flex[0].transpose(1, 2).float()).abs().max().item()
+                contenders.update(flex_fwd_bwd_ms=f_step, flex_fwd_ms=f_fwd)
             except Exception as exc:  # noqa: BLE001
                 row["flex_error"] = str(exc)[:200]
             if name in builtin:
-                row["builtin_fwd_bwd_ms"], _, _ = fwd_bwd_ms(lambda a, b, c: fa.attention(a, b, c, **builtin[name]),
-                                                           (q, k, v), do)
+                contenders["builtin_fwd_bwd_ms"] = fwd_bwd_calls(
+                    lambda a, b, c, kw=builtin[name]: fa.attention(a, b, c, **kw), (q, k, v), do)[0]
+            row.update(interleaved_ms(contenders))
+            if "builtin_fwd_bwd_ms" in contenders:  # device times after every timing (a profiler session slows
+                dev += [(row, "fa_dev_ms", fa_step), (row, "builtin_dev_ms", contenders["builtin_fwd_bwd_ms"])]
+            fa_ms = row["fa_fwd_bwd_ms"]
+            row["fa_bwd_ms"] = fa_ms - row["fa_fwd_ms"]
+            if "flex_fwd_bwd_ms" in row:
+                row["flex_bwd_ms"] = row["flex_fwd_bwd_ms"] - row["flex_fwd_ms"]
             res["rows"].append(row)
             f, fb, nan = row.get("flex_fwd_bwd_ms"), row.get("flex_bwd_ms"), float("nan")
             print(f"{name:<20}{s:>6}{fa_ms:>9.3f}{(f or nan):>9.3f}{(f / fa_ms if f else nan):>9.2f}"
                   f"{row['fa_bwd_ms']:>8.3f}{(fb or nan):>9.3f}{(fb / row['fa_bwd_ms'] if fb else nan):>9.2f}"
                   f"{row.get('builtin_fwd_bwd_ms', nan):>11.3f}{dense:>10.3f}{row.get('max_abs_diff_dq', nan):>16.4f}",
                   flush=True)
+    for row, col, fn in dev:  # the host-bound rows timed after it: see timings)
+        row[col] = device_ms(fn)
     ready = ("document(8)", "prefix_lm", "sinks_window", "chunked", "relative_bias")
     for s in [int(x) for x in args.seqs.split(",")]:
         rows = {r["mod"]: r for r in res["rows"] if r["seq"] == s}
         bw = {m: rows[m]["flex_bwd_ms"] / rows[m]["fa_bwd_ms"] for m in ready if rows.get(m, {}).get("flex_bwd_ms")}
         both = {m: rows[m]["flex_fwd_bwd_ms"] / rows[m]["fa_fwd_bwd_ms"] for m in bw}
-        restated = {m: rows[m]["fa_fwd_bwd_ms"] / rows[m]["builtin_fwd_bwd_ms"]
-                    for m in ("causal (mod)", "window 1024 (mod)") if rows.get(m, {}).get("builtin_fwd_bwd_ms")}
+        restated = {m: (rows[m]["fa_fwd_bwd_ms"] / rows[m]["builtin_fwd_bwd_ms"],
+                        rows[m]["fa_dev_ms"] / rows[m]["builtin_dev_ms"])
+                    for m in ("causal (mod)", "window 1024 (mod)") if rows.get(m, {}).get("builtin_dev_ms")}
         print(f"SUMMARY seq {s} backward: Flex/fa bwd " + ", ".join(f"{m} {x:.2f}" for m, x in bw.items()) +
               (f"; min bwd {min(bw.values()):.2f}, min fwd+bwd {min(both.values()):.2f}" if bw else "") +
-              "".join(f"; {m} / built-in {x:.3f}" for m, x in restated.items()))
+              "".join(f"; {m} / built-in {x:.3f} (device {d:.3f})" for m, (x, d) in restated.items()))
 
 
 if __name__ == "__main__":

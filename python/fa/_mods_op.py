@@ -8,7 +8,8 @@ and cu_seqlens none). In eager mode the same implementations run under a plain a
 
 Host cost: the fa_mods struct of a signature is filled once (mods.mods_struct; each call copies it and sets the
 contents' epoch that keys the library's classification cache), and a fixed-length forward without bias or ALiBi
-keeps its filled fa_params per signature as the plain forward does (_torch_ops._cached_forward).
+keeps its filled fa_params per signature as the plain forward does (_torch_ops._cached_forward). fa.attention's
+eager inference call (eager_mods) keeps one entry per signature holding both, and writes LSE only when asked.
 """
 
 # No `from __future__ import annotations` here: torch.library.custom_op reads the annotations as types.
@@ -18,9 +19,12 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import _structs as S
 from ._tensor_params import build_params, last_dim_contiguous, output_shapes
-from ._torch_ops import _cached_forward, _op_args_fixed, eager_function, run_backward, run_forward
-from .mods import _STRUCTS_MAX, Mods, copy_struct, filled_struct, mods_struct
+from ._torch_ops import (_cached_forward, _device_index, _op_args_fixed, _stream_of, eager_function, run_backward,
+                         run_forward)
+from .context import default_context
+from .mods import _STRUCTS_MAX, Mods, contents_epoch, filled_struct, mods_struct
 
 
 def _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device, contents=()):
@@ -139,35 +143,59 @@ def _fixed_forward(q, k, v, mask_mod, score_mod, score_mod_grad, buffers, scalar
 
 
 # fa.attention's eager, gradient-free call with user code (bshd, fixed length, no bias or ALiBi: an inference loop)
-# under one key of the raw arguments and the Mods (code, scalars, buffers' address, dtype, shape, strides): a known
-# key skips _op_args_fixed's and mods_struct's own keys (one key built per call instead of three) and copies
-# its filled fa_mods (mods.copy_struct) straight into _cached_forward; a new key takes _fixed_forward's path.
+# under one key of the raw arguments, the Mods (code, scalars, buffers' address, dtype, shape, strides) and whether
+# LSE is wanted. The key's entry holds the filled fa_params (its `mods` pointing at the entry's own fa_mods) and the
+# buffers' contents epoch it was filled at: a call of a known key whose buffers are unchanged allocates the outputs,
+# copies the params, sets the data pointers and calls fa_run, as the plain path does (_cached_forward); a new key or
+# changed buffers (a new epoch) take the full path with every check and refill the entry.
 _EAGER: dict = {}
 
 
-def eager_mods(q, k, v, mods: Mods, causal, window, softcap, scale) -> Tuple[Tensor, Tensor]:
-    """(o, lse) of fa.attention(q, k, v, mods=mods, ...) in eager mode without gradient (bshd)."""
+def eager_mods(q, k, v, mods: Mods, causal, window, softcap, scale, want_lse: bool):
+    """(o, lse or None) of fa.attention(q, k, v, mods=mods, ...) in eager mode without gradient (bshd)."""
     bufs = mods.buffers
+    has_mask = mods.mask_mod is not None
     key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, causal,
-           None if window is None else tuple(window), softcap, scale, mods.mask_mod, mods.score_mod,
+           None if window is None else tuple(window), softcap, scale, want_lse, mods.mask_mod, mods.score_mod,
            mods.score_mod_grad, mods.depends, tuple(mods.scalars), tuple(mods.iscalars),
-           tuple((t.data_ptr(), t.dtype, t.shape, t.stride()) for t in bufs))
+           tuple([(t.data_ptr(), t.dtype, t.shape, t.stride()) for t in bufs]) if bufs else ())
+    epoch = contents_epoch(bufs) if has_mask else 0
     ent = _EAGER.get(key)
-    if ent is None:
-        direct = q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1  # a hit passes q, k, v as they are
-        q, k, v, rest, _ = _op_args_fixed(q, k, v, causal, window, softcap, scale, "bshd")
-        q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
-        out = _fixed_forward(q, k, v, mods.mask_mod, mods.score_mod, mods.score_mod_grad, bufs, mods.scalars,
-                             mods.iscalars, mods.depends, rest)
-        if direct:
-            if len(_EAGER) >= _STRUCTS_MAX:
-                _EAGER.clear()
-            _EAGER[key] = (filled_struct(mods.mask_mod, mods.score_mod, mods.score_mod_grad, bufs, mods.scalars,
-                                         mods.iscalars, mods.depends, q.device), _params_key(q, k, v, rest), rest)
-        return out
-    filled, pkey, rest = ent
-    m = copy_struct(filled, bufs, (), mods.mask_mod is not None)
-    return _cached_forward(pkey, q, k, v, True, lambda o, lse: build_params(q, k, v, o, lse, *rest)[0], mods=m)
+    if ent is not None and ent[2] == epoch:
+        blob, _m, _, device, _code = ent  # the locals keep the fa_mods and the code's bytes alive through the call
+        o = torch.empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=q.dtype, device=q.device)
+        lse = (torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+               if want_lse else None)
+        p = S.Params.from_buffer_copy(blob)
+        p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+        if lse is not None:
+            p.lse = lse.data_ptr()
+        default_context(device).run(p, _stream_of(device))
+        return o, lse
+    direct = q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1  # a hit passes q, k, v as they are
+    q, k, v, rest, _ = _op_args_fixed(q, k, v, causal, window, softcap, scale, "bshd")
+    q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
+    filled = filled_struct(mods.mask_mod, mods.score_mod, mods.score_mod_grad, bufs, mods.scalars, mods.iscalars,
+                           mods.depends, q.device)
+    m = S.Mods.from_buffer_copy(filled[0])
+    m.mask_epoch = epoch
+    o = torch.empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=q.dtype, device=q.device)
+    lse = (torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+           if want_lse else None)
+    if o.numel() == 0:
+        if lse is not None:
+            lse.fill_(float("-inf"))
+        return o, lse
+    p, keep = build_params(q, k, v, o, lse, *rest)
+    p.mods = ctypes.pointer(m)
+    device = _device_index(q.device)
+    default_context(device).run(p, _stream_of(device))
+    del keep
+    if direct:
+        if len(_EAGER) >= _STRUCTS_MAX:
+            _EAGER.clear()
+        _EAGER[key] = (bytes(p), m, epoch, device, filled[1])
+    return o, lse
 
 
 def forward_with_mods(q, k, v, mods: Mods, rest) -> Tuple[Tensor, Tensor]:

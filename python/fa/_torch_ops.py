@@ -296,6 +296,9 @@ def _op_args(q, k, v, causal, window, bias, alibi_slopes, softcap, scale, layout
     return q, k, v, rest, bhsd
 
 
+_eager_mods = None  # _mods_op.eager_mods, bound on first use
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(-1, -1),
               bias: Optional[Tensor] = None, alibi_slopes: Optional[Tensor] = None, softcap: float = 0.0,
               scale: Optional[float] = None, layout: str = "bshd", cu_seqlens_q: Optional[Tensor] = None,
@@ -318,8 +321,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
             if out is not None:
                 return out
         else:
-            from ._mods_op import eager_mods
-            o, lse = eager_mods(q, k, v, mods, causal, window, softcap, scale)
+            global _eager_mods
+            if _eager_mods is None:  # imported once (the module imports this one)
+                from ._mods_op import eager_mods as _eager_mods
+            o, lse = _eager_mods(q, k, v, mods, causal, window, softcap, scale, return_lse)
             return (o, lse) if return_lse else o
     if (mods is not None and bias is None and alibi_slopes is None and cu_seqlens_q is None
             and cu_seqlens_k is None):
@@ -413,8 +418,8 @@ def prepare(q: Tensor, k: Tensor, v: Tensor, *, backward: Optional[bool] = None,
     ctx = default_context(_device_index(q2.device))
     with torch.cuda.device(q2.device):
         ctx.prepare(p)
-        if rest[0] is None and rest[1] is None and rest[2] is None and kwargs.get("mods") is None:
-            # the eager inference path runs without LSE unless return_lse: its kernel too
+        if rest[0] is None and rest[1] is None and rest[2] is None:
+            # the eager inference path (with user code too) runs without LSE unless return_lse: its kernel too
             p_no_lse = S.Params.from_buffer_copy(bytes(p))
             p_no_lse.lse = None
             ctx.prepare(p_no_lse)
