@@ -167,9 +167,9 @@ struct BlockSkipping {
 
 // The workspace of block skipping at a block_m x block_n tile, from offset `off`: the tile classes ([batch or 1]
 // [heads_q or 1][query blocks][key blocks] bytes), with `transposed` the same classes key block major, with `sub` the
-// sub-tile records (the classes' layout, block_m / 64 + 1 uint32 per tile) and the hidden-pair slots, with `lists` the kernels' visiting lists
-// ([batch][heads_q][query blocks][key blocks] int32: a forward CTA's key blocks, or a backward CTA's query blocks of
-// each head of its group). Fills the plan's block fields; returns the end.
+// sub-tile records (the classes' layout, block_m / 64 + 1 uint32 per tile) and the hidden-pair slots, with `lists`
+// the kernels' visiting lists ([batch][heads_q][query blocks][key blocks] int32: a forward CTA's key blocks, or a
+// backward CTA's query blocks of each head of its group). Fills the plan's block fields; returns the end.
 constexpr size_t kBlkBitsMaxBytes = size_t{64} << 20;  // the hidden-pair slots of one classification, at most
 inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bool transposed, bool lists, bool sub,
                               size_t off, Plan* out) {

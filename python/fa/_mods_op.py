@@ -21,10 +21,10 @@ from torch import Tensor
 
 from . import _structs as S
 from ._tensor_params import build_params, last_dim_contiguous, output_shapes
-from ._torch_ops import (_cached_forward, _device_index, _op_args_fixed, _stream_of, eager_function, run_backward,
-                         run_forward)
+from ._torch_ops import (_cached_forward, _device_index, _op_args_fixed, _stream_of, eager_function,
+                         forward_outputs, run_backward, run_filled, run_forward)
 from .context import default_context
-from .mods import _STRUCTS_MAX, Mods, contents_epoch, filled_struct, mods_struct
+from .mods import _STRUCTS_MAX, Mods, contents_epoch, copy_struct, filled_struct, mods_struct
 
 
 def _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device, contents=()):
@@ -163,25 +163,16 @@ def eager_mods(q, k, v, mods: Mods, causal, window, softcap, scale, want_lse: bo
     ent = _EAGER.get(key)
     if ent is not None and ent[2] == epoch:
         blob, _m, _, device, _code = ent  # the locals keep the fa_mods and the code's bytes alive through the call
-        o = torch.empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=q.dtype, device=q.device)
-        lse = (torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-               if want_lse else None)
-        p = S.Params.from_buffer_copy(blob)
-        p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
-        if lse is not None:
-            p.lse = lse.data_ptr()
-        default_context(device).run(p, _stream_of(device))
+        o, lse = forward_outputs(q, v, want_lse)
+        run_filled(blob, device, q, k, v, o, lse)
         return o, lse
     direct = q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1  # a hit passes q, k, v as they are
     q, k, v, rest, _ = _op_args_fixed(q, k, v, causal, window, softcap, scale, "bshd")
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
     filled = filled_struct(mods.mask_mod, mods.score_mod, mods.score_mod_grad, bufs, mods.scalars, mods.iscalars,
                            mods.depends, q.device)
-    m = S.Mods.from_buffer_copy(filled[0])
-    m.mask_epoch = epoch
-    o = torch.empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=q.dtype, device=q.device)
-    lse = (torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-           if want_lse else None)
+    m = copy_struct(filled, epoch)
+    o, lse = forward_outputs(q, v, want_lse)
     if o.numel() == 0:
         if lse is not None:
             lse.fill_(float("-inf"))

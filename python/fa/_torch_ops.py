@@ -50,9 +50,7 @@ def _cached_forward(key, q, k, v, want_lse: bool, params_of, mods=None):
     """(o, lse or None) of the plain forward of `key`; params_of(o, lse) fills fa_params on the first call of a key
     (and makes every check there: the key holds all that they read). `mods`: an fa_mods (S.Mods) the call points at
     (user code; the key then holds everything of the params but the code's own struct)."""
-    o = torch.empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=q.dtype, device=q.device)
-    lse = (torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-           if want_lse else None)
+    o, lse = forward_outputs(q, v, want_lse)
     entry = _PARAMS_CACHE.get(key)
     if entry is None:
         if o.numel() == 0:
@@ -64,7 +62,21 @@ def _cached_forward(key, q, k, v, want_lse: bool, params_of, mods=None):
             _PARAMS_CACHE.clear()
         entry = (bytes(p), _device_index(q.device))
         _PARAMS_CACHE[key] = entry
-    blob, device = entry
+    run_filled(entry[0], entry[1], q, k, v, o, lse, mods)
+    return o, lse
+
+
+def forward_outputs(q, v, want_lse: bool):
+    """(o, lse or None) of a fixed-length bshd forward, uninitialized."""
+    o = torch.empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=q.dtype, device=q.device)
+    lse = (torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+           if want_lse else None)
+    return o, lse
+
+
+def run_filled(blob, device, q, k, v, o, lse, mods=None) -> None:
+    """fa_run of filled fa_params `blob` (bytes) with this call's data pointers (and fa_mods `mods`, when given) on
+    the current raw stream of device index `device`."""
     p = S.Params.from_buffer_copy(blob)
     p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
     if lse is not None:
@@ -72,7 +84,6 @@ def _cached_forward(key, q, k, v, want_lse: bool, params_of, mods=None):
     if mods is not None:
         p.mods = ctypes.pointer(mods)
     default_context(device).run(p, _stream_of(device))
-    return o, lse
 
 
 def _fast_fwd(q, k, v, mask, window_left, window_right, softcap, scale):

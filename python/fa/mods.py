@@ -96,10 +96,10 @@ def filled_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalar
     return ent
 
 
-def copy_struct(filled, buffers, contents, has_mask_mod: bool):
-    """A fresh fa_mods from filled_struct's entry, its mask_epoch from the buffers and `contents` (varlen offsets)."""
+def copy_struct(filled, epoch: int):
+    """A fresh fa_mods from filled_struct's entry with mask_epoch `epoch`."""
     m = S.Mods.from_buffer_copy(filled[0])
-    m.mask_epoch = contents_epoch(itertools.chain(buffers, contents)) if has_mask_mod else 0
+    m.mask_epoch = epoch
     return m
 
 
@@ -107,7 +107,8 @@ def mods_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars,
     """A fresh fa_mods for these op arguments (its mask_epoch from the buffers and `contents`, e.g. varlen offsets)
     and what it keeps alive: filled_struct's entry copied (copy_struct)."""
     filled = filled_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device)
-    return copy_struct(filled, buffers, contents, mask_mod is not None), filled[1]
+    epoch = contents_epoch(itertools.chain(buffers, contents)) if mask_mod is not None else 0
+    return copy_struct(filled, epoch), filled[1]
 
 _DTYPES = None
 

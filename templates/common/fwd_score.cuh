@@ -30,18 +30,6 @@ FA_DEVICE bool fa_user_hides(int b, int h, int i, int j, int sq, const FaUser& u
   return false;
 }
 
-// The combined mask over one warp's S fragment in the wgmma layout where the tile is partial (fwd_wgmma, kHasMaskMod):
-// element jt * 4 + hh * 2 + e (jt < kJ = kBN / 8) holds row i0 + 8 hh and key j0 + 8 jt + e (j0 = the block's first
-// key + 2 * (lane & 3)). Keys past sk, outside the built-in band of window (wl, wr) (kMask; < 0: unbounded) or hidden
-// by mask_mod get -inf. m.codes: the warp's 2-bit code of each key group g < 4 (jt in [g kJ / 4, (g + 1) kJ / 4);
-// mask_blocks' sub-tiles, fa_args.cuh): 0 every pair hidden (set, no user code), 2 none (nothing to do), 1 some:
-// with m.pre (m.w[g]: this lane's word of group g in the warp's strip of the tile's blk_bits slot) the group's bits
-// are given, without it the group's pairs are evaluated without branches (user code sees in-range (i, j) only: i and j clamped; rows past sq
-// are never stored, clamped keys are hidden by the key range), one 8-key column of both rows per step of a rolled
-// loop (one key load serves both rows; unrolled, ptxas hoisted the pairs' loads and spilled with 3 consumers at head
-// dim 64), into a bit per pair that an unrolled loop applies (S is written in straight-line code only: writes under
-// the branches spilled there too). The band is recomputed per step from the row, keeping the live registers few.
-// Warp-uniform.
 // What masks one warp's fragment of a partial block (fwd_wgmma): its 8 code bits (2 per key group g < 4), and with
 // `pre` the lane's words of hidden pairs of each group (w[g]; mask_blocks' blk_bits).
 struct FaWgMaskWords {
@@ -50,6 +38,18 @@ struct FaWgMaskWords {
   unsigned w[4];
 };
 
+// The combined mask over one warp's S fragment in the wgmma layout where the tile is partial (fwd_wgmma, kHasMaskMod):
+// element jt * 4 + hh * 2 + e (jt < kJ = kBN / 8) holds row i0 + 8 hh and key j0 + 8 jt + e (j0 = the block's first
+// key + 2 * (lane & 3)). Keys past sk, outside the built-in band of window (wl, wr) (kMask; < 0: unbounded) or hidden
+// by mask_mod get -inf. m.codes: the warp's 2-bit code of each key group g < 4 (jt in [g kJ / 4, (g + 1) kJ / 4);
+// mask_blocks' sub-tiles, fa_args.cuh): 0 every pair hidden (set, no user code), 2 none (nothing to do), 1 some:
+// with m.pre (m.w[g]: this lane's word of group g in the warp's strip of the tile's blk_bits slot) the group's bits
+// are given, without it the group's pairs are evaluated without branches (user code sees in-range (i, j) only: i and
+// j clamped; rows past sq are never stored, clamped keys are hidden by the key range), one 8-key column of both rows
+// per step of a rolled loop (one key load serves both rows; unrolled, ptxas hoisted the pairs' loads and spilled
+// with 3 consumers at head dim 64), into a bit per pair that an unrolled loop applies (S is written in straight-line
+// code only: writes under the branches spilled there too). The band is recomputed per step from the row, keeping
+// the live registers few. Warp-uniform.
 template <int kJ, int kG, int kLo, int kHi>  // key group kG: jt in [kLo, kHi) of fa_wg_user_mask (<= 8 columns)
 FA_DEVICE void fa_wg_user_mask_group(float (&s)[kJ * 4], unsigned code, const FaWgMaskWords& m, int b, int h, int i0,
                                      int j0, int sq, int sk, int wl, int wr, const FaUser& u) {
