@@ -150,6 +150,7 @@ def main():
     ap.add_argument("--bwd", action="store_true", help="time the backward (no first-call figures)")
     ap.add_argument("--only", help="comma-separated mod names (prefixes) to time, e.g. document,relative_bias")
     ap.add_argument("--no-flex", action="store_true", help="fa's figures only (no FlexAttention compile or timing)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per row (median of the rounds)")
     args = ap.parse_args()
     torch.manual_seed(0)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -254,7 +255,7 @@ def timings(res, args, flex, flex_attention, create_block_mask):
                 contenders["builtin_ms"] = lambda q=q, k=k, v=v, kw=builtin[name]: fa.attention(q, k, v, **kw)
                 dev.append((row, "builtin_dev_ms", contenders["builtin_ms"]))
                 dev.append((row, "fa_dev_ms", fa_call))
-            row.update(interleaved_ms(contenders))
+            row.update(interleaved_ms(contenders, args.rounds))
             fa_ms = row["fa_ms"]
             res["rows"].append(row)
             print(f"# {name} {s}: fa {fa_ms:.3f} ms, Flex {row.get('flex_ms', float('nan')):.3f} ms", flush=True)
@@ -331,7 +332,7 @@ def bwd_timings(res, args, flex, flex_attention, create_block_mask):
             if name in builtin:
                 contenders["builtin_fwd_bwd_ms"] = fwd_bwd_calls(
                     lambda a, b, c, kw=builtin[name]: fa.attention(a, b, c, **kw), (q, k, v), do)[0]
-            row.update(interleaved_ms(contenders))
+            row.update(interleaved_ms(contenders, args.rounds))
             if "builtin_fwd_bwd_ms" in contenders:  # device times after every timing (a profiler session slows
                 dev += [(row, "fa_dev_ms", fa_step), (row, "builtin_dev_ms", contenders["builtin_fwd_bwd_ms"])]
             fa_ms = row["fa_fwd_bwd_ms"]

@@ -4,8 +4,9 @@ causal (mask_mod "return j <= i;") and a document mask (ids in a buffer) beside 
 small enough that the GPU never holds the host back (bf16, d128, 16 heads, batch 1, --seq tokens). Each figure: the
 host clock around --calls back-to-back calls (enqueue only, synchronized before and after), the median of --rounds
 rounds, the contenders interleaved. Rows: fa.attention without grad (inference), with q requiring grad (the
-forward under autograd), and fa_run alone through ctypes on filled params (the C library's own cost per call, ctypes
-included). --profile: cProfile of the restated causal's inference calls, top functions by own time.
+forward under autograd), a training step (q, k, v requiring grad: the forward and torch.autograd.grad with a given
+dO; "generic": the same through the generic autograd path, fa._grad_step's entries off), and fa_run alone through ctypes on filled params (the C library's own cost per call, ctypes included).
+--profile: cProfile of the restated causal's inference calls and of its training steps, top functions by own time.
 
   FA_LIBRARY=build/lib/libfa.so PYTHONPATH=python python3 bench/mods_host.py [--calls N] [--rounds R] [--profile]
 """
@@ -39,11 +40,24 @@ def main() -> int:
     s = args.seq
     q, k, v = (torch.randn(1, s, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     qg = q.detach().clone().requires_grad_()
+    qt, kt, vt = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    do = torch.randn_like(q)
     ids = torch.sort(torch.randint(0, 4, (s,), device="cuda", dtype=torch.int32)).values
     causal_mod = fa.Mods(mask_mod="return j <= i;", depends="")
     doc_mod = fa.mods.document(ids)
     stream = torch.cuda.current_stream().cuda_stream
     ctx = fa.default_context(torch.cuda.current_device())
+
+    def generic(fn):
+        """fn through the generic autograd path (the training-step entries of fa._grad_step switched off)."""
+        def call():
+            kept = _torch_ops._grad_step
+            _torch_ops._grad_step = lambda *_a: None
+            try:
+                return fn()
+            finally:
+                _torch_ops._grad_step = kept
+        return call
 
     def raw(**kw):
         p, keep, _ = _torch_ops._problem(q, k, v, dict(kw))
@@ -55,6 +69,15 @@ def main() -> int:
         "document (mod)": lambda: fa.attention(q, k, v, mods=doc_mod),
         "built-in causal, q grad": lambda: fa.attention(qg, k, v, causal=True),
         "causal (mod), q grad": lambda: fa.attention(qg, k, v, mods=causal_mod),
+        "built-in causal, step": lambda: torch.autograd.grad(fa.attention(qt, kt, vt, causal=True), (qt, kt, vt), do),
+        "causal (mod), step": lambda: torch.autograd.grad(fa.attention(qt, kt, vt, mods=causal_mod), (qt, kt, vt),
+                                                          do),
+        "document (mod), step": lambda: torch.autograd.grad(fa.attention(qt, kt, vt, mods=doc_mod), (qt, kt, vt),
+                                                            do),
+        "built-in causal, step, generic": generic(lambda: torch.autograd.grad(
+            fa.attention(qt, kt, vt, causal=True), (qt, kt, vt), do)),
+        "causal (mod), step, generic": generic(lambda: torch.autograd.grad(
+            fa.attention(qt, kt, vt, mods=causal_mod), (qt, kt, vt), do)),
         "fa_run: built-in causal": raw(causal=True),
         "fa_run: causal (mod)": raw(mods=causal_mod),
     }
@@ -74,13 +97,15 @@ def main() -> int:
     if args.profile:
         import cProfile
         import pstats
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(args.calls):
-            contenders["causal (mod)"]()
-        prof.disable()
-        torch.cuda.synchronize()
-        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+        for name in ("causal (mod)", "causal (mod), step"):
+            print(f"cProfile: {name}, {args.calls} calls")
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(args.calls):
+                contenders[name]()
+            prof.disable()
+            torch.cuda.synchronize()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(18)
     return 0
 
 

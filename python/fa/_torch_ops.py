@@ -5,7 +5,8 @@ tensor shapes, and have fake (meta) implementations with the exact output shapes
 fullgraph=True) traces them without graph breaks or specialisation on sequence length. Autograd wires the backward
 op to fa_run_backward; bias, alibi slopes and cu_seqlens get no gradient, lse is not differentiable. In eager mode
 fa.attention calls the same implementations through a plain autograd.Function (_EagerAttention), which skips the
-custom-op dispatcher's per-call host cost; the ops themselves stay as they are for torch.compile and opcheck.
+custom-op dispatcher's per-call host cost (a fixed-length bshd call without bias or ALiBi goes through _grad_step's
+kept entries instead); the ops themselves stay as they are for torch.compile and opcheck.
 Work is enqueued on torch.cuda.current_stream() of the tensors' device with that device's default fa.Context.
 """
 
@@ -308,6 +309,7 @@ def _op_args(q, k, v, causal, window, bias, alibi_slopes, softcap, scale, layout
 
 
 _eager_mods = None  # _mods_op.eager_mods, bound on first use
+_grad_step = None  # _grad_step.grad_step, bound on first use
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(-1, -1),
@@ -324,15 +326,20 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
     [B, Hq, Sq, Sk]; alibi_slopes is float32 [Hq]; softcap 0 is off; scale None is 1/sqrt(D).
     Returns o (same layout as q, head dim Dv), and lse (float32 [B, Hq, Sq] or [Hq, total]) when return_lse.
     """
+    global _eager_mods, _grad_step
     if (bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None
-            and layout == "bshd" and not torch.compiler.is_compiling()
-            and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
-        if mods is None:
+            and layout == "bshd" and not torch.compiler.is_compiling()):
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            if _grad_step is None:  # imported once (the module imports this one)
+                from ._grad_step import grad_step as _grad_step
+            out = _grad_step(q, k, v, mods, causal, window, softcap, scale)
+            if out is not None:
+                return out if return_lse else out[0]
+        elif mods is None:
             out = _eager_plain(q, k, v, causal, window, softcap, scale, return_lse)
             if out is not None:
                 return out
         else:
-            global _eager_mods
             if _eager_mods is None:  # imported once (the module imports this one)
                 from ._mods_op import eager_mods as _eager_mods
             o, lse = _eager_mods(q, k, v, mods, causal, window, softcap, scale, return_lse)

@@ -168,6 +168,71 @@ def test_document_block_skipping_backward_matches_the_reference(docs):
             torch.use_deterministic_algorithms(False)
 
 
+def test_training_step_entries_give_the_generic_paths_gradients():
+    """fa.attention under autograd keeps one entry per signature (_grad_step): its first call, a kept entry, a dO with
+    other strides, the deterministic mode and document ids rewritten between the forward and the backward (behind
+    the version counter, then mods.changed()) give the generic path's outputs bit for bit and its gradients to
+    rounding (layout="bhsd" views of the same memory take that path; the backward accumulates some gradients with
+    atomics in any order), with and without user code; an in-place write to a buffer between the forward and the
+    backward is refused in both paths."""
+    q, k, v = inputs(b=2, s=700, hq=4, hkv=2, d=64, seed=31)
+    ids = torch.cumsum((torch.rand(2, 700, device="cuda") < 0.01).to(torch.int32), dim=1).to(torch.int32)
+    new_ids = torch.cumsum((torch.rand(2, 700, device="cuda") < 0.02).to(torch.int32), dim=1).to(torch.int32)
+    do = torch.randn(q.shape[:3] + (v.shape[3],), device="cuda", dtype=q.dtype)
+    do_t = do.transpose(1, 2).contiguous().transpose(1, 2)  # the same values, other strides
+
+    def step(mods, layout, dout, kw, rewrite=None):
+        qs, ks, vs = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        if layout == "bhsd":
+            a, b_, c = (t.transpose(1, 2) for t in (qs, ks, vs))
+            o = fa.attention(a, b_, c, mods=mods, layout="bhsd", **kw).transpose(1, 2)
+        else:
+            o = fa.attention(qs, ks, vs, mods=mods, **kw)
+        if rewrite is not None:
+            rewrite()
+        return (o.detach(),) + torch.autograd.grad(o, (qs, ks, vs), dout)
+
+    cases = [("plain causal", lambda: None, dict(causal=True)),
+             ("prefix_lm", lambda: fa.mods.prefix_lm(77), {}),
+             ("document", lambda: fa.mods.document(ids), {})]
+    def agree(fast, generic, det, name):
+        assert torch.equal(fast[0], generic[0]), f"{name}: o"  # the forward is deterministic
+        for what, a, b in zip(("dq", "dk", "dv"), fast[1:], generic[1:]):
+            assert not torch.isnan(a).any(), f"{name}: {what}"
+            diff, top = (a.float() - b.float()).abs().max().item(), b.float().abs().max().item()
+            assert diff <= 1e-2 * top, f"{name}, deterministic {det}: {what} differs by {diff} (max {top})"
+
+    for name, make, kw in cases:
+        for dout, det in ((do, True), (do, True), (do_t, True), (do, False)):
+            torch.use_deterministic_algorithms(det)
+            try:
+                agree(step(make(), "bshd", dout, kw), step(make(), "bhsd", dout, kw), det, name)
+            finally:
+                torch.use_deterministic_algorithms(False)
+    keep = ids.clone()
+    for layout in ("bshd", "bhsd"):
+        with pytest.raises(RuntimeError, match="inplace"):
+            step(fa.mods.document(ids), layout, do, {}, rewrite=lambda: ids.copy_(new_ids))
+        ids.copy_(keep)
+
+    def behind(mods):  # a write autograd cannot see, announced as the docs ask
+        def rewrite():
+            ids.data.copy_(new_ids)
+            mods.changed()
+        return rewrite
+    m_fast, m_generic = fa.mods.document(ids), fa.mods.document(ids)
+    fast = step(m_fast, "bshd", do, {}, rewrite=behind(m_fast))
+    ids.data.copy_(keep)
+    m_fast.changed()
+    generic = step(m_generic, "bhsd", do, {}, rewrite=behind(m_generic))
+    ids.data.copy_(keep)
+    m_generic.changed()
+    agree(fast, generic, False, "rewritten ids")  # both classify the backward afresh (a new epoch)
+    unchanged = step(fa.mods.document(ids), "bshd", do, {})
+    diff = (fast[1].float() - unchanged[1].float()).abs().max().item()
+    assert diff > 0.1 * unchanged[1].float().abs().max().item(), f"the rewrite reached the backward ({diff})"
+
+
 @pytest.mark.parametrize("which", ["relative_bias", "softcap", "sinks_window"])
 def test_compile_traces_the_mods_backward(which):
     # The three shapes of the op's list inputs (buffers, scalars, iscalars): empty, of tensors, of numbers.

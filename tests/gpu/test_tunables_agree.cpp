@@ -199,6 +199,78 @@ TEST(GpuTunables, EveryValidPointWithUserCodeGivesTheSameAnswer) {
               "oracle:%s\n", points, fams.c_str());
 }
 
+// fwd_wgmma's persistent tile loop on problems with more tiles than SMs at every consumer count, so that each CTA
+// runs several tiles (the K/V ring, the Q buffers and the ping-pong turns continued across them): the valid
+// persistent points (spread) against the oracle, with tiles whose rows see no key (a window over fewer keys than
+// queries: zeros and -inf between tiles with keys), varlen sequences of uneven lengths (tiles past a sequence
+// skipped), GQA, and user code whose mask hides whole query blocks (empty tiles through the classification step).
+TEST(GpuTunables, PersistentTileLoopOverSeveralTilesPerCta) {
+  Gpu& g = gpu();
+  if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
+  const gen::Family* f = gen::find_family("fwd_wgmma");
+  if (f == nullptr || g.ctx->arch < f->arch_min || g.ctx->arch > f->arch_max) GTEST_SKIP() << "fwd_wgmma: sm_90 only";
+  std::mt19937_64 rng(test_seed() + 23);
+  const CaseSpec problems[] = {
+      {FA_DTYPE_FP16, 64, 64, 16, 4, 1, 800, 800, false, false, false, false},
+      {FA_DTYPE_BF16, 128, 128, 16, 16, 2, 900, 400, false, false, false, false},
+      {FA_DTYPE_BF16, 64, 64, 48, 8, 1, 0, 0, false, false, false, true},
+      {FA_DTYPE_FP16, 64, 64, 16, 4, 0, 800, 800, false, false, false, false},  // with the mask_mod below
+  };
+  int points = 0;
+  for (size_t n = 0; n < std::size(problems); ++n) {
+    const bool user = n == 3;
+    Case c;
+    if (user) c.op.mask_mod = [](int, int, int i, int j) { return i >= 300 && j <= i; };
+    materialize_spec(rng, problems[n], true, &c);
+    fa_mods m;
+    fa_mods_init(&m);
+    if (user) {
+      m.mask_mod = "return i >= 300 && j <= i;";
+      m.mask_mod_depends = 0;
+      c.params.mods = &m;
+    }
+    fa_params p;
+    gen::ProblemDesc d;
+    ASSERT_TRUE(rt::validate_forward(&c.params, &p, &d).ok());
+    ASSERT_TRUE(gen::family_covers(*f, d, g.ctx->arch, nullptr)) << c.desc;
+    const gen::Semantic s = gen::semantic_for(*f, d, g.ctx->arch);
+    std::vector<gen::Tunables> persistent;
+    for (const gen::Tunables& t : gen::all_valid_points(s, g.ctx->limits))
+      if (t[f->knob_index("persistent")] != 0) persistent.push_back(t);
+    const auto space = spread(persistent, persistent.front(), 24);
+    const int consumers = f->knob_index("consumers");
+    for (const gen::Tunables& t : space) {  // every point gives some CTA several tiles
+      const long long tiles = (long long)((d.seqlen_q + 64 * t[consumers] - 1) / (64 * t[consumers])) * d.heads_q *
+                              d.batch;
+      EXPECT_GT(tiles, g.ctx->limits.sm_count) << c.desc << " " << gen::tunables_key(s, t);
+    }
+    parallel_for(space.size(), [&](size_t i) {
+      if (user) compile_plan(c, *f, &space[i]);
+      else {
+        std::shared_ptr<rt::Kernel> k;
+        rt::kernel_for(g.ctx, gen::finalize(s, space[i], d), true, &k);
+      }
+    });
+    for (const gen::Tunables& t : space) {
+      const std::string key = gen::tunables_key(s, t);
+      CaseResult r;
+      if (user) {
+        r = run_plan(c, *f, &t);
+        EXPECT_EQ(r.failure, "") << key;
+      } else {
+        ASSERT_EQ(launch_config(c, gen::finalize(s, t, d)), "") << key;
+        r = compare_outputs(c);
+      }
+      EXPECT_LE(r.err_o, tolerance(c.dtype)) << key << " [" << c.desc << "]";
+      EXPECT_LE(r.err_lse, 2e-3) << key << " [" << c.desc << "]";
+      EXPECT_TRUE(r.padding_intact) << key;
+      ++points;
+    }
+  }
+  std::printf("GPU SUMMARY persistent tiles: %d fwd_wgmma persistent points on multi-tile problems checked against the "
+              "oracle\n", points);
+}
+
 // MLA's latent cache (v = k's first head_dim_v columns): the case's k also serves as v (the oracle recomputed on that
 // view); paged: one page per sequence (page size = the capacity, a power of two; block table = identity, so the
 // oracle stands), the kernels' page walk and flags in use.
