@@ -5,7 +5,8 @@ small enough that the GPU never holds the host back (bf16, d128, 16 heads, batch
 host clock around --calls back-to-back calls (enqueue only, synchronized before and after), the median of --rounds
 rounds, the contenders interleaved. Rows: fa.attention without grad (inference), with q requiring grad (the
 forward under autograd), a training step (q, k, v requiring grad: the forward and torch.autograd.grad with a given
-dO; "generic": the same through the generic autograd path, fa._grad_step's entries off), and fa_run alone through ctypes on filled params (the C library's own cost per call, ctypes included).
+dO; "generic": the same through the generic autograd path, fa._grad_step's entries off), and fa_run alone through
+ctypes on filled params (the C library's own cost per call, ctypes included).
 --profile: cProfile of the restated causal's inference calls and of its training steps, top functions by own time.
 
   FA_LIBRARY=build/lib/libfa.so PYTHONPATH=python python3 bench/mods_host.py [--calls N] [--rounds R] [--profile]

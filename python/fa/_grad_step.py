@@ -35,6 +35,32 @@ class _Entry:
         self.m, self.code, self.epoch = m, code, epoch
 
 
+def call_key(q, k, v, mods, causal, window, softcap, scale):
+    """(key, epoch) of an eager fixed-length bshd call: the raw arguments (shapes, strides, dtype, device, mask,
+    softcap, scale) and with user code its bodies, scalars and each buffer's address, dtype, shape and strides; the
+    buffers' contents epoch (mods.contents_epoch; 0 without a mask_mod). Keys the training step's entries here and
+    the inference call's (_mods_op.eager_mods)."""
+    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, causal,
+           None if window is None else tuple(window), softcap, scale)
+    if mods is None:
+        return key, 0
+    bufs = mods.buffers
+    key += (mods.mask_mod, mods.score_mod, mods.score_mod_grad, mods.depends, tuple(mods.scalars),
+            tuple(mods.iscalars), tuple([(t.data_ptr(), t.dtype, t.shape, t.stride()) for t in bufs]))
+    return key, contents_epoch(bufs) if mods.mask_mod is not None else 0
+
+
+def fill_and_run(q, k, v, o, lse, rest, m, device) -> bytes:
+    """An entry's first call: fa_params filled from the op arguments `rest` (every check made before), pointing at
+    the entry's fa_mods `m` (or None), run on the current stream of device index `device`; returns its bytes."""
+    p, held = build_params(q, k, v, o, lse, *rest)
+    if m is not None:
+        p.mods = ctypes.pointer(m)
+    default_context(device).run(p, _stream_of(device))
+    del held
+    return bytes(p)
+
+
 class _Step(torch.autograd.Function):
     """o, lse = attention(q, k, v) of an entry; `bufs`: the user code's buffers, saved for the backward as the generic
     path saves them (an in-place write between the forward and the backward is refused by autograd's version check;
@@ -43,13 +69,8 @@ class _Step(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, ent, bufs):
         o, lse = forward_outputs(q, v, True)
-        if ent.fwd is None:  # the entry's first call: fill the params (every check was made with the entry)
-            p, held = build_params(q, k, v, o, lse, *ent.rest)
-            if ent.m is not None:
-                p.mods = ctypes.pointer(ent.m)
-            default_context(ent.device).run(p, _stream_of(ent.device))
-            ent.fwd = bytes(p)
-            del held
+        if ent.fwd is None:  # the entry's first call (every check was made with the entry)
+            ent.fwd = fill_and_run(q, k, v, o, lse, ent.rest, ent.m, ent.device)
         else:
             run_filled(ent.fwd, ent.device, q, k, v, o, lse)
         ctx.save_for_backward(q, k, v, o, lse, *bufs)
@@ -97,26 +118,16 @@ _ENTRIES: dict = {}
 def grad_step(q, k, v, mods, causal, window, softcap, scale):
     """(o, lse) of fa.attention(q, k, v, mods=mods, ...) under autograd (bshd, fixed length, no bias or ALiBi), or
     None when the generic path must run it."""
-    win = None if window is None else tuple(window)
-    if mods is None:
-        key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, causal, win,
-               softcap, scale)
-        epoch, bufs = 0, ()
-    else:
-        bufs = mods.buffers
-        key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, causal, win,
-               softcap, scale, mods.mask_mod, mods.score_mod, mods.score_mod_grad, mods.depends, tuple(mods.scalars),
-               tuple(mods.iscalars), tuple([(t.data_ptr(), t.dtype, t.shape, t.stride()) for t in bufs]))
-        epoch = contents_epoch(bufs) if mods.mask_mod is not None else 0
+    key, epoch = call_key(q, k, v, mods, causal, window, softcap, scale)
     ent = _ENTRIES.get(key)
     if ent is None or ent.epoch != epoch:
-        ent = _new_entry(q, k, v, mods, causal, win, softcap, scale, epoch)
+        ent = _new_entry(q, k, v, mods, causal, window, softcap, scale, epoch)
         if ent is None:
             return None
         if len(_ENTRIES) >= _STRUCTS_MAX:
             _ENTRIES.clear()
         _ENTRIES[key] = ent
-    return _Step.apply(q, k, v, ent, tuple(bufs))
+    return _Step.apply(q, k, v, ent, () if mods is None else tuple(mods.buffers))
 
 
 def _new_entry(q, k, v, mods, causal, window, softcap, scale, epoch):

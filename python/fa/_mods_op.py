@@ -19,12 +19,11 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _structs as S
 from ._tensor_params import build_params, last_dim_contiguous, output_shapes
-from ._torch_ops import (_cached_forward, _device_index, _op_args_fixed, _stream_of, eager_function,
-                         forward_outputs, run_backward, run_filled, run_forward)
-from .context import default_context
-from .mods import _STRUCTS_MAX, Mods, contents_epoch, copy_struct, filled_struct, mods_struct
+from ._torch_ops import (_cached_forward, _device_index, _op_args_fixed, eager_function, forward_outputs,
+                         run_backward, run_filled, run_forward)
+from ._grad_step import call_key, fill_and_run
+from .mods import _STRUCTS_MAX, Mods, copy_struct, filled_struct, mods_struct
 
 
 def _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device, contents=()):
@@ -153,13 +152,8 @@ _EAGER: dict = {}
 
 def eager_mods(q, k, v, mods: Mods, causal, window, softcap, scale, want_lse: bool):
     """(o, lse or None) of fa.attention(q, k, v, mods=mods, ...) in eager mode without gradient (bshd)."""
-    bufs = mods.buffers
-    has_mask = mods.mask_mod is not None
-    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, causal,
-           None if window is None else tuple(window), softcap, scale, want_lse, mods.mask_mod, mods.score_mod,
-           mods.score_mod_grad, mods.depends, tuple(mods.scalars), tuple(mods.iscalars),
-           tuple([(t.data_ptr(), t.dtype, t.shape, t.stride()) for t in bufs]) if bufs else ())
-    epoch = contents_epoch(bufs) if has_mask else 0
+    key, epoch = call_key(q, k, v, mods, causal, window, softcap, scale)
+    key += (want_lse,)
     ent = _EAGER.get(key)
     if ent is not None and ent[2] == epoch:
         blob, _m, _, device, _code = ent  # the locals keep the fa_mods and the code's bytes alive through the call
@@ -169,23 +163,20 @@ def eager_mods(q, k, v, mods: Mods, causal, window, softcap, scale, want_lse: bo
     direct = q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1  # a hit passes q, k, v as they are
     q, k, v, rest, _ = _op_args_fixed(q, k, v, causal, window, softcap, scale, "bshd")
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
-    filled = filled_struct(mods.mask_mod, mods.score_mod, mods.score_mod_grad, bufs, mods.scalars, mods.iscalars,
-                           mods.depends, q.device)
+    filled = filled_struct(mods.mask_mod, mods.score_mod, mods.score_mod_grad, mods.buffers, mods.scalars,
+                           mods.iscalars, mods.depends, q.device)
     m = copy_struct(filled, epoch)
     o, lse = forward_outputs(q, v, want_lse)
     if o.numel() == 0:
         if lse is not None:
             lse.fill_(float("-inf"))
         return o, lse
-    p, keep = build_params(q, k, v, o, lse, *rest)
-    p.mods = ctypes.pointer(m)
     device = _device_index(q.device)
-    default_context(device).run(p, _stream_of(device))
-    del keep
+    blob = fill_and_run(q, k, v, o, lse, rest, m, device)
     if direct:
         if len(_EAGER) >= _STRUCTS_MAX:
             _EAGER.clear()
-        _EAGER[key] = (bytes(p), m, epoch, device, filled[1])
+        _EAGER[key] = (blob, m, epoch, device, filled[1])
     return o, lse
 
 
