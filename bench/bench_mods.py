@@ -11,7 +11,8 @@ mask_blocks, bwd_mma, bwd_post] against Flex's compiled forward and backward, an
 backward alone as the difference to the forward's time), no first-call figures; --only NAMES limits the mods.
 Each contender of a row (fa, Flex, fa's built-in) is timed in three interleaved rounds (interleaved_ms: the median of
 the rounds' event-timed medians); a restated built-in is also compared with its built-in on device time per call
-(device_ms, torch.profiler), since the 2k calls are host-bound.
+(device_ms, torch.profiler), since the 2k calls are host-bound, and on the median ratio of --pairs back-to-back
+pairs (paired_ratio: the host's drift between rounds cancels).
 --json PATH writes every figure; the table goes to stdout."""
 import argparse
 import concurrent.futures
@@ -58,6 +59,18 @@ def interleaved_ms(fns, rounds=3):
         for n in (names if r % 2 == 0 else names[::-1]):
             got[n].append(event_ms(fns[n]))
     return {n: statistics.median(x) for n, x in got.items()}
+
+
+def paired_ratio(fa_fn, builtin_fn, pairs=15, iters=30):
+    """Median over `pairs` of t(fa_fn) / t(builtin_fn), each t the median event time of `iters` calls after 3
+    warm-up calls, the two timed back to back (the order alternating between pairs): a host-bound row's time moves
+    by 30% between runs with the host's state, and a ratio of neighbours cancels the drift that separate medians keep."""
+    ratios = []
+    for i in range(pairs):
+        order = (fa_fn, builtin_fn) if i % 2 == 0 else (builtin_fn, fa_fn)
+        t = {fn: statistics.median(event_times(fn, 3, iters)) for fn in order}
+        ratios.append(t[fa_fn] / t[builtin_fn])
+    return statistics.median(ratios)
 
 
 def mods_for(s, only=None):
@@ -151,6 +164,8 @@ def main():
     ap.add_argument("--only", help="comma-separated mod names (prefixes) to time, e.g. document,relative_bias")
     ap.add_argument("--no-flex", action="store_true", help="fa's figures only (no FlexAttention compile or timing)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per row (median of the rounds)")
+    ap.add_argument("--pairs", type=int, default=15,
+                    help="back-to-back pairs of a restated built-in and its built-in (median of their ratios)")
     args = ap.parse_args()
     torch.manual_seed(0)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -256,6 +271,8 @@ def timings(res, args, flex, flex_attention, create_block_mask):
                 dev.append((row, "builtin_dev_ms", contenders["builtin_ms"]))
                 dev.append((row, "fa_dev_ms", fa_call))
             row.update(interleaved_ms(contenders, args.rounds))
+            if "builtin_ms" in contenders:
+                row["paired_ratio"] = paired_ratio(fa_call, contenders["builtin_ms"], args.pairs)
             fa_ms = row["fa_ms"]
             res["rows"].append(row)
             print(f"# {name} {s}: fa {fa_ms:.3f} ms, Flex {row.get('flex_ms', float('nan')):.3f} ms", flush=True)
@@ -284,7 +301,7 @@ def timings(res, args, flex, flex_attention, create_block_mask):
         print(f"SUMMARY seq {s}: Flex/fa " + ", ".join(f"{m} {x:.2f}" for m, x in sp.items()) +
               (f"; min {min(sp.values()):.2f}" if sp else "") +
               "".join(f"; {m} / built-in {r['fa_ms'] / r['builtin_ms']:.3f} "
-                      f"(device {r['fa_dev_ms'] / r['builtin_dev_ms']:.3f})"
+                      f"(paired {r['paired_ratio']:.3f}, device {r['fa_dev_ms'] / r['builtin_dev_ms']:.3f})"
                       for m, r in (("causal (mod)", c), ("window (mod)", w)) if r.get("builtin_dev_ms")) +
               (f"; dense / document(8) {doc['dense_ms'] / doc['fa_ms']:.2f}" if doc else ""))
 
@@ -333,7 +350,9 @@ def bwd_timings(res, args, flex, flex_attention, create_block_mask):
                 contenders["builtin_fwd_bwd_ms"] = fwd_bwd_calls(
                     lambda a, b, c, kw=builtin[name]: fa.attention(a, b, c, **kw), (q, k, v), do)[0]
             row.update(interleaved_ms(contenders, args.rounds))
-            if "builtin_fwd_bwd_ms" in contenders:  # device times after every timing (a profiler session slows
+            if "builtin_fwd_bwd_ms" in contenders:
+                row["paired_ratio"] = paired_ratio(fa_step, contenders["builtin_fwd_bwd_ms"], args.pairs)
+                # device times after every timing (a profiler session slows
                 dev += [(row, "fa_dev_ms", fa_step), (row, "builtin_dev_ms", contenders["builtin_fwd_bwd_ms"])]
             fa_ms = row["fa_fwd_bwd_ms"]
             row["fa_bwd_ms"] = fa_ms - row["fa_fwd_ms"]
@@ -352,12 +371,13 @@ def bwd_timings(res, args, flex, flex_attention, create_block_mask):
         rows = {r["mod"]: r for r in res["rows"] if r["seq"] == s}
         bw = {m: rows[m]["flex_bwd_ms"] / rows[m]["fa_bwd_ms"] for m in ready if rows.get(m, {}).get("flex_bwd_ms")}
         both = {m: rows[m]["flex_fwd_bwd_ms"] / rows[m]["fa_fwd_bwd_ms"] for m in bw}
-        restated = {m: (rows[m]["fa_fwd_bwd_ms"] / rows[m]["builtin_fwd_bwd_ms"],
+        restated = {m: (rows[m]["fa_fwd_bwd_ms"] / rows[m]["builtin_fwd_bwd_ms"], rows[m]["paired_ratio"],
                         rows[m]["fa_dev_ms"] / rows[m]["builtin_dev_ms"])
                     for m in ("causal (mod)", "window 1024 (mod)") if rows.get(m, {}).get("builtin_dev_ms")}
         print(f"SUMMARY seq {s} backward: Flex/fa bwd " + ", ".join(f"{m} {x:.2f}" for m, x in bw.items()) +
               (f"; min bwd {min(bw.values()):.2f}, min fwd+bwd {min(both.values()):.2f}" if bw else "") +
-              "".join(f"; {m} / built-in {x:.3f} (device {d:.3f})" for m, (x, d) in restated.items()))
+              "".join(f"; {m} / built-in {x:.3f} (paired {pr:.3f}, device {d:.3f})"
+                      for m, (x, pr, d) in restated.items()))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ host clock around --calls back-to-back calls (enqueue only, synchronized before 
 rounds, the contenders interleaved. Rows: fa.attention without grad (inference), with q requiring grad (the
 forward under autograd), a training step (q, k, v requiring grad: the forward and torch.autograd.grad with a given
 dO; "generic": the same through the generic autograd path, fa._grad_step's entries off), and fa_run alone through
-ctypes on filled params (the C library's own cost per call, ctypes included).
+ctypes on filled params (the C library's own cost per call, ctypes included; the mod with its classification kept,
+mask_epoch 1, and classified on every call, epoch 0: mask_blocks, a memset and a workspace per call).
 --profile: cProfile of the restated causal's inference calls and of its training steps, top functions by own time.
 
   FA_LIBRARY=build/lib/libfa.so PYTHONPATH=python python3 bench/mods_host.py [--calls N] [--rounds R] [--profile]
@@ -60,8 +61,11 @@ def main() -> int:
                 _torch_ops._grad_step = kept
         return call
 
-    def raw(**kw):
+    def raw(epoch=None, **kw):
+        """fa_run on filled params; `epoch`: the fa_mods' mask_epoch (to_struct leaves 0: classified every call)."""
         p, keep, _ = _torch_ops._problem(q, k, v, dict(kw))
+        if epoch is not None:
+            p.mods.contents.mask_epoch = epoch
         return lambda: ctx.run(p, stream) or keep
 
     contenders = {
@@ -80,7 +84,8 @@ def main() -> int:
         "causal (mod), step, generic": generic(lambda: torch.autograd.grad(
             fa.attention(qt, kt, vt, mods=causal_mod), (qt, kt, vt), do)),
         "fa_run: built-in causal": raw(causal=True),
-        "fa_run: causal (mod)": raw(mods=causal_mod),
+        "fa_run: causal (mod)": raw(mods=causal_mod, epoch=1),
+        "fa_run: causal (mod), epoch 0": raw(mods=causal_mod),
     }
     for fn in contenders.values():  # compile, warm up
         for _ in range(20):
@@ -94,7 +99,7 @@ def main() -> int:
             per[name].append(host_us(contenders[name], args.calls))
     print(f"host us per call (median of {args.rounds} rounds of {args.calls} calls; min), s {s}:")
     for name in names:
-        print(f"  {name:<26}{statistics.median(per[name]):>8.1f}{min(per[name]):>8.1f}")
+        print(f"  {name:<32}{statistics.median(per[name]):>8.1f}{min(per[name]):>8.1f}")
     if args.profile:
         import cProfile
         import pstats
