@@ -7,8 +7,11 @@ Variants need a library built with bench/fwd_short_probe.patch applied (`git app
 fwd_wgmma's defaults read FA_PROBE_T ("consumers,block_n,stages,ping_pong,intra_overlap,persistent") and appends
 `#define FA_PROBE_<NAME> 1` to the rendered source for each name in FA_PROBE_DEF: NOEPI (no O stores), NOEXP (exp2
 replaced by its argument), NOMASK (no causal mask code), KV0 (every K/V copy reads key block 0: L2 hits instead of
-DRAM). Results are wrong under each of them (max|diff| against FA2 shows it: a variant that did not apply shows the
-normal error). Each variant gets its own context and cache file: the library memoizes a configuration's compile
+DRAM); results are wrong under each of them (max|diff| against FA2 shows it: a variant that did not apply shows the
+normal error). EMU8 / EMU4 / EMU2 compute 1/8, 1/4 or 1/2 of P's exp2 on the FMA pipe (a cubic on the fraction
+plus an exponent-field add, relative error 1e-4) instead of MUFU's ex2; LAZY keeps a row's running max while a
+block's max exceeds it by at most 8 (log2 units; P <= 256) and skips the O rescale when no row of the warp moved
+(FA4's lazy rescale). Results stay right under both (bf16 rounding). Each variant gets its own context and cache file: the library memoizes a configuration's compile
 hash per process, so variants of one tunable point sharing a cache file would all load the first one's cubin.
 (The run in bench/results/h200_fwd_short_probe.log used this script and patch as on branch fwd-short-experiments,
 with its per-warpgroup block skipping (NOTRIM: without it) and two_ctas knob (a 7th value in FA_PROBE_T).)
@@ -33,9 +36,12 @@ from bench_peers import event_times  # noqa: E402
 VARIANTS = {
     64: [("c2n128s3p", "2,128,3,1,1,1", ""), ("noepi", "2,128,3,1,1,1", "NOEPI"),
          ("noexp", "2,128,3,1,1,1", "NOEXP"), ("nomask", "2,128,3,1,1,1", "NOMASK"), ("kv0", "2,128,3,1,1,1", "KV0"),
-         ("c3n128s2 (default)", "3,128,2,1,1,0", "")],
+         ("emu8", "2,128,3,1,1,1", "EMU8"), ("emu4", "2,128,3,1,1,1", "EMU4"), ("emu2", "2,128,3,1,1,1", "EMU2"),
+         ("lazy", "2,128,3,1,1,1", "LAZY"), ("c3n128s2 (default)", "3,128,2,1,1,0", ""),
+         ("c3 emu4", "3,128,2,1,1,0", "EMU4"), ("c3 lazy", "3,128,2,1,1,0", "LAZY")],
     128: [("c2n128s2 (default)", "2,128,2,1,1,0", ""), ("noepi", "2,128,2,1,1,0", "NOEPI"),
-          ("noexp", "2,128,2,1,1,0", "NOEXP"), ("nomask", "2,128,2,1,1,0", "NOMASK"), ("kv0", "2,128,2,1,1,0", "KV0")],
+          ("noexp", "2,128,2,1,1,0", "NOEXP"), ("nomask", "2,128,2,1,1,0", "NOMASK"), ("kv0", "2,128,2,1,1,0", "KV0"),
+          ("emu8", "2,128,2,1,1,0", "EMU8"), ("emu4", "2,128,2,1,1,0", "EMU4"), ("lazy", "2,128,2,1,1,0", "LAZY")],
 }
 
 
