@@ -30,6 +30,7 @@ std::vector<int> bucket_class_lengths(const gen::ProblemDesc& p) {
 std::string tuning_semantic_key(const gen::Semantic& s) {
   gen::Semantic c = s;
   c.even_k = false;
+  c.has_lse = true;
   return gen::semantic_key(c);
 }
 

@@ -18,7 +18,10 @@ namespace fa::tune {
 long long pow2_ceil(long long n);
 // "q1024.k1024.bh512" -- the shape bucket of a problem (varlen: the maxima and batch).
 std::string shape_bucket(const gen::ProblemDesc& p);
-// semantic_key with even_k cleared.
+// semantic_key with even_k cleared and has_lse set: one tuned entry serves a shape class of either kind and a call
+// with or without the LSE output (fa-tune and the backward's forward tune with LSE, an inference forward runs
+// without; the LSE store at the tile's end does not move the winner, and a stored winner is re-checked against the
+// call's own semantic before it is used).
 std::string tuning_semantic_key(const gen::Semantic& s);
 // Key counts in p's seqlen_k bucket that meet every shape class a kernel can have there: a kernel's class is whether
 // seqlen_k is a multiple of its block_n, and multiples of 128 / of 64 not 128 / of 32 not 64 / of 16 not 32 / odd

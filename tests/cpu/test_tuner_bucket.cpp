@@ -61,7 +61,7 @@ TEST(TunerBucket, NearbyLengthsShareABucketFarOnesDoNot) {
   EXPECT_EQ(tune::shape_bucket(desc(1, 513, 513, 1)), tune::shape_bucket(desc(1, 1024, 1024, 1)));
 }
 
-TEST(TunerBucket, TuningKeyIgnoresEvenKAndLengthsNeverEnterCompileKeys) {
+TEST(TunerBucket, TuningKeyIgnoresEvenKAndLseAndLengthsNeverEnterCompileKeys) {
   std::mt19937 rng(std::random_device{}());
   for (int arch : {80, 90}) {
     const gen::ProblemDesc p1 = desc(3, 1000, 2048, 16);
@@ -81,6 +81,14 @@ TEST(TunerBucket, TuningKeyIgnoresEvenKAndLengthsNeverEnterCompileKeys) {
     gen::Semantic e = s;
     e.even_k = true;
     EXPECT_EQ(tune::tuning_semantic_key(e), tune::tuning_semantic_key(s));
+    // fa-tune tunes with LSE; an inference forward without it finds the same entry (its compile key differs)
+    gen::ProblemDesc no_lse = p1;
+    no_lse.has_lse = false;
+    const gen::Semantic n = gen::select_forward(no_lse, arch);
+    ASSERT_EQ(n.family, s.family);
+    EXPECT_FALSE(n.has_lse);
+    EXPECT_EQ(tune::tuning_key(n, no_lse), tune::tuning_key(s, p1));
+    EXPECT_NE(gen::canonical_key(gen::finalize(n, t, no_lse)), gen::canonical_key(gen::finalize(s, t, p1)));
     EXPECT_NE(tune::tuning_key(s, desc(1, 512, 512, 8)), tune::tuning_key(s, desc(1, 8192, 8192, 8)));
   }
 }

@@ -139,13 +139,18 @@ Tunables defaults(const Semantic& s) {
 }
 
 // The tuner's space: the knob values that won or came close in the H200 measurements (the tunables tests and the
-// compile sweep cover every valid point of the knobs' product: gen::all_valid_points).
-std::vector<Tunables> space(const Semantic&) {
+// compile sweep cover every valid point of the knobs' product: gen::all_valid_points). Masked problems also try
+// the persistent points of 2-3 consumers without ping-pong: at causal d 64, 512-4k tokens, 2 x 128 x 3 stages
+// persistent ran 1.3-2.8% faster without it (bench/README.md, issue 20, session 15).
+std::vector<Tunables> space(const Semantic& s) {
   std::vector<Tunables> out;
   for (int c : {1, 2, 3})
     for (int bn : {64, 80, 96, 112, 128, 144, 160, 176, 192})
       for (int st : {2, 3})
-        for (int persistent : {0, 1}) out.push_back(Tunables{{c, bn, st, c >= 2 ? 1 : 0, 1, persistent}});
+        for (int persistent : {0, 1}) {
+          out.push_back(Tunables{{c, bn, st, c >= 2 ? 1 : 0, 1, persistent}});
+          if (c >= 2 && persistent != 0 && s.mask != 0) out.push_back(Tunables{{c, bn, st, 0, 1, persistent}});
+        }
   return out;
 }
 
