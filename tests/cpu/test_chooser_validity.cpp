@@ -150,3 +150,41 @@ TEST(ChooserValidity, Fa2TileTunedAtEvenLengthFallsBackAtRaggedLength) {
   EXPECT_EQ(t, fa2);
   fa_context_destroy(c);
 }
+
+// fa-tune tunes the forward with LSE; an inference call asks for none. The winner stored for the one serves the
+// other, also where a miss is an error (FA_TUNE_REQUIRE_TUNED), and never where it is invalid for the call.
+TEST(ChooserValidity, AWinnerTunedWithLseServesTheForwardWithoutIt) {
+  const std::string dir = test::temp_dir("chooser_lse");
+  for (int arch : {80, 90}) {
+    ArchEnv env(arch);
+    fa_context c = test::make_context(dir + "/cache_" + std::to_string(arch) + ".sqlite", FA_TUNE_REQUIRE_TUNED);
+    ASSERT_NE(c, nullptr);
+    for (int mask = 0; mask < 3; ++mask) {
+      const gen::ProblemDesc tuned = problem(mask, 0, false);  // has_lse: as fa-tune times it
+      gen::ProblemDesc call = tuned;
+      call.has_lse = false;
+      const gen::Semantic st = gen::select_forward(tuned, arch), sc = gen::select_forward(call, arch);
+      ASSERT_EQ(st.family, sc.family);
+      ASSERT_NE(gen::semantic_key(st), gen::semantic_key(sc));
+      // the default is never the stored winner, so a result equal to it proves the lookup
+      const gen::Tunables def = st.family->defaults(st);
+      gen::Tunables winner = def;
+      for (const gen::Tunables& w : gen::valid_space(st, c->limits))
+        if (w != def && gen::is_valid(gen::finalize(st, w, tuned), c->limits, nullptr) &&
+            gen::is_valid(gen::finalize(sc, w, call), c->limits, nullptr)) {
+          winner = w;
+          break;
+        }
+      ASSERT_NE(winner, def) << gen::semantic_key(st);
+      ASSERT_TRUE(tune::context_db(c)->put_tune_results(
+          {{tune::tuning_semantic_key(st), tune::shape_bucket(tuned), gen::tunables_key(st, winner), 0.5, "ok"}},
+          true));
+      tune::TuningChooser chooser;
+      gen::Tunables t;
+      const rt::Status s = chooser.choose(c, sc, call, nullptr, &t);
+      ASSERT_TRUE(s.ok()) << s.message;
+      EXPECT_EQ(t, winner) << gen::semantic_key(sc);
+    }
+    fa_context_destroy(c);
+  }
+}
