@@ -57,13 +57,14 @@ class DeviceTimer : public Timer {
     }
     // One timed run estimates the cost and sizes the repetition count.
     std::vector<double> one;
-    st = timed_runs(cfg, req, s, 1, plan.flush_l2, &one);
+    st = timed_runs(cfg, req, s, 1, plan.flush_l2, 1, &one);
     if (!st.ok()) return st;
-    const double est = std::max(one[0], 1e-3);
+    const int burst = std::max(plan.burst, 1);
+    const double est = std::max(one[0], 1e-3) * burst;
     const int reps = static_cast<int>(std::clamp(std::floor(plan.budget_ms / est), static_cast<double>(plan.min_reps),
                                                  static_cast<double>(max_reps)));
     std::vector<double> times;
-    st = timed_runs(cfg, req, s, reps, plan.flush_l2, &times);
+    st = timed_runs(cfg, req, s, reps, plan.flush_l2, burst, &times);
     if (!st.ok()) return st;
     *median_ms = median_of(times);
     return rt::Status::Ok();
@@ -81,9 +82,10 @@ class DeviceTimer : public Timer {
     return rt::Status::Ok();
   }
 
-  // `reps` runs, each [flush] start-event launch end-event, then one synchronize; elapsed times in ms.
+  // `reps` runs, each [flush] start-event, `burst` launches, end-event, then one synchronize; elapsed times in ms per
+  // launch.
   rt::Status timed_runs(const gen::KernelConfig& cfg, const rt::TuneRequest& req, CUstream s, int reps, bool flush,
-                        std::vector<double>* out) {
+                        int burst, std::vector<double>* out) {
     const rt::Driver& d = *c_->drv;
     for (int i = 0; i < reps; ++i) {
       if (flush && scratch_ != 0) {
@@ -93,8 +95,10 @@ class DeviceTimer : public Timer {
       CUevent a = events_[2 * static_cast<size_t>(i)], b = events_[2 * static_cast<size_t>(i) + 1];
       CUresult r = d.cuEventRecord(a, s);
       if (r != CUDA_SUCCESS) return rt::error(FA_ERROR_DRIVER, rt::driver_error(d, "cuEventRecord", r));
-      rt::Status st = req.launch(cfg);
-      if (!st.ok()) return st;
+      for (int k = 0; k < burst; ++k) {
+        rt::Status st = req.launch(cfg);
+        if (!st.ok()) return st;
+      }
       r = d.cuEventRecord(b, s);
       if (r != CUDA_SUCCESS) return rt::error(FA_ERROR_DRIVER, rt::driver_error(d, "cuEventRecord", r));
     }
@@ -106,7 +110,7 @@ class DeviceTimer : public Timer {
       float ms = 0.0f;
       r = d.cuEventElapsedTime(&ms, events_[2 * static_cast<size_t>(i)], events_[2 * static_cast<size_t>(i) + 1]);
       if (r != CUDA_SUCCESS) return rt::error(FA_ERROR_DRIVER, rt::driver_error(d, "cuEventElapsedTime", r));
-      out->push_back(static_cast<double>(ms));
+      out->push_back(static_cast<double>(ms) / burst);
     }
     return rt::Status::Ok();
   }

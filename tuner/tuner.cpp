@@ -211,7 +211,8 @@ bool time_candidate(Timer& timer, const gen::KernelConfig& cfg, const rt::TuneRe
 // benchmark, while bf16 picked 128 x 64 x 4. So the fastest few of the first pass and the default are re-timed in
 // rounds that visit each in turn (the order rotating, so drift reaches all of them alike), and a finalist's figure
 // becomes the median of its round times. The others become "eliminated" (their first-pass time kept): best() reads
-// only "ok" rows, so it returns the finals' winner.
+// only "ok" rows, so it returns the finals' winner. A finals run is a burst of launches back to back (timer.h), as
+// models and benchmarks run them; the first pass keeps single flushed launches (cheaper over the whole space).
 void run_finals(const std::vector<gen::KernelConfig>& configs, const TuneOptions& o, const TimingPlan& first,
                 double budget, Timer& timer, const rt::TuneRequest& req, TuneOutcome* out) {
   const int rounds = o.final_rounds < 0 ? 3 : o.final_rounds;
@@ -229,6 +230,7 @@ void run_finals(const std::vector<gen::KernelConfig>& configs, const TuneOptions
   if (fin.size() < 2) return;
   TimingPlan plan = first;
   plan.warmup = 0;  // every finalist ran in the first pass
+  plan.burst = o.final_burst < 0 ? 8 : std::max(1, o.final_burst);
   plan.budget_ms = 0.5 * budget / static_cast<double>(fin.size() * static_cast<size_t>(rounds));
   std::vector<std::vector<double>> times(fin.size());
   std::vector<bool> dead(fin.size(), false);

@@ -34,9 +34,11 @@ struct TuneOptions {
   double verify_tolerance = -1;  // < 0: by dtype (fp32 1e-4, fp16 5e-3, bf16 2e-2)
   int max_candidates = 0;        // > 0: only the first N candidates (plus the default); for quick runs and tests
   // Finals (tuner.cpp): the first pass's fastest `finalists` candidates plus the default, re-timed in
-  // `final_rounds` interleaved rounds. < 0: the defaults (3 and 3); 0 rounds: no finals.
+  // `final_rounds` interleaved rounds, each timed run a burst of `final_burst` launches back to back (timer.h).
+  // < 0: the defaults (3, 3 and 8); 0 rounds: no finals.
   int finalists = -1;
   int final_rounds = -1;
+  int final_burst = -1;
   // Polled between compiles and timings (the background tuner's stop): once true, tune() stops early, stores
   // nothing and fails with FA_ERROR_INTERNAL "tuning cancelled".
   std::function<bool()> cancelled;

@@ -29,11 +29,14 @@ using test::make_context;
 std::string temp_dir() { return test::temp_dir("tuner_test"); }
 
 // Random times per tunables key; counts calls. `lucky` keys read their given time on their first call only (a
-// drift or a clock spike during the first pass), their `ms` time afterwards.
+// drift or a clock spike during the first pass), their `ms` time afterwards. `back_to_back` keys read that time
+// when timed in bursts (plan.burst > 1): a point whose single flushed launches rank it otherwise.
 struct FakeTimer : tune::Timer {
   std::map<std::string, double> ms;
   std::map<std::string, double> lucky;
+  std::map<std::string, double> back_to_back;
   std::map<std::string, int> calls_of;
+  std::map<std::string, std::vector<int>> bursts_of;
   std::set<std::string> fail;
   int calls = 0;
   rt::Status time(const gen::KernelConfig& cfg, const rt::TuneRequest&, const tune::TimingPlan& plan,
@@ -41,7 +44,12 @@ struct FakeTimer : tune::Timer {
     ++calls;
     EXPECT_GT(plan.budget_ms, 0.0);
     const std::string k = gen::tunables_key(cfg.s, cfg.t);
+    bursts_of[k].push_back(plan.burst);
     if (fail.count(k)) return rt::error(FA_ERROR_LAUNCH, "fake launch failure");
+    if (plan.burst > 1 && back_to_back.count(k)) {
+      *median_ms = back_to_back[k];
+      return rt::Status::Ok();
+    }
     if (calls_of[k]++ == 0 && lucky.count(k)) {
       *median_ms = lucky[k];
       return rt::Status::Ok();
@@ -278,6 +286,52 @@ TEST(TunerSelect, FinalsOverruleAFlukeInTheFirstPass) {
   EXPECT_EQ(off.finalists, 0);
   EXPECT_EQ(gen::tunables_key(off.semantic, off.winner), fluke);
   fa_context_destroy(c2);
+  fa_context_destroy(c);
+}
+
+// The finals time bursts of launches back to back (8 by default), the first pass single launches. A point that
+// is fastest in single launches and slower back to back than the default (seen on the H200: a persistent point at
+// bf16 d 128 causal 4k) loses the finals to the default; with bursts of one it would win.
+TEST(TunerSelect, FinalsTimeBurstsBackToBack) {
+  Fixture fx;
+  fa_context c = make_context(fx.cache, FA_TUNE_ON_FIRST_USE);
+  ASSERT_NE(c, nullptr);
+  const gen::ProblemDesc p = problem(gen::kFp16, 1500);
+  const gen::Semantic s = gen::select_forward(p, c->arch);
+  const auto cands = tune::candidate_configs(s, p, c->limits);
+  ASSERT_GE(cands.size(), 4u);
+  const std::string def = gen::tunables_key(s, s.family->defaults(s));
+  auto run = [&](int final_burst, FakeTimer* timer) {
+    Fixture f;
+    fa_context cx = make_context(f.cache, FA_TUNE_ON_FIRST_USE);
+    EXPECT_NE(cx, nullptr);
+    const auto sorted = random_times(cands, timer);
+    std::string single_best = sorted[0].second == def ? sorted[1].second : sorted[0].second;
+    timer->ms[def] = 1.5 * sorted[0].first;  // the default: slower in single launches than every finalist
+    timer->ms[single_best] = 0.5 * sorted[0].first;
+    timer->back_to_back[single_best] = 2.0 * sorted[0].first;
+    timer->back_to_back[def] = 0.4 * sorted[0].first;
+    tune::TuneOptions o = clean_compile_options(timer);
+    o.final_burst = final_burst;
+    rt::TuneRequest req;
+    tune::TuneOutcome out;
+    EXPECT_TRUE(tune::tune(cx, s, p, req, o, &out).ok());
+    fa_context_destroy(cx);
+    return std::make_pair(gen::tunables_key(out.semantic, out.winner), single_best);
+  };
+  FakeTimer t8;
+  const auto [win8, single8] = run(-1, &t8);
+  EXPECT_EQ(win8, def);
+  EXPECT_NE(win8, single8);
+  for (const auto& [k, bursts] : t8.bursts_of) {
+    ASSERT_FALSE(bursts.empty());
+    EXPECT_EQ(bursts[0], 1) << k;  // the first pass: single launches
+    for (size_t i = 1; i < bursts.size(); ++i) EXPECT_EQ(bursts[i], 8) << k;
+  }
+  EXPECT_EQ(t8.bursts_of[def].size(), 4u);  // first pass + 3 rounds
+  FakeTimer t1;
+  const auto [win1, single1] = run(1, &t1);
+  EXPECT_EQ(win1, single1);  // bursts of one: the single-launch ranking stands
   fa_context_destroy(c);
 }
 
