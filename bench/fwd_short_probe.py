@@ -11,7 +11,9 @@ DRAM); results are wrong under each of them (max|diff| against FA2 shows it: a v
 normal error). EMU8 / EMU4 / EMU2 compute 1/8, 1/4 or 1/2 of P's exp2 on the FMA pipe (a cubic on the fraction
 plus an exponent-field add, relative error 1e-4) instead of MUFU's ex2; LAZY keeps a row's running max while a
 block's max exceeds it by at most 8 (log2 units; P <= 256) and skips the O rescale when no row of the warp moved
-(FA4's lazy rescale). Results stay right under both (bf16 rounding). Each variant gets its own context and cache file: the library memoizes a configuration's compile
+(FA4's lazy rescale). Results stay right under both (bf16 rounding). NOSNAKE: the masked persistent round robin
+without its reversed odd waves; L2SEC=G (an entry NAME=value defines FA_PROBE_NAME as value): tiles in sections of G
+(batch, head)s, query-block-major inside a section (fewer DRAM bytes, worse balance; session 16's probe). Each variant gets its own context and cache file: the library memoizes a configuration's compile
 hash per process, so variants of one tunable point sharing a cache file would all load the first one's cubin.
 (The run in bench/results/h200_fwd_short_probe.log used this script and patch as on branch fwd-short-experiments,
 with its per-warpgroup block skipping (NOTRIM: without it) and two_ctas knob (a 7th value in FA_PROBE_T).)
