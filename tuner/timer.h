@@ -7,7 +7,8 @@
 // With burst > 1 a timed run is `burst` launches back to back between its two events (after the flush, if any) and
 // reads the mean per launch: the steady state in which a model runs its layers and benchmarks time kernels. The
 // finals time that way: on the H200 (bf16 d 128 causal, 4k) single flushed launches ranked a persistent point 4%
-// ahead of the default which ran 6% behind it back to back.
+// ahead of the default, which ran 6% ahead of it back to back. (Bursts in the first pass too were tried and picked
+// worse points: bench/README, session 16.)
 #pragma once
 
 #include <memory>
