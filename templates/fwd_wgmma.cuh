@@ -529,24 +529,17 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
               // user code only on the key groups of this warp's rows that the mask cuts (common/fwd_score.cuh)
               fa_wg_user_mask<kBN / 8>(s, mw, b, h, m0 + rbase, kn + tq * 2, sq, sk, args.win_left, args.win_right,
                                        FA_USER_ARGS);
-            } else if constexpr (fa_cfg::kMask == 1) {
-              // causal (win_left < 0, win_right = 0): one bound, key j < min(sk, i + sk - sq + 1), per element
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh) {
-                const int hi = min(sk, m0 + rbase + hh * 8 + sk - sq + 1) - (kn + tq * 2);
-#pragma unroll
-                for (int jt = 0; jt < kBN / 8; ++jt)
-#pragma unroll
-                  for (int e = 0; e < 2; ++e)
-                    if (jt * 8 + e >= hi) s[jt * 4 + hh * 2 + e] = FA_WG_NEG_INF;
-              }
             } else {
 #pragma unroll
               for (int hh = 0; hh < 2; ++hh) {
+                // keys [lo, hi) are visible; only a window (kMask 2) has a left bound, so causal and unmasked
+                // blocks compare one bound per element
                 const int i = m0 + rbase + hh * 8;
                 int lo = 0, hi = sk;
-                if constexpr (fa_cfg::kMask != 0) {
+                if constexpr (fa_cfg::kMask == 2) {
                   if (args.win_left >= 0) lo = i + sk - sq - args.win_left;
+                }
+                if constexpr (fa_cfg::kMask != 0) {
                   if (args.win_right >= 0) hi = min(hi, i + sk - sq + args.win_right + 1);
                 }
                 lo -= kn + tq * 2;  // compare the column offset inside the block
@@ -556,7 +549,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
 #pragma unroll
                   for (int e = 0; e < 2; ++e) {
                     const int jj = jt * 8 + e;
-                    if (jj < lo || jj >= hi) s[jt * 4 + hh * 2 + e] = FA_WG_NEG_INF;
+                    if ((fa_cfg::kMask == 2 && jj < lo) || jj >= hi) s[jt * 4 + hh * 2 + e] = FA_WG_NEG_INF;
                   }
               }
             }

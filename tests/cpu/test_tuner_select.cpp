@@ -68,6 +68,26 @@ struct Fixture {
   std::string cache = dir + "/cache.sqlite";
 };
 
+// A forward problem on a fresh context that tunes on first use: its semantic and candidate space (empty without a
+// context; each test asserts `c` and the space's size itself).
+struct TuneCase {
+  Fixture fx;
+  fa_context c = make_context(fx.cache, FA_TUNE_ON_FIRST_USE);
+  gen::ProblemDesc p;
+  gen::Semantic s;
+  std::vector<gen::KernelConfig> cands;
+  TuneCase(int dtype, int seqlen) : p(problem(dtype, seqlen)) {
+    if (c == nullptr) return;
+    s = gen::select_forward(p, c->arch);
+    cands = tune::candidate_configs(s, p, c->limits);
+  }
+  ~TuneCase() {
+    if (c != nullptr) fa_context_destroy(c);
+  }
+  TuneCase(const TuneCase&) = delete;
+  TuneCase& operator=(const TuneCase&) = delete;
+};
+
 // Fresh random times in [1, 2) ms for every candidate, set on `timer`; returns (time, tunables key), fastest first.
 std::vector<std::pair<double, std::string>> random_times(const std::vector<gen::KernelConfig>& cands,
                                                          FakeTimer* timer) {
@@ -212,13 +232,13 @@ TEST(TunerSelect, FastestValidCandidateWinsAndEveryRowIsStored) {
 }
 
 TEST(TunerSelect, WinnerFailingTheReferenceCheckIsReplacedByTheNextBest) {
-  Fixture fx;
-  fa_context c = make_context(fx.cache, FA_TUNE_ON_FIRST_USE);
-  ASSERT_NE(c, nullptr);
-  const gen::ProblemDesc p = problem(gen::kFp32, 777);
-  const gen::Semantic s = gen::select_forward(p, c->arch);
-  const auto cands = tune::candidate_configs(s, p, c->limits);
-  ASSERT_GE(cands.size(), 2u);
+  TuneCase tc(gen::kFp32, 777);
+  ASSERT_NE(tc.c, nullptr);
+  ASSERT_GE(tc.cands.size(), 2u);
+  const fa_context c = tc.c;
+  const gen::ProblemDesc& p = tc.p;
+  const gen::Semantic& s = tc.s;
+  const auto& cands = tc.cands;
   FakeTimer timer;
   const auto sorted = random_times(cands, &timer);
   tune::TuneOptions o = clean_compile_options(&timer);
@@ -239,19 +259,18 @@ TEST(TunerSelect, WinnerFailingTheReferenceCheckIsReplacedByTheNextBest) {
   bool saw_failed = false;
   for (const auto& r : rows) saw_failed |= r.tunables == sorted[0].second && r.status == "verify_failed";
   EXPECT_TRUE(saw_failed);
-  fa_context_destroy(c);
 }
 
 // A candidate whose first-pass time was a fluke (here 40% below its real time, e.g. a clock spike) reaches the
 // finals, where it is re-timed next to the others and loses to the really fastest one; the stored figures agree.
 TEST(TunerSelect, FinalsOverruleAFlukeInTheFirstPass) {
-  Fixture fx;
-  fa_context c = make_context(fx.cache, FA_TUNE_ON_FIRST_USE);
-  ASSERT_NE(c, nullptr);
-  const gen::ProblemDesc p = problem(gen::kFp16, 1500);
-  const gen::Semantic s = gen::select_forward(p, c->arch);
-  const auto cands = tune::candidate_configs(s, p, c->limits);
-  ASSERT_GE(cands.size(), 4u);
+  TuneCase tc(gen::kFp16, 1500);
+  ASSERT_NE(tc.c, nullptr);
+  ASSERT_GE(tc.cands.size(), 4u);
+  const fa_context c = tc.c;
+  const gen::ProblemDesc& p = tc.p;
+  const gen::Semantic& s = tc.s;
+  const auto& cands = tc.cands;
   FakeTimer timer;
   const auto sorted = random_times(cands, &timer);
   const std::string fastest = sorted[0].second, fluke = sorted.back().second;  // the slowest, once fast
@@ -286,37 +305,29 @@ TEST(TunerSelect, FinalsOverruleAFlukeInTheFirstPass) {
   EXPECT_EQ(off.finalists, 0);
   EXPECT_EQ(gen::tunables_key(off.semantic, off.winner), fluke);
   fa_context_destroy(c2);
-  fa_context_destroy(c);
 }
 
 // The finals time bursts of launches back to back (8 by default), the first pass single launches. A point that
 // is fastest in single launches and slower back to back than the default (seen on the H200: a persistent point at
 // bf16 d 128 causal 4k) loses the finals to the default; with bursts of one it would win.
 TEST(TunerSelect, FinalsTimeBurstsBackToBack) {
-  Fixture fx;
-  fa_context c = make_context(fx.cache, FA_TUNE_ON_FIRST_USE);
-  ASSERT_NE(c, nullptr);
-  const gen::ProblemDesc p = problem(gen::kFp16, 1500);
-  const gen::Semantic s = gen::select_forward(p, c->arch);
-  const auto cands = tune::candidate_configs(s, p, c->limits);
-  ASSERT_GE(cands.size(), 4u);
-  const std::string def = gen::tunables_key(s, s.family->defaults(s));
+  TuneCase tc(gen::kFp16, 1500);
+  ASSERT_NE(tc.c, nullptr);
+  ASSERT_GE(tc.cands.size(), 4u);
+  const std::string def = gen::tunables_key(tc.s, tc.s.family->defaults(tc.s));
   auto run = [&](int final_burst, FakeTimer* timer) {
-    Fixture f;
-    fa_context cx = make_context(f.cache, FA_TUNE_ON_FIRST_USE);
-    EXPECT_NE(cx, nullptr);
-    const auto sorted = random_times(cands, timer);
+    const auto sorted = random_times(tc.cands, timer);
     std::string single_best = sorted[0].second == def ? sorted[1].second : sorted[0].second;
     timer->ms[def] = 1.5 * sorted[0].first;  // the default: slower in single launches than every finalist
     timer->ms[single_best] = 0.5 * sorted[0].first;
     timer->back_to_back[single_best] = 2.0 * sorted[0].first;
     timer->back_to_back[def] = 0.4 * sorted[0].first;
     tune::TuneOptions o = clean_compile_options(timer);
+    o.use_cache = false;  // the second run tunes again on the same context
     o.final_burst = final_burst;
     rt::TuneRequest req;
     tune::TuneOutcome out;
-    EXPECT_TRUE(tune::tune(cx, s, p, req, o, &out).ok());
-    fa_context_destroy(cx);
+    EXPECT_TRUE(tune::tune(tc.c, tc.s, tc.p, req, o, &out).ok());
     return std::make_pair(gen::tunables_key(out.semantic, out.winner), single_best);
   };
   FakeTimer t8;
@@ -332,7 +343,6 @@ TEST(TunerSelect, FinalsTimeBurstsBackToBack) {
   FakeTimer t1;
   const auto [win1, single1] = run(1, &t1);
   EXPECT_EQ(win1, single1);  // bursts of one: the single-launch ranking stands
-  fa_context_destroy(c);
 }
 
 TEST(TunerChooser, PoliciesWithoutADevice) {
