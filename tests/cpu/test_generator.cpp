@@ -199,6 +199,39 @@ TEST(Validity, RejectsOutOfRangeSemantics) {
   EXPECT_FALSE(is_valid(c, lim, &why));
 }
 
+// fwd_wgmma with 1 consumer, persistent, and ALiBi or softcap spilled 8-28 bytes past 128 padded columns (d 32 /
+// dv 232 causal or window with softcap, the full compile sweep's random sample): the predicate keeps those points out
+// and keeps their non-persistent twins and the persistent point at 128 columns in.
+TEST(Validity, FwdWgmmaPersistentOneConsumerWithAlibiOrSoftcapPast128ColumnsIsOut) {
+  const DeviceLimits lim = limits_for_arch(90);
+  for (int dv : {232, 128}) {
+    for (int feat = 0; feat < 2; ++feat) {
+      ProblemDesc p;
+      p.dtype = kBf16;
+      p.head_dim = 32;
+      p.head_dim_v = dv;
+      p.mask = 1;
+      p.has_softcap = feat == 0;
+      p.has_alibi = feat == 1;
+      p.aligned16 = p.tma_ok = true;
+      p.seqlen_q = p.seqlen_k = 512;
+      p.total_q = p.total_k = 512;
+      const Semantic s = select_forward(p, 90);
+      ASSERT_STREQ(s.family->name, "fwd_wgmma");
+      std::string why;
+      const KernelConfig persistent = finalize(s, Tunables{{1, 64, 2, 0, 1, 1}}, p);
+      const KernelConfig grid = finalize(s, Tunables{{1, 64, 2, 0, 1, 0}}, p);
+      EXPECT_TRUE(is_valid(grid, lim, &why)) << canonical_key(grid) << ": " << why;
+      if (dv > 128) {
+        EXPECT_FALSE(is_valid(persistent, lim, &why)) << canonical_key(persistent);
+        EXPECT_NE(why.find("spills"), std::string::npos) << why;
+      } else {
+        EXPECT_TRUE(is_valid(persistent, lim, &why)) << canonical_key(persistent) << ": " << why;
+      }
+    }
+  }
+}
+
 // Whatever the selector and the backward plan pick for a problem, with heuristic defaults, must be valid: the
 // defaults serve every problem until tuning exists.
 TEST(Validity, DefaultsOfEverySelectedKernelAreValid) {
