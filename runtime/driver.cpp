@@ -1,10 +1,16 @@
 // driver.cpp -- loads libcuda.so.1 once and resolves the entry points of driver_functions.inc.
 #include "runtime/driver.h"
 
+#include <cudaTypedefs.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <mutex>
+#include <type_traits>
+
+// A pinned entry (FA_DRIVER_FN_AT) is called through cuda.h's declaration: it must be the ABI of the version asked.
+static_assert(std::is_same_v<decltype(&::cuCtxSynchronize), PFN_cuCtxSynchronize_v2000>,
+              "cuCtxSynchronize: cuda.h's declaration is not the CUDA 2.0 ABI the table resolves");
 
 namespace fa::rt {
 
@@ -32,16 +38,18 @@ Loaded load() {
     return L;
   }
   bool missing = false;
-  auto resolve = [&](const char* name, void** slot) {
+  auto resolve = [&](const char* name, void** slot, int version) {
     CUdriverProcAddressQueryResult q{};
-    CUresult r = gpa(name, slot, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q);
+    CUresult r = gpa(name, slot, version, CU_GET_PROC_ADDRESS_DEFAULT, &q);
     if (r != CUDA_SUCCESS || *slot == nullptr) {
       if (!missing) L.why = fmt::format("CUDA driver lacks {} (cuGetProcAddress status {})", name, static_cast<int>(q));
       missing = true;
     }
   };
-#define FA_DRIVER_FN(name) resolve(#name, reinterpret_cast<void**>(&L.d.name));
+#define FA_DRIVER_FN(name) resolve(#name, reinterpret_cast<void**>(&L.d.name), CUDA_VERSION);
+#define FA_DRIVER_FN_AT(name, version) resolve(#name, reinterpret_cast<void**>(&L.d.name), version);
 #include "runtime/driver_functions.inc"
+#undef FA_DRIVER_FN_AT
 #undef FA_DRIVER_FN
   if (missing) return L;
   CUresult r = L.d.cuInit(0);

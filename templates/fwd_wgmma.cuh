@@ -14,6 +14,9 @@
 // B = V from shared memory read MN-major (transposed descriptor). At the end O /= l, lse = (m + log2 l) * ln 2.
 // kIntraOverlap: per block, issue S_{j+1} = Q K_{j+1}^T and P_j V_j, wait for S_{j+1} only (wgmma depth 1), run its
 // softmax under P_j V_j, then wait, rescale O and re-pack P (no wgmma is in flight during the rescale).
+// Trimming (kTrim: built-in masks, kBlockM > kBlockN): a consumer passes over the blocks at the top of the band that
+// none of its 64 rows sees (every block when its rows lie past the sequence): no GEMMs, its stages released after
+// their full barriers and its ping-pong turns passed on.
 // kPingPong (kConsumers >= 2): consumers take turns issuing their GEMMs (named barriers 4.., round robin), so one
 // warpgroup's softmax runs under another's GEMMs. kPersistent: grid = min(tiles, SMs) CTAs loop over the tiles
 // (static round robin over t: (b, h)-major unmasked, query-block-major and longest first masked); Q is double-buffered when shared memory allows, so the
@@ -102,6 +105,14 @@ constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoft
 constexpr bool kSparse = fa_cfg::kHasMaskMod;  // visit the key blocks mask_blocks classified (block skipping)
 constexpr bool kMasked = fa_cfg::kMask != 0 || fa_cfg::kHasMaskMod;  // query blocks in reverse: longest first
 constexpr bool kEarlyQ = kSparse && !kPersist;  // the producer issues Q before it walks the tile's classes
+// Per-consumer trimming of the band (built-in masks and rows past the sequence; kSparse walks classes instead): a
+// consumer skips the blocks none of its 64 rows sees. Compiled where kBlockM > kBlockN, the tiles whose consumers
+// skip whole blocks on every causal diagonal; with kBlockM <= kBlockN they skip only on diagonals that are not
+// block-aligned and in a sequence's last tile, and the per-tile bookkeeping cost 1-2% on aligned causal tiles (H200
+// A/B, bench/README.md). (Computing the first block a consumer needs over half the keys when they fit there, with a
+// wgmma of N = kBlockN / 2, made ptxas serialize the wgmma pipeline in every form tried: a branch between the two
+// GEMMs, a guard predicate on the upper half's, a separate accumulator array.)
+constexpr bool kTrim = !kSparse && kBM > kBN;
 constexpr bool kIsBf16 = fa_cfg::kDtype == 2;
 #define FA_WG_NEG_INF __int_as_float(0xff800000)
 
@@ -440,7 +451,23 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
       float row_m[2] = {FA_WG_NEG_INF, FA_WG_NEG_INF}, row_l[2] = {0.f, 0.f};
 
       if (T.n_blocks > 0) {
-        const int n_blocks = T.n_blocks, nb_hi = T.nb_hi, diag0 = T.diag0;
+        // kTrim: this consumer's share of the band. Its rows see keys below hi_c (its last row's right bound; none
+        // for rows past the sequence), so the n_skip blocks at the top of the band, visited first, hold nothing for
+        // it: they are passed over without GEMMs (the skip loop below).
+        int n_skip = 0;
+        if constexpr (kTrim) {
+          int hi_c = sk;
+          if constexpr (fa_cfg::kMask != 0) {
+            if (args.win_right >= 0) hi_c = min(sk, m0 + cw * 64 + 63 + sk - sq + args.win_right + 1);
+          }
+          if (m0 + cw * 64 >= sq) hi_c = 0;
+          n_skip = T.nb_hi - max(min(T.nb_hi, (max(hi_c, 0) + kBN - 1) / kBN), T.nb_lo);
+          // broadcast, so that ptxas knows the count warp-uniform: the ring positions it advances then stay in
+          // uniform registers (computed per thread, the main loop's descriptor arithmetic moved to the vector
+          // datapath, 46 more R2UR, and ran 3-7% slower)
+          n_skip = __shfl_sync(0xffffffffu, n_skip, 0);
+        }
+        const int n_blocks = T.n_blocks - n_skip, nb_hi = T.nb_hi - n_skip, diag0 = T.diag0;
         // The entry (n_block << 1) | full of visit it: the band from its last block down (full never set: the
         // geometry decides the masking), or the next classified block (kSparse; common/blk_visit.cuh).
         FaBlkCursor cur;
@@ -609,7 +636,29 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           if constexpr (kPersist && !kStaged) release(q_empty(qb));
         };
         fa_mbar_wait(q_full(qb), qph);
-        if constexpr (kOv) {
+        // kTrim's skipped blocks: each stage released after its full barrier (so the release counts toward this
+        // round, never the one before), the ping-pong turns of the block passed on (kOv: one per block, else two).
+        for (int k = 0; k < n_skip; ++k) {
+          fa_mbar_wait(k_full(kst), kph);
+          pp_sync();
+          pp_arrive();
+          if constexpr (!kOv) {
+            pp_sync();
+            pp_arrive();
+          }
+          release(k_empty(kst));
+          adv_k();
+          fa_mbar_wait(v_full(vst), vph);
+          release(v_empty(vst));
+          adv_v();
+        }
+        if (kTrim && n_blocks == 0) {  // nothing visible to these rows: O = 0, lse = -inf
+          if constexpr (kOv) {  // a band of n blocks takes n + 1 turns with kOv
+            pp_sync();
+            pp_arrive();
+          }
+          release_q();
+        } else if constexpr (kOv) {
           // block 0: S, softmax (O is still zero)
           const int entry0 = entry_of(0);
           fa_mbar_wait(k_full(kst), kph);

@@ -2,13 +2,15 @@
 // CUDA events around the TuneRequest's launcher on the request's stream.
 //
 // Device protocol per candidate: `warmup` untimed runs, one timed run to estimate the cost, then
-// reps = clamp(budget_ms / estimate, min_reps, max_reps) timed runs, each preceded by an L2 flush (a 256 MiB
-// cuMemsetD8Async of a scratch buffer allocated once per timer, i.e. per tuning session); the result is the median.
+// reps = clamp(budget_ms / estimate, min_reps, max_reps) timed runs, each preceded by an L2 flush when flush_l2 (a
+// 256 MiB cuMemsetD8Async of a scratch buffer allocated once per timer, i.e. per tuning session); the result is the
+// median.
 // With burst > 1 a timed run is `burst` launches back to back between its two events (after the flush, if any) and
 // reads the mean per launch: the steady state in which a model runs its layers and benchmarks time kernels. The
-// finals time that way: on the H200 (bf16 d 128 causal, 4k) single flushed launches ranked a persistent point 4%
-// ahead of the default, which ran 6% ahead of it back to back. (Bursts in the first pass too were tried and picked
-// worse points: bench/README, session 16.)
+// finals time that way, unflushed: on the H200 (bf16 d 128 causal, 4k) single flushed launches ranked a persistent
+// point 4% ahead of the default, which ran 6% ahead of it back to back, and flushed bursts still read non-persistent
+// points 2-3% slow against the benchmarks' calls (tuner.cpp, run_finals). (Bursts in the first pass too were tried
+// and picked worse points: bench/README, session 16.)
 #pragma once
 
 #include <memory>

@@ -37,6 +37,7 @@ struct FakeTimer : tune::Timer {
   std::map<std::string, double> back_to_back;
   std::map<std::string, int> calls_of;
   std::map<std::string, std::vector<int>> bursts_of;
+  std::map<std::string, std::vector<bool>> flushes_of;
   std::set<std::string> fail;
   int calls = 0;
   rt::Status time(const gen::KernelConfig& cfg, const rt::TuneRequest&, const tune::TimingPlan& plan,
@@ -45,6 +46,7 @@ struct FakeTimer : tune::Timer {
     EXPECT_GT(plan.budget_ms, 0.0);
     const std::string k = gen::tunables_key(cfg.s, cfg.t);
     bursts_of[k].push_back(plan.burst);
+    flushes_of[k].push_back(plan.flush_l2);
     if (fail.count(k)) return rt::error(FA_ERROR_LAUNCH, "fake launch failure");
     if (plan.burst > 1 && back_to_back.count(k)) {
       *median_ms = back_to_back[k];
@@ -310,7 +312,7 @@ TEST(TunerSelect, FinalsOverruleAFlukeInTheFirstPass) {
 // The finals time bursts of launches back to back (8 by default), the first pass single launches. A point that
 // is fastest in single launches and slower back to back than the default (seen on the H200: a persistent point at
 // bf16 d 128 causal 4k) loses the finals to the default; with bursts of one it would win.
-TEST(TunerSelect, FinalsTimeBurstsBackToBack) {
+TEST(TunerSelect, FinalsTimeUnflushedBurstsBackToBack) {
   TuneCase tc(gen::kFp16, 1500);
   ASSERT_NE(tc.c, nullptr);
   ASSERT_GE(tc.cands.size(), 4u);
@@ -338,6 +340,10 @@ TEST(TunerSelect, FinalsTimeBurstsBackToBack) {
     ASSERT_FALSE(bursts.empty());
     EXPECT_EQ(bursts[0], 1) << k;  // the first pass: single launches
     for (size_t i = 1; i < bursts.size(); ++i) EXPECT_EQ(bursts[i], 8) << k;
+    const std::vector<bool>& flushes = t8.flushes_of[k];
+    ASSERT_EQ(flushes.size(), bursts.size()) << k;
+    EXPECT_TRUE(flushes[0]) << k;  // the first pass after an L2 flush, the finals in the L2 the runs before left
+    for (size_t i = 1; i < flushes.size(); ++i) EXPECT_FALSE(flushes[i]) << k;
   }
   EXPECT_EQ(t8.bursts_of[def].size(), 4u);  // first pass + 3 rounds
   FakeTimer t1;
