@@ -9,8 +9,10 @@
 // reads the mean per launch: the steady state in which a model runs its layers and benchmarks time kernels. The
 // finals time that way, unflushed: on the H200 (bf16 d 128 causal, 4k) single flushed launches ranked a persistent
 // point 4% ahead of the default, which ran 6% ahead of it back to back, and flushed bursts still read non-persistent
-// points 2-3% slow against the benchmarks' calls (tuner.cpp, run_finals). (Bursts in the first pass too were tried
-// and picked worse points: bench/README, session 16.)
+// points 2-3% slow against the benchmarks' calls (tuner.cpp, run_finals). (Bursts in the first pass too, flushed in
+// session 16 and unflushed in session 17, picked worse points: bench/README.md.) Long timing runs hold the GPU at its
+// power cap (H200: 1680-1740 MHz against 1980 at boost), where a benchmark's short bursts are not: bench/README.md,
+// session 17.
 #pragma once
 
 #include <memory>
