@@ -237,12 +237,8 @@ TEST(TunerSelect, WinnerFailingTheReferenceCheckIsReplacedByTheNextBest) {
   TuneCase tc(gen::kFp32, 777);
   ASSERT_NE(tc.c, nullptr);
   ASSERT_GE(tc.cands.size(), 2u);
-  const fa_context c = tc.c;
-  const gen::ProblemDesc& p = tc.p;
-  const gen::Semantic& s = tc.s;
-  const auto& cands = tc.cands;
   FakeTimer timer;
-  const auto sorted = random_times(cands, &timer);
+  const auto sorted = random_times(tc.cands, &timer);
   tune::TuneOptions o = clean_compile_options(&timer);
   rt::TuneRequest req;
   int verifies = 0;
@@ -252,12 +248,12 @@ TEST(TunerSelect, WinnerFailingTheReferenceCheckIsReplacedByTheNextBest) {
     return rt::Status::Ok();
   };
   tune::TuneOutcome out;
-  ASSERT_TRUE(tune::tune(c, s, p, req, o, &out).ok());
+  ASSERT_TRUE(tune::tune(tc.c, tc.s, tc.p, req, o, &out).ok());
   EXPECT_EQ(verifies, 2);
   EXPECT_EQ(gen::tunables_key(out.semantic, out.winner), sorted[1].second);
   EXPECT_TRUE(out.verified);
   EXPECT_LE(out.verify_error, 1e-6);
-  const auto rows = tune::context_db(c)->tune_rows(tune::tuning_semantic_key(s), tune::shape_bucket(p));
+  const auto rows = tune::context_db(tc.c)->tune_rows(tune::tuning_semantic_key(tc.s), tune::shape_bucket(tc.p));
   bool saw_failed = false;
   for (const auto& r : rows) saw_failed |= r.tunables == sorted[0].second && r.status == "verify_failed";
   EXPECT_TRUE(saw_failed);
@@ -269,30 +265,26 @@ TEST(TunerSelect, FinalsOverruleAFlukeInTheFirstPass) {
   TuneCase tc(gen::kFp16, 1500);
   ASSERT_NE(tc.c, nullptr);
   ASSERT_GE(tc.cands.size(), 4u);
-  const fa_context c = tc.c;
-  const gen::ProblemDesc& p = tc.p;
-  const gen::Semantic& s = tc.s;
-  const auto& cands = tc.cands;
   FakeTimer timer;
-  const auto sorted = random_times(cands, &timer);
+  const auto sorted = random_times(tc.cands, &timer);
   const std::string fastest = sorted[0].second, fluke = sorted.back().second;  // the slowest, once fast
   timer.lucky[fluke] = 0.6 * sorted[0].first;
   tune::TuneOptions o = clean_compile_options(&timer);
   rt::TuneRequest req;
   tune::TuneOutcome out;
-  ASSERT_TRUE(tune::tune(c, s, p, req, o, &out).ok());
+  ASSERT_TRUE(tune::tune(tc.c, tc.s, tc.p, req, o, &out).ok());
   EXPECT_GE(out.finalists, 2);
   EXPECT_EQ(out.final_rounds, 3);
   EXPECT_EQ(gen::tunables_key(out.semantic, out.winner), fastest);
   EXPECT_EQ(timer.calls_of[fluke], 1 + out.final_rounds);
-  const auto rows = tune::context_db(c)->tune_rows(tune::tuning_semantic_key(s), tune::shape_bucket(p));
+  const auto rows = tune::context_db(tc.c)->tune_rows(tune::tuning_semantic_key(tc.s), tune::shape_bucket(tc.p));
   for (const auto& r : rows) {
     if (r.tunables == fluke) {
       EXPECT_EQ(r.status, "ok");  // a finalist, stored with its finals time
       EXPECT_NEAR(r.median_ms, timer.ms[fluke], 1e-12);
     }
   }
-  auto b = tune::context_db(c)->best(tune::tuning_semantic_key(s), tune::shape_bucket(p));
+  auto b = tune::context_db(tc.c)->best(tune::tuning_semantic_key(tc.s), tune::shape_bucket(tc.p));
   ASSERT_TRUE(b.has_value());
   EXPECT_EQ(b->tunables, fastest);
 
@@ -303,7 +295,7 @@ TEST(TunerSelect, FinalsOverruleAFlukeInTheFirstPass) {
   timer.calls_of.clear();
   o.final_rounds = 0;
   tune::TuneOutcome off;
-  ASSERT_TRUE(tune::tune(c2, s, p, req, o, &off).ok());
+  ASSERT_TRUE(tune::tune(c2, tc.s, tc.p, req, o, &off).ok());
   EXPECT_EQ(off.finalists, 0);
   EXPECT_EQ(gen::tunables_key(off.semantic, off.winner), fluke);
   fa_context_destroy(c2);
