@@ -24,8 +24,10 @@ std::string shape_bucket(const gen::ProblemDesc& p);
 // call's own semantic before it is used).
 std::string tuning_semantic_key(const gen::Semantic& s);
 // Key counts in p's seqlen_k bucket that meet every shape class a kernel can have there: a kernel's class is whether
-// seqlen_k is a multiple of its block_n, and multiples of 128 / of 64 not 128 / of 32 not 64 / of 16 not 32 / odd
-// lengths cover every pattern of divisibility (varlen: p's own length only; it has one class).
+// seqlen_k is a multiple of its block_n, so the list holds the bucket's top and top - 64 / 32 / 16 / 1 (multiples of
+// 128 / of 64 not 128 / of 32 not 64 / of 16 not 32 / odd: every pattern of the power-of-two tiles) and the largest
+// multiple in the bucket of every block_n a registered family can take (80, 160, 176, ...: a power-of-two length
+// reaches none of their multiples), each once (varlen: p's own length only; it has one class).
 std::vector<int> bucket_class_lengths(const gen::ProblemDesc& p);
 // tuning_semantic_key + "|" + shape_bucket: the in-memory key of a tuned entry.
 std::string tuning_key(const gen::Semantic& s, const gen::ProblemDesc& p);

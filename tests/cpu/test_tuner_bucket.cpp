@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "generator/family.h"
 #include "runtime/nvrtc_compiler.h"
@@ -90,5 +93,53 @@ TEST(TunerBucket, TuningKeyIgnoresEvenKAndLseAndLengthsNeverEnterCompileKeys) {
     EXPECT_EQ(tune::tuning_key(n, no_lse), tune::tuning_key(s, p1));
     EXPECT_NE(gen::canonical_key(gen::finalize(n, t, no_lse)), gen::canonical_key(gen::finalize(s, t, p1)));
     EXPECT_NE(tune::tuning_key(s, desc(1, 512, 512, 8)), tune::tuning_key(s, desc(1, 8192, 8192, 8)));
+  }
+}
+
+// fa_prepare, the sibling prefetch and the background winner's swap compile the kernels of bucket_class_lengths:
+// every length of the bucket must find its kernel among them. For every forward and backward family covering a
+// fixed-length problem on sm_80 and sm_90 and every point of its space, the compile keys over the class lengths are
+// those over every length of the bucket. (The bucket of 2048: fwd_wgmma's tiles of 80, 160 and 176 keys have
+// multiples there, 2000 and 1920, that no power-of-two offset from the top reaches; a kernel compiled for one of
+// those lengths' class was missing, so a random length compiled after fa_prepare.)
+TEST(TunerBucket, ClassLengthsMeetEveryCompileKeyOfTheBucket) {
+  for (int top : {64, 2048}) {
+    std::vector<gen::ProblemDesc> all;
+    for (int sk = top / 2 + 1; sk <= top; ++sk) all.push_back(desc(2, top, sk, 8));
+    const std::vector<int> lengths = tune::bucket_class_lengths(all.back());
+    for (int sk : lengths) {
+      EXPECT_GT(sk, top / 2);
+      EXPECT_LE(sk, top);
+    }
+    for (int arch : {80, 90}) {
+      for (gen::Role role : {gen::Role::Forward, gen::Role::Backward}) {
+        for (const gen::Family* f : gen::ranked_families(role, arch)) {
+          gen::ProblemDesc p0 = all.back();
+          p0.backward = role == gen::Role::Backward;
+          p0.tma_ok = true;
+          if (!gen::family_covers(*f, p0, arch, nullptr)) continue;
+          const gen::Semantic s = gen::semantic_for(*f, p0, arch);
+          const gen::DeviceLimits lim = gen::limits_for_arch(arch);
+          int points = 0;
+          for (const gen::Tunables& t : gen::valid_space(s, lim)) {
+            std::set<std::string> from_classes, from_all;
+            for (int sk : lengths) {
+              gen::ProblemDesc q = p0;
+              q.seqlen_k = sk;
+              from_classes.insert(gen::canonical_key(gen::finalize(s, t, q)));
+            }
+            for (const gen::ProblemDesc& a : all) {
+              gen::ProblemDesc q = p0;
+              q.seqlen_k = a.seqlen_k;
+              from_all.insert(gen::canonical_key(gen::finalize(s, t, q)));
+            }
+            EXPECT_EQ(from_classes, from_all) << f->name << " sm_" << arch << " " << gen::tunables_key(s, t)
+                                              << " bucket " << top;
+            ++points;
+          }
+          EXPECT_GT(points, 0) << f->name;
+        }
+      }
+    }
   }
 }
