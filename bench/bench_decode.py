@@ -8,7 +8,9 @@ no mask; fa contiguous and paged (page 16 and 64; pages in a random order, the s
 so paged and contiguous outputs must agree bit for bit). SDPA gets q [B, 32, 1, 128] and k / v [B, 8, S, 128] with
 enable_gqa=True, is_causal=False (where a backend refuses enable_gqa, k / v repeated to 32 heads beforehand when
 that fits in memory; else n/a). Times: median of per-call CUDA-event times, calls enqueued back to back (~25 ms of calls and a warmup first;
-fa's first call compiles, outside the timing). KV read rate = bytes of K and V read (B * S * 8 * 128 * 2 * 2) / time.
+fa's first call compiles, outside the timing); with --graph, the median of 7 replays of a CUDA graph of --iters calls
+(device time per call: at batch 1 / 4k a kernel runs for less than a Python call's host time, which back-to-back
+calls then measure instead). KV read rate = bytes of K and V read (B * S * 8 * 128 * 2 * 2) / time.
 Copy bandwidth: a 2 GiB device-to-device copy, (read + write bytes) / time, median of 20.
 Equal tunables (--equal, on by default): contiguous and paged again through a second context at
 FA_TUNE_POLICY=defaults with its own in-memory cache (so no tuned entry of the shared cache is served), so that both
@@ -16,8 +18,12 @@ run the family's default point (the same split count and tile): the
 `paged{16,64}_over_contiguous_eq` columns are the paged code's cost alone, while `paged{16,64}_over_contiguous`
 (under the process's tune policy) also holds which point each key's tuning picked. At equal tunables paged and
 contiguous must agree bit for bit (`paged{16,64}_bit_exact_eq`).
-MLA cells (mla_cell): batch 1 / 32 / 128 x keys 4k / 32k, d 576 / dv 512, 128 query heads over one latent KV head,
-paged (page 64), v = k[..., :512]; fa only (SDPA's backends do not take these head dims).
+MLA cells (mla_cell): batch 1 / 32 / 128 x keys 4k / 32k, d 576 / dv 512, 128 query heads over one latent KV head
+(--mla-heads: also 16, DeepSeek's heads per GPU under 8-way tensor parallelism), paged (page 64), v = k[..., :512]; fa
+only (SDPA's backends do not take these head dims). Each row gives the share of the copy bandwidth and the
+arithmetic intensity (FLOP per latent byte: heads x (576 + 512) x 2 / (576 x 2), 242 at 128 heads, 30 at 16): where
+it is above the bf16 GEMM rate over the copy bandwidth (~185 on an H200) the cell is compute-bound, and its ceiling is
+that rate over the intensity, not the copy.
 
   FA_LIBRARY=build-dev/lib/libfa.so PYTHONPATH=python python3 bench/bench_decode.py --json out.json
 """
@@ -47,14 +53,44 @@ from bench_peers import event_times  # noqa: E402  (per-call CUDA-event times, c
 HQ, HKV, D = 32, 8, 128
 
 
+def graph_times(fn, calls, reps):
+    """Per-call device times (ms) of `calls` calls captured in one CUDA graph, one figure per replay: no host time
+    between the calls (a decode step of a server replays its graph the same way)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()  # outside the capture: whatever a first call brings in (kernels, plans) is there before it
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        g.replay()
+        end.record()
+        torch.cuda.synchronize()
+        out.append(start.elapsed_time(end) / calls)
+    del g
+    return out
+
+
 def timed(fn, args):
     """Median per-call time (ms): calls for ~25 ms first (clocks up, caches and TLBs warm, the same for every
-    backend), then event_times' warmup and timed calls."""
+    backend), then event_times' warmup and timed calls (--graph: replays of a graph of --iters calls instead, so
+    that a cell whose kernels are shorter than a Python call's host time is timed on the device, not the host)."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < 0.025:
         fn()
         torch.cuda.synchronize()
+    if args.graph:
+        return statistics.median(graph_times(fn, args.iters, 7))
     return statistics.median(event_times(fn, args.warmup, args.iters))
 
 
@@ -144,26 +180,27 @@ def sdpa_call(backend_name, q, k, v):
     return rep, out.transpose(1, 2), "repeat"
 
 
-MLA_HQ, MLA_D, MLA_DV, MLA_PAGE = 128, 576, 512, 64
+MLA_D, MLA_DV, MLA_PAGE = 576, 512, 64
 
 
-def mla_cell(ctx, b, sk, args):
-    """MLA decode: q [B, 1, 128, 576] over one latent head, paged (page 64, random page order); v is the first 512
+def mla_cell(ctx, b, sk, hq, args):
+    """MLA decode: q [B, 1, hq, 576] over one latent head, paged (page 64, random page order); v is the first 512
     columns of k (the latent cache, as DeepSeek's layout stores it). Rate = latent cache bytes (B * S * 576 * 2) /
     time; TFLOP/s = B * 128 * S * (576 + 512) * 2 / time. Checked against torch (float32) at the smaller cells."""
-    q = torch.randn(b, 1, MLA_HQ, MLA_D, dtype=torch.bfloat16, device="cuda")
+    q = torch.randn(b, 1, hq, MLA_D, dtype=torch.bfloat16, device="cuda")
     npages = b * sk // MLA_PAGE
     perm = torch.randperm(npages, device="cuda")
     kp = torch.randn(npages, MLA_PAGE, 1, MLA_D, dtype=torch.bfloat16, device="cuda")
     vp = kp[..., :MLA_DV]
     table = perm.view(b, sk // MLA_PAGE).to(torch.int32).contiguous()
-    o = torch.empty(b, 1, MLA_HQ, MLA_DV, dtype=torch.bfloat16, device="cuda")
+    o = torch.empty(b, 1, hq, MLA_DV, dtype=torch.bfloat16, device="cuda")
     call = FaDecode(ctx, q, kp, vp, o, block_table=table, page_size=MLA_PAGE)
     t = timed(call, args)
-    row = {"batch": b, "seqlen_k": sk, "heads_q": MLA_HQ, "heads_kv": 1, "head_dim": MLA_D, "head_dim_v": MLA_DV,
+    row = {"batch": b, "seqlen_k": sk, "heads_q": hq, "heads_kv": 1, "head_dim": MLA_D, "head_dim_v": MLA_DV,
            "page_size": MLA_PAGE, "dtype": "bf16", "fa_key": call.key, "fa_ms": t,
            "fa_cache_tbps": b * sk * MLA_D * 2 / (t * 1e-3) / 1e12,
-           "fa_tflops": b * MLA_HQ * sk * (MLA_D + MLA_DV) * 2 / (t * 1e-3) / 1e12}
+           "fa_tflops": b * hq * sk * (MLA_D + MLA_DV) * 2 / (t * 1e-3) / 1e12,
+           "flop_per_byte": hq * (MLA_D + MLA_DV) * 2 / (MLA_D * 2)}
     if b * sk <= 32 * 4096:
         call()
         torch.cuda.synchronize()
@@ -184,10 +221,13 @@ def main():
     ap.add_argument("--pages", default="16,64")
     ap.add_argument("--mla-batches", default="1,32,128")
     ap.add_argument("--mla-keys", default="4096,32768")
+    ap.add_argument("--mla-heads", default="128,16", help="query heads of the MLA cells (one latent KV head)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--equal", action=argparse.BooleanOptionalAction, default=True,
                     help="also time contiguous and paged at the default point (a FA_TUNE_POLICY=defaults context)")
+    ap.add_argument("--graph", action="store_true",
+                    help="time every contender by replaying a CUDA graph of --iters calls (device time, no host gaps)")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_name()
@@ -195,7 +235,8 @@ def main():
     # its own in-memory cache: "defaults" still serves tuned entries a shared cache holds
     ctx_eq = fa.Context(tune_policy="defaults", cache_path=":memory:") if args.equal else None
     bw0 = copy_bandwidth()
-    print(f"device {dev}; copy bandwidth {bw0:.3f} TB/s; fa {_lib.library_path()}", flush=True)
+    print(f"device {dev}; copy bandwidth {bw0:.3f} TB/s; fa {_lib.library_path()}; timing: "
+          f"{'CUDA graph replays' if args.graph else 'calls back to back'}", flush=True)
     rows = []
     for b in [int(x) for x in args.batches.split(",") if x]:
         for sk in [int(x) for x in args.keys.split(",") if x]:
@@ -272,12 +313,13 @@ def main():
             torch.cuda.empty_cache()
             print(json.dumps(row), flush=True)
     mla_rows = []
-    for b in [int(x) for x in args.mla_batches.split(",") if x]:
-        for sk in [int(x) for x in args.mla_keys.split(",") if x]:
-            mla_rows.append(mla_cell(ctx, b, sk, args))
-            print(json.dumps(mla_rows[-1]), flush=True)
+    for hq in [int(x) for x in args.mla_heads.split(",") if x]:
+        for b in [int(x) for x in args.mla_batches.split(",") if x]:
+            for sk in [int(x) for x in args.mla_keys.split(",") if x]:
+                mla_rows.append(mla_cell(ctx, b, sk, hq, args))
+                print(json.dumps(mla_rows[-1]), flush=True)
     bw1 = copy_bandwidth()
-    out = {"device": dev, "host": platform.node(), "torch": torch.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    out = {"device": dev, "host": platform.node(), "timing": "graph" if args.graph else "calls", "torch": torch.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
            "copy_bandwidth_tbps": [bw0, bw1], "rows": rows, "mla_rows": mla_rows}
     Path(args.json).write_text(json.dumps(out, indent=1))
     print(f"copy bandwidth {bw0:.3f} / {bw1:.3f} TB/s (before / after)")
@@ -294,10 +336,14 @@ def main():
               "bit-exact: " + ", ".join(f"{r['batch']}/{r['seqlen_k']} p{ps} {r.get(f'paged{ps}_bit_exact_eq')}"
                                         for r in rows for ps in [int(x) for x in args.pages.split(",") if x]) + ")")
     if mla_rows:
-        print(f"MLA (d {MLA_D} / dv {MLA_DV}, {MLA_HQ} q heads over 1 latent head, paged {MLA_PAGE}, v = k[..., :{MLA_DV}])")
-        print(f"{'batch':>5} {'keys':>7} {'fa ms':>8} {'cache TB/s':>10} {'TFLOP/s':>8} {'max err':>8}")
+        bw = max(bw0, bw1)
+        print(f"MLA (d {MLA_D} / dv {MLA_DV}, q heads over 1 latent head, paged {MLA_PAGE}, v = k[..., :{MLA_DV}]); "
+              f"'of copy': cache TB/s over the copy's {bw:.3f} TB/s")
+        print(f"{'heads':>5} {'batch':>5} {'keys':>7} {'fa ms':>8} {'cache TB/s':>10} {'of copy':>7} {'FLOP/B':>6} "
+              f"{'TFLOP/s':>8} {'max err':>8}")
         for r in mla_rows:
-            print(f"{r['batch']:>5} {r['seqlen_k']:>7} {r['fa_ms']:8.3f} {r['fa_cache_tbps']:10.2f} {r['fa_tflops']:8.1f} "
+            print(f"{r['heads_q']:>5} {r['batch']:>5} {r['seqlen_k']:>7} {r['fa_ms']:8.3f} {r['fa_cache_tbps']:10.2f} "
+                  f"{r['fa_cache_tbps'] / bw:7.2f} {r['flop_per_byte']:6.0f} {r['fa_tflops']:8.1f} "
                   f"{r.get('max_abs_diff_vs_torch', float('nan')):8.4f}")
 
 
