@@ -21,8 +21,8 @@ struct ProblemDesc {
   bool has_bias = false, has_alibi = false, has_softcap = false, has_lse = false;
   bool aligned16 = false;  // q/k/v/o (and bias) pointers 16-byte aligned and their row/head/batch strides
                            // multiples of 16 bytes: vectorised and cp.async paths allowed
-  bool tma_ok = false;     // aligned16, and q/k/v describable as TMA tensors: every dimension of extent > 1 has a
-                           // positive byte stride below 2^40
+  bool tma_ok = false;     // aligned16, and q/k/v (and o, fixed length) describable as TMA tensors: every dimension
+                           // of extent > 1 has a positive byte stride below 2^40
   bool v_in_k = false;     // v is k's first head_dim_v columns (the same pointer and strides: MLA's latent cache)
   bool backward = false;
   bool deterministic = false;

@@ -26,8 +26,9 @@
 // blocks crossing the band edge or the end of the keys. Key rows past seqlen_k come from TMA zero fill (or, varlen,
 // the next packed sequence) and are masked; query rows past seqlen_q are computed and never written. Fully masked
 // rows give O = 0, lse = -inf. Head dims are padded to 64 columns in shared memory by TMA zero fill. Epilogue: O is
-// staged in the warpgroup's rows of its Q buffer and written with 16-byte stores (single-buffered persistent:
-// straight from the accumulators with 4-byte stores).
+// staged in the warpgroup's rows of its Q buffer and written by one TMA store per 64 columns (tma.o, fixed length;
+// persistent: warp 0 releases the buffer once the store has read it, after this consumer's next GEMM is issued) or
+// with 16-byte stores (varlen); single-buffered persistent: straight from the accumulators with 4-byte stores.
 // User code (fa_mods, common/fwd_score.cuh as in fwd_mma): score_mod runs on the feature path after ALiBi (natural
 // units, in-range i, j); mask_mod hides keys per element. Block skipping (kSparse, with a mask_mod): the plan's
 // mask_blocks step has classified every (query block, key block) tile (args.blk_cls); the producer warp and every
@@ -429,6 +430,22 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
     int kst = 0, vst = 0;  // K / V ring positions and phases, continued across tiles
     unsigned kph = 0, vph = 0;
     int qn = 0;  // tiles with a Q load, as counted by the producer
+    // TMA-stored O (o_flush): the Q buffer whose release by warp 0 waits until the bulk store has read it (-1: none).
+    // Warps 1-3 release a buffer as the store is issued; thread 0 waits for the store's reads once this consumer's
+    // next GEMM is issued (the store reads under it), else at the next epilogue or the end, then arrives for warp 0.
+    int o_pending = -1;
+    auto o_flush = [&]() {
+      if constexpr (kPersist && kStaged) {
+        if (o_pending >= 0) {
+          if (ltid == 0) {
+            fa_tma_store_wait_read();
+            fa_mbar_arrive(q_empty(o_pending));
+          }
+          o_pending = -1;
+        }
+      }
+    };
+    if (!fa_cfg::kVarlen && kStaged && tid == 128) fa_tma_prefetch(&tma.o);
     auto adv_k = [&]() { if (++kst == kStages) { kst = 0; kph ^= 1u; } };
     auto adv_v = [&]() { if (++vst == kStages) { vst = 0; vph ^= 1u; } };
 
@@ -665,6 +682,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           pp_sync();
           gemm_s(s, kst);
           pp_arrive();
+          o_flush();  // the last tile's O store reads under this GEMM
           fa_wg_wait<0>();
           fa_wg_fence_regs(s);
           const FaWgMaskWords mw0 = mask_words(entry0, kst);
@@ -714,6 +732,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
             pp_sync();
             gemm_s(s, kst);
             pp_arrive();
+            o_flush();  // the last tile's O store reads under this GEMM (it 0; none pending after)
             fa_wg_wait<0>();
             fa_wg_fence_regs(s);
             const FaWgMaskWords mw = mask_words(entry, kst);
@@ -736,6 +755,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
       }
 
       // ---------------- epilogue: O /= l, LSE, O to global memory ----------------
+      o_flush();  // a tile without GEMMs: the store before it is read before this one is staged
       float inv[2];
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -769,7 +789,10 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           }
         }
       } else {
-        // staged in this warpgroup's rows of the Q tile (swizzled like it), then 16-byte stores
+        // staged in this warpgroup's rows of the Q tile (swizzled like it: a 64-column chunk of 64 rows is the TMA box
+        // of the O map), then one TMA store per chunk from thread 0 (fixed length: the map clips rows past seqlen_q
+        // and columns past head_dim_v), or 16-byte stores (varlen: a box would run into the next sequence's rows)
+        constexpr bool o_tma = !fa_cfg::kVarlen;
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int r = rbase + hh * 8;
@@ -783,27 +806,44 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
             }
           }
         }
+        if constexpr (o_tma) fa_fence_proxy_async();  // the staged rows feed the TMA store (async proxy)
         fa_bar_sync(1 + cw, 128);
-        constexpr int kCh = kDV / 8;  // 16-byte chunks per row
+        if constexpr (o_tma) {
+          if (ltid == 0) {
 #pragma unroll
-        for (int it = 0; it < (64 * kCh + 127) / 128; ++it) {
-          const int idx = ltid + it * 128;
-          if ((64 * kCh) % 128 == 0 || idx < 64 * kCh) {
-            const int r = cw * 64 + idx / kCh, ch = idx % kCh;
-            if (m0 + r < sq) {
-              const uint4 v =
-                  ld_shared_v4(sQt + (unsigned)((ch >> 3) * kBM * 128 + r * 128 + (((ch & 7) ^ (r & 7)) << 4)));
-              *(uint4*)(og + (long long)(m0 + r) * args.o_ss + ch * 8) = v;
+            for (int c = 0; c < kDVp / 64; ++c)
+              fa_tma_store_4d(&tma.o, sQt + (unsigned)(c * kBM * 128 + cw * 64 * 128), c * 64, m0 + cw * 64, h,
+                              T.bt);
+            fa_tma_store_commit();
+            if constexpr (!kPersist) fa_tma_store_wait_read();  // the CTA's shared memory outlives the reads
+          }
+          if constexpr (kPersist) {  // warps 1-3 release the buffer now, warp 0 once the store has read it
+            if (warp == 0) o_pending = qb;
+            else release(q_empty(qb));
+          }
+        } else {
+          constexpr int kCh = kDV / 8;  // 16-byte chunks per row
+#pragma unroll
+          for (int it = 0; it < (64 * kCh + 127) / 128; ++it) {
+            const int idx = ltid + it * 128;
+            if ((64 * kCh) % 128 == 0 || idx < 64 * kCh) {
+              const int r = cw * 64 + idx / kCh, ch = idx % kCh;
+              if (m0 + r < sq) {
+                const uint4 v =
+                    ld_shared_v4(sQt + (unsigned)((ch >> 3) * kBM * 128 + r * 128 + (((ch & 7) ^ (r & 7)) << 4)));
+                *(uint4*)(og + (long long)(m0 + r) * args.o_ss + ch * 8) = v;
+              }
             }
           }
-        }
-        if constexpr (kPersist) {  // double-buffered: the buffer is free once this warp has read its O rows
-          fa_fence_proxy_async();
-          __syncwarp();
-          release(q_empty(qb));
+          if constexpr (kPersist) {  // double-buffered: the buffer is free once this warp has read its O rows
+            fa_fence_proxy_async();
+            __syncwarp();
+            release(q_empty(qb));
+          }
         }
       }
     }
+    o_flush();  // the last tile's store read before the CTA's shared memory goes
     if constexpr (kPP) {
       if (cw == 0) fa_bar_sync(4, 256);  // the last hand-over from consumer kC-1
     }

@@ -294,3 +294,32 @@ TEST_F(Validation, TmaStrideRuleDecidesTheHopperForward) {
   EXPECT_FALSE(d.tma_ok);
   EXPECT_STREQ(fa::gen::family_name(fa::gen::select_forward(d, 90)), "fwd_ref");
 }
+
+// The Hopper forward's fixed-length epilogue stores O through a TMA map (templates/fwd_wgmma.cuh), so O's strides
+// follow the same rule as q, k and v there: an O whose batch entries lie 2^40 bytes apart is legal and served by
+// fwd_mma on sm_90. Varlen kernels store O with 16-byte stores: the same O stride leaves them on fwd_wgmma.
+TEST_F(Validation, TmaStrideRuleOfOutputDecidesTheFixedLengthHopperForward) {
+  fa_params out;
+  fa::gen::ProblemDesc d;
+  ASSERT_TRUE(fa::rt::validate_forward(&p, &out, &d).ok());
+  ASSERT_TRUE(d.tma_ok);
+  ASSERT_STREQ(fa::gen::family_name(fa::gen::select_forward(d, 90)), "fwd_wgmma");
+  p.o = addr(0x700000000000);           // far from the others: O spans 2^40 bytes
+  p.o_stride_batch = int64_t{1} << 39;  // 2^40 bytes between the two batch entries of O
+  fa::rt::Status st = fa::rt::validate_forward(&p, &out, &d);
+  ASSERT_TRUE(st.ok()) << st.message;
+  EXPECT_TRUE(d.aligned16);
+  EXPECT_FALSE(d.tma_ok);
+  EXPECT_STREQ(fa::gen::family_name(fa::gen::select_forward(d, 90)), "fwd_mma");
+  p.cu_seqlens_q = reinterpret_cast<const int32_t*>(0x80000000);  // varlen: packed tokens, O's batch stride unused
+  p.cu_seqlens_k = reinterpret_cast<const int32_t*>(0x80001000);
+  p.max_seqlen_q = 64;
+  p.max_seqlen_k = 80;
+  p.total_q = 128;
+  p.total_k = 160;
+  st = fa::rt::validate_forward(&p, &out, &d);
+  ASSERT_TRUE(st.ok()) << st.message;
+  EXPECT_TRUE(d.varlen);
+  EXPECT_TRUE(d.tma_ok);
+  EXPECT_STREQ(fa::gen::family_name(fa::gen::select_forward(d, 90)), "fwd_wgmma");
+}

@@ -172,7 +172,7 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
 
 bool covers(const ProblemDesc& p, int, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
-  if (!p.tma_ok) return fail(why, "q/k/v are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
+  if (!p.tma_ok) return fail(why, "q/k/v/o are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
   if (!user_code_fits(p.head_dim, p.head_dim_v, p.mods != nullptr,
                       has_mask_mod(p.mods) && p.has_bias))
     return fail(why, fmt::format("user code at head dims above {} or a mask_mod with a bias past 128 columns (the mma "
@@ -212,6 +212,14 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
       fam::tma_map_4d(c.s.dtype, a.v, c.s.head_dim_v, sk, a.heads_kv, nb, a.v_ss, a.v_sh, a.v_sb, bn)};
   void* const dst[3] = {&tma.q, &tma.k, &tma.v};
   if (!fam::encode_tensor_maps(in, maps, dst, 3, "fwd_wgmma", why)) return false;
+  // Fixed length: O through TMA stores, 64 rows a box (a consumer's rows; the map's seq extent clips rows past
+  // seqlen_q; ProblemDesc::tma_ok covers o's strides). Varlen kernels store O with 16-byte stores.
+  if (!varlen) {
+    const TensorMapDesc om =
+        fam::tma_map_4d(c.s.dtype, a.o, c.s.head_dim_v, a.seqlen_q, a.heads_q, a.batch, a.o_ss, a.o_sh, a.o_sb, 64);
+    void* const odst[1] = {&tma.o};
+    if (!fam::encode_tensor_maps(in, &om, odst, 1, "fwd_wgmma", why)) return false;
+  }
   // (FaFwdArgs[, FaUser with user code], FaFwdTma): the template's fa_kernel(args FA_USER_PARAM, tma)
   if (c.s.mods != nullptr && in.user == nullptr) return fail(why, "the user code's arguments (FaUser) are missing");
   if (out->add(&a, sizeof a, alignof(FaFwdArgs)) &&
