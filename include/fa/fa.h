@@ -242,9 +242,11 @@ typedef struct fa_params {
   /* Device pointers, aligned to the element size; strides in elements, >= 0. The fast kernel families (fwd_mma,
    * and bwd_mma in the backward) need more: q, k, v, o (bias; dout, dq, dk, dv) pointers 16-byte aligned, their
    * batch / seq / head strides multiples of 16 bytes (8 fp16 / bf16 elements), and bias_stride_k == 1. Otherwise the
-   * reference kernels run: the same results, much slower ($FA_LOG=info says so once per problem class). v may be
-   * the first head_dim_v columns of k (v == k with k's strides: MLA's latent cache); on sm_90 with head_dim 512 or
-   * 576 and head_dim_v 512 that layout runs a kernel that reads each key once for both products. */
+   * reference kernels run: the same results, much slower ($FA_LOG=info says so once per problem class). On sm_90
+   * the Hopper families also read q, k, v (dout; and o in the fixed-length forward, which stores it by TMA) as
+   * TMA tensors: each stride of a dimension longer than 1 positive and below 2^40 bytes, else the mma families
+   * run. v may be the first head_dim_v columns of k (v == k with k's strides: MLA's latent cache); on sm_90 with
+   * head_dim 512 or 576 and head_dim_v 512 that layout runs a kernel that reads each key once for both products. */
   const void* q; int64_t q_stride_batch, q_stride_seq, q_stride_head;
   const void* k; int64_t k_stride_batch, k_stride_seq, k_stride_head;
   const void* v; int64_t v_stride_batch, v_stride_seq, v_stride_head;
