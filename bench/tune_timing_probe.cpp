@@ -3,13 +3,18 @@
 // ranking and bench_peers.py's can be placed (issue 20: fa-tune read the d 128 causal 2k winner 15% slower than the
 // bench did, persistent points alike in both).
 //   T1    the tuner's first pass: tune::make_device_timer, a 256 MiB L2 flush, then one launch between events
-//   T8    the tuner's finals: the flush, then 8 launches back to back between events (per launch)
+//   T8    the tuner's finals: 8 launches back to back between events (per launch; the probe flushes L2 first)
+//   (T1 and T8 leave the GPU idle after each run for --idle-ratio times its time, the tuner's 1 by default: timer.h;
+//   B, RUN, RUN0 and EV0 run their rounds back to back, for seconds, at the GPU's power cap)
 //   B     20 launches of the tuner's launcher (rt::TuneRequest) back to back between two events, no flush
 //   RUN   20 fa_run calls back to back through the C API, the point made the tuned winner in the cache first
+//   RUN0  RUN without an LSE output (lse = null: the has_lse = 0 kernel, which a forward without autograd runs; the
+//         tuner times the LSE kernel, one tuning key serving both)
+//   EV0   RUN0 with an event pair around each call, the median call (bench_peers.py's event_times)
 // each on the tuner's data (uniform in [-1, 1], tuner/device_problem.cpp) and on N(0, 1) data (torch.randn's, as the
 // benchmarks fill), over rounds that visit the points in a rotating order; the median per (point, data, mode).
 //   fa_tune_timing_probe --dtype bf16 --head-dim 128 --heads 16 --seqlen 2048 --mask causal [--batch-tokens 16384]
-//                        [--rounds 5] [--cache FILE] [--fresh] KEY [KEY ...]
+//                        [--rounds 5] [--idle-ratio 1] [--cache FILE] [--fresh] KEY [KEY ...]
 // (KEY: a tunables key, e.g. c2.n128.s3.pp1.ov1.p0; the cache file, kept unless --fresh, holds the compiled points
 // for the next run, and the tuned rows that make each point fa_run's winner.)
 // Exit status 0, or 1 on a CUDA / fa error; "no GPU found" and 0 without a device.
@@ -68,6 +73,7 @@ struct Args {
   std::vector<std::string> tune_argv;  // the grid flags, passed to fa-tune's parser
   std::vector<std::string> keys;
   int rounds = 5;
+  double idle_ratio = 1.0;  // T1 / T8: idle after each timed run, per unit of its time (the tuner's default)
   std::string cache = "/tmp/fa_tune_timing_probe.sqlite";
   bool fresh = false;  // remove the cache file first (else its cubins serve the next run's points)
 };
@@ -88,13 +94,15 @@ int main(int argc, char** argv) {
       a.rounds = std::max(1, std::atoi(argv[++i]));
     } else if (s == "--cache" && i + 1 < argc) {
       a.cache = argv[++i];
+    } else if (s == "--idle-ratio" && i + 1 < argc) {
+      a.idle_ratio = std::max(0.0, std::atof(argv[++i]));
     } else if (s == "--fresh") {
       a.fresh = true;
     } else if (!s.empty() && s[0] != '-') {
       a.keys.push_back(s);
     } else {
       fmt::print(stderr, "usage: fa_tune_timing_probe --dtype D --head-dim N --heads H --seqlen S --mask M "
-                         "[--batch-tokens T] [--rounds R] [--cache FILE] [--fresh] KEY [KEY ...]\n");
+                         "[--batch-tokens T] [--rounds R] [--idle-ratio X] [--cache FILE] [--fresh] KEY [KEY ...]\n");
       return 2;
     }
   }
@@ -158,6 +166,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<tune::Timer> timer = tune::make_device_timer(c);
   // One fa context per point whose cache names the point the winner; created once, reused every round.
   std::vector<fa_context> runners(cfgs.size(), nullptr);
+  fa_params no_lse = dp->params();
+  no_lse.lse = nullptr;
   for (size_t i = 0; i < cfgs.size(); ++i) {
     fa::cache::TuneRow row{tune::tuning_semantic_key(s), tune::shape_bucket(vd), gen::tunables_key(s, cfgs[i].t),
                            1e-3 / static_cast<double>(i + 1), "ok"};  // each row ahead of the ones before
@@ -169,7 +179,7 @@ int main(int argc, char** argv) {
       fmt::print("context: {}\n", fa_last_error());
       return 1;
     }
-    if (fa_run(runners[i], &dp->params(), stream) != FA_OK) {  // resolves (and loads) its plan once
+    if (fa_run(runners[i], &dp->params(), stream) != FA_OK || fa_run(runners[i], &no_lse, stream) != FA_OK) {
       fmt::print("fa_run: {}\n", fa_last_error());
       return 1;
     }
@@ -190,11 +200,30 @@ int main(int argc, char** argv) {
     CK(d.cuEventElapsedTime(&ms, e0, e1));
     return static_cast<double>(ms) / kCalls;
   };
-  const char* modes[] = {"T1", "T8", "B", "RUN"};
+  // per-call event pairs (EV0): the median of kCalls calls, each timed alone
+  std::vector<CUevent> ev(2 * kCalls, nullptr);
+  for (CUevent& e : ev) CK(d.cuEventCreate(&e, CU_EVENT_DEFAULT));
+  auto per_call = [&](auto&& launch) {
+    for (int k = 0; k < kCalls; ++k) {
+      CK(d.cuEventRecord(ev[2 * k], stream));
+      launch();
+      CK(d.cuEventRecord(ev[2 * k + 1], stream));
+    }
+    CK(d.cuEventSynchronize(ev[2 * kCalls - 1]));
+    std::vector<double> t;
+    for (int k = 0; k < kCalls; ++k) {
+      float ms = 0;
+      CK(d.cuEventElapsedTime(&ms, ev[2 * k], ev[2 * k + 1]));
+      t.push_back(ms);
+    }
+    return median(t);
+  };
+  constexpr int kModes = 6;
+  const char* modes[kModes] = {"T1", "T8", "B", "RUN", "RUN0", "EV0"};
   const char* datas[] = {"uniform", "normal"};
   // times[data][point][mode]
   std::vector<std::vector<std::vector<std::vector<double>>>> times(
-      2, std::vector<std::vector<std::vector<double>>>(cfgs.size(), std::vector<std::vector<double>>(4)));
+      2, std::vector<std::vector<std::vector<double>>>(cfgs.size(), std::vector<std::vector<double>>(kModes)));
   const auto t0 = std::chrono::steady_clock::now();
   for (int data = 0; data < 2; ++data) {
     if (data == 1) {
@@ -206,22 +235,24 @@ int main(int argc, char** argv) {
     for (int r = 0; r < a.rounds; ++r) {
       for (size_t k = 0; k < cfgs.size(); ++k) {
         const size_t i = (k + static_cast<size_t>(r)) % cfgs.size();
-        for (int m = 0; m < 4; ++m) {
+        for (int m = 0; m < kModes; ++m) {
           double ms = NAN;
           if (m < 2) {
             tune::TimingPlan plan;
             plan.burst = m == 0 ? 1 : 8;
             plan.budget_ms = 20;
+            plan.idle_ratio = a.idle_ratio;
             st = timer->time(cfgs[i], req, plan, &ms);
           } else if (m == 2) {
             ms = b2b(0, [&] {
               if (st.ok()) st = req.launch(cfgs[i]);
             });
           } else {
-            ms = b2b(1, [&] {
-              if (st.ok() && fa_run(runners[i], &dp->params(), stream) != FA_OK)
-                st = rt::error(FA_ERROR_INTERNAL, fa_last_error());
-            });
+            const fa_params* p = m == 3 ? &dp->params() : &no_lse;
+            auto call = [&] {
+              if (st.ok() && fa_run(runners[i], p, stream) != FA_OK) st = rt::error(FA_ERROR_INTERNAL, fa_last_error());
+            };
+            ms = m == 5 ? per_call(call) : b2b(1, call);
           }
           if (!st.ok()) {
             fmt::print("{} {}: {}\n", a.keys[i], modes[m], st.message);
@@ -239,9 +270,10 @@ int main(int argc, char** argv) {
   for (int data = 0; data < 2; ++data)
     for (size_t i = 0; i < cfgs.size(); ++i) {
       std::string line = fmt::format("TT {} {:<24} {:<7}", grid[0].label, a.keys[i], datas[data]);
-      for (int m = 0; m < 4; ++m) line += fmt::format("  {} {:.4f}", modes[m], median(times[data][i][m]));
+      for (int m = 0; m < kModes; ++m) line += fmt::format("  {} {:.4f}", modes[m], median(times[data][i][m]));
       fmt::print("{}\n", line);
     }
+  for (CUevent e : ev) d.cuEventDestroy(e);
   CUcontext cur;
   d.cuCtxPopCurrent(&cur);
   timer.reset();

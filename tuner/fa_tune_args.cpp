@@ -256,6 +256,8 @@ std::string usage_text() {
       "  --arch N               SM version to compile for with --dry-run (80, 86, 89, 90; also sm_90, 90a;\n"
       "                         default: the device's, else $FA_ARCH, else 90)\n"
       "  --budget-ms MS         timing budget per tuning key (default $FA_TUNE_BUDGET_MS or 2000)\n"
+      "  --idle-ratio R         idle time after each timed run, in units of its time, so that the GPU is timed\n"
+      "                         at boost clocks and not at its power cap (default 1; 0: runs back to back)\n"
       "  --threads N            compile threads (default min(cores, 8, free RAM / 1 GiB))\n"
       "  --max-candidates N     try at most N candidates per kernel besides the default\n"
       "  --force                re-tune keys that already have results\n"
@@ -328,6 +330,12 @@ bool parse_tune_args(const std::vector<std::string>& argv, TuneArgs* out, std::s
          const double x = std::strtod(v.c_str(), &end);
          if (!v.empty() && *end == '\0' && x > 0 && x <= 3.6e6) { a.budget_ms = x; return true; }
          *error = fmt::format("{}: expected milliseconds in (0, 3600000], got '{}'", f, v);
+         return false; }},
+      {"--idle-ratio", [&](const std::string& f, const std::string& v) {
+         char* end = nullptr;
+         const double x = std::strtod(v.c_str(), &end);
+         if (!v.empty() && *end == '\0' && x >= 0 && x <= 100) { a.idle_ratio = x; return true; }
+         *error = fmt::format("{}: expected a ratio in [0, 100], got '{}'", f, v);
          return false; }},
       {"--threads", [&](const std::string& f, const std::string& v) {
          long long x = 0;

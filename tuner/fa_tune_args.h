@@ -38,6 +38,7 @@ struct TuneArgs {
   bool list = false, prune = false, dry_run = false, help = false, force = false, no_verify = false;
   int arch = 0;                      // 0: the context's (the device's, else $FA_ARCH, else 90: runtime/arch.h)
   double budget_ms = -1.0;           // per tuning key; < 0: $FA_TUNE_BUDGET_MS / 2000
+  double idle_ratio = -1.0;          // idle after each timed run, per unit of its time; < 0: the tuner's (1.0)
   int threads = 0;                   // compile threads; 0: automatic
   int max_candidates = 0;            // > 0: cap per semantic (quick runs)
   int progress = -1;                 // -1: a bar when stderr is a terminal, else a line per item; 0: none; 1: bar

@@ -192,6 +192,7 @@ int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressM
   const std::vector<GridPoint> grid = expand_grid(a);
   TuneOptions o;
   o.budget_ms = a.budget_ms;
+  o.idle_ratio = a.idle_ratio;
   o.threads = a.threads;
   if (o.threads == 0 && devices.size() > 1)  // the host's compile threads shared out among the GPUs
     o.threads = std::max(1, default_compile_threads() / static_cast<int>(devices.size()));

@@ -12,7 +12,13 @@
 // points 2-3% slow against the benchmarks' calls (tuner.cpp, run_finals). (Bursts in the first pass too, flushed in
 // session 16 and unflushed in session 17, picked worse points: bench/README.md.) Long timing runs hold the GPU at its
 // power cap (H200: 1680-1740 MHz against 1980 at boost), where a benchmark's short bursts are not: bench/README.md,
-// session 17.
+// session 17. At the cap points that differ at boost read alike (H200, session 19: bf16 d 128 causal 1k / 2k, the
+// non-persistent point ran 10-15% ahead of the persistent one in bursts at boost; timed back to back for seconds, at
+// 1545-1965 MHz under the cap, the two read within 3%), so ranking at the cap picked the persistent point and cost
+// the boost regime that much. Hence `idle_ratio`: after each timed run the timer waits for it and leaves the GPU idle
+// for idle_ratio times the run's time (the host sleeps), holding the GPU's average power under its cap so that every
+// run starts at boost clocks, as a benchmark's cell does. The budget covers the idle time too (reps = budget /
+// (estimate * (1 + idle_ratio)): timed_reps), so tuning takes as long as before with fewer, cooler runs.
 #pragma once
 
 #include <memory>
@@ -29,7 +35,12 @@ struct TimingPlan {
   double budget_ms = 50.0;  // for this candidate's timed runs
   bool flush_l2 = true;
   int burst = 1;  // launches per timed run (back to back); the run's time is divided by it
+  double idle_ratio = 0.0;  // idle time after each timed run, in units of that run's time (0: runs back to back)
 };
+
+// The count of timed runs for a budget: clamp(budget_ms / (run_ms * (1 + idle_ratio)), min_reps, max_reps), where
+// run_ms is one timed run's estimated time (a burst's, all its launches).
+int timed_reps(const TimingPlan& plan, double run_ms);
 
 class Timer {
  public:

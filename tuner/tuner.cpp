@@ -329,6 +329,7 @@ rt::Status tune(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p,
   size_t n_ok = 0;
   for (const CandidateResult& r : out->candidates) n_ok += r.status == "ok";
   TimingPlan plan;
+  plan.idle_ratio = o.idle_ratio < 0 ? 1.0 : o.idle_ratio;  // the finals' plan copies it
   const double budget = o.budget_ms > 0 ? o.budget_ms : default_budget_ms();
   plan.budget_ms = n_ok > 0 ? budget / static_cast<double>(n_ok) : budget;
   const auto t0 = std::chrono::steady_clock::now();

@@ -39,6 +39,9 @@ struct TuneOptions {
   int finalists = -1;
   int final_rounds = -1;
   int final_burst = -1;
+  // Idle time after each timed run, in units of the run's time (timer.h: TimingPlan::idle_ratio, which keeps the
+  // GPU under its power cap while it is timed); < 0: 1.0; 0: runs back to back.
+  double idle_ratio = -1.0;
   // Polled between compiles and timings (the background tuner's stop): once true, tune() stops early, stores
   // nothing and fails with FA_ERROR_INTERNAL "tuning cancelled".
   std::function<bool()> cancelled;

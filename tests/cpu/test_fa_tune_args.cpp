@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -109,6 +110,8 @@ TEST(FaTuneArgs, ErrorsNameTheFlagAndExitWith2) {
       {{"--arch", "banana"}, "'banana'"},
       {{"--arch", "100"}, "--arch: expected 80, 86, 89 or 90"},
       {{"--budget-ms", "0"}, "--budget-ms"},
+      {{"--idle-ratio", "-1"}, "--idle-ratio"},
+      {{"--idle-ratio", "x"}, "--idle-ratio"},
       {{"--threads", "many"}, "--threads"},
       {{"--max-candidates", "0"}, "--max-candidates"},
       {{"--heads", "16", "--kv-heads", "5"}, "--kv-heads"},
@@ -140,6 +143,18 @@ TEST(FaTuneArgs, ErrorsNameTheFlagAndExitWith2) {
   EXPECT_EQ(h.rc, 0);
   EXPECT_NE(h.out.find("--dry-run"), std::string::npos);
   EXPECT_NE(h.out.find("llama3-8b"), std::string::npos);
+}
+
+TEST(FaTuneArgs, IdleRatioReachesTheTunerOptions) {
+  tune::TuneArgs a;
+  std::string e;
+  ASSERT_TRUE(tune::parse_tune_args({"--preset", "ci"}, &a, &e)) << e;
+  EXPECT_LT(a.idle_ratio, 0.0);  // the tuner's default
+  for (const char* v : {"0", "0.5", "3"}) {
+    tune::TuneArgs b;
+    ASSERT_TRUE(tune::parse_tune_args({"--preset", "ci", "--idle-ratio", v}, &b, &e)) << e;
+    EXPECT_EQ(b.idle_ratio, std::strtod(v, nullptr)) << v;
+  }
 }
 
 TEST(FaTuneArgs, PresetsAndOverrides) {

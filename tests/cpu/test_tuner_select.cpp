@@ -38,6 +38,7 @@ struct FakeTimer : tune::Timer {
   std::map<std::string, int> calls_of;
   std::map<std::string, std::vector<int>> bursts_of;
   std::map<std::string, std::vector<bool>> flushes_of;
+  std::map<std::string, std::vector<double>> idles_of;
   std::set<std::string> fail;
   int calls = 0;
   rt::Status time(const gen::KernelConfig& cfg, const rt::TuneRequest&, const tune::TimingPlan& plan,
@@ -47,6 +48,7 @@ struct FakeTimer : tune::Timer {
     const std::string k = gen::tunables_key(cfg.s, cfg.t);
     bursts_of[k].push_back(plan.burst);
     flushes_of[k].push_back(plan.flush_l2);
+    idles_of[k].push_back(plan.idle_ratio);
     if (fail.count(k)) return rt::error(FA_ERROR_LAUNCH, "fake launch failure");
     if (plan.burst > 1 && back_to_back.count(k)) {
       *median_ms = back_to_back[k];
@@ -341,6 +343,46 @@ TEST(TunerSelect, FinalsTimeUnflushedBurstsBackToBack) {
   FakeTimer t1;
   const auto [win1, single1] = run(1, &t1);
   EXPECT_EQ(win1, single1);  // bursts of one: the single-launch ranking stands
+}
+
+// Every timed run of both passes is followed by idle time (timer.h: the GPU is timed under its power cap, at boost
+// clocks, as benchmarks' cells run): one run's time by default, what TuneOptions::idle_ratio says otherwise.
+TEST(TunerSelect, BothPassesLeaveTheGpuIdleBetweenTimedRuns) {
+  TuneCase tc(gen::kFp16, 1500);
+  ASSERT_NE(tc.c, nullptr);
+  ASSERT_GE(tc.cands.size(), 4u);
+  for (const double want : {-1.0, 0.0, 2.5}) {
+    FakeTimer timer;
+    random_times(tc.cands, &timer);
+    tune::TuneOptions o = clean_compile_options(&timer);
+    o.use_cache = false;
+    o.idle_ratio = want;
+    rt::TuneRequest req;
+    tune::TuneOutcome out;
+    ASSERT_TRUE(tune::tune(tc.c, tc.s, tc.p, req, o, &out).ok());
+    size_t finals = 0;
+    for (const auto& [k, idles] : timer.idles_of) {
+      finals += idles.size() > 1;
+      for (double idle : idles) EXPECT_EQ(idle, want < 0 ? 1.0 : want) << k;
+    }
+    EXPECT_GE(finals, 2u);  // the finals' plans were seen too
+  }
+}
+
+// The budget pays for the idle time: reps = clamp(budget / (run * (1 + idle)), min, max).
+TEST(TunerSelect, TimedRepsPayForTheIdleTimeOutOfTheBudget) {
+  tune::TimingPlan plan;
+  plan.min_reps = 3;
+  plan.max_reps = 30;
+  plan.budget_ms = 100.0;
+  EXPECT_EQ(tune::timed_reps(plan, 2.0), 30);  // 50 runs fit, clamped
+  EXPECT_EQ(tune::timed_reps(plan, 5.0), 20);
+  plan.idle_ratio = 1.0;
+  EXPECT_EQ(tune::timed_reps(plan, 2.0), 25);
+  EXPECT_EQ(tune::timed_reps(plan, 5.0), 10);
+  EXPECT_EQ(tune::timed_reps(plan, 40.0), 3);  // at least min_reps
+  plan.idle_ratio = 3.0;
+  EXPECT_EQ(tune::timed_reps(plan, 5.0), 5);
 }
 
 TEST(TunerChooser, PoliciesWithoutADevice) {
