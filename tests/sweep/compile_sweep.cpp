@@ -4,7 +4,8 @@
 // fwd_mma and bwd_mma; user code: takes_user_code, sweep_mods). --full: the whole product (each point also with user
 // code where the family runs it).
 // --full --limit N [--seed S]: a random sample of N points of the whole product (it has ~300k points).
-// --family NAME: only that family's kernels.
+// --family NAME: only that family's kernels. --match TEXT (repeatable): only the points whose canonical key holds one
+// of the texts (before --limit): a predicate rule's neighbourhood, e.g. --full --match 'd248.dv248.none.b1a0s1'.
 // Also checks that the predicate is the only rejection: a point it accepts must compile without spills.
 #include <fmt/format.h>
 
@@ -272,6 +273,7 @@ int main(int argc, char** argv) {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<int> archs = {80, 90};
   std::string only_family;
+  std::vector<std::string> matches;  // --match: only the points whose canonical key holds one of these
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--full")) full = true;
     else if (!std::strcmp(argv[i], "--sample")) full = false;
@@ -279,8 +281,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--limit") && i + 1 < argc) limit = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--family") && i + 1 < argc) only_family = argv[++i];
+    else if (!std::strcmp(argv[i], "--match") && i + 1 < argc) matches.push_back(argv[++i]);
     else {
-      fmt::print(stderr, "usage: {} [--sample|--full] [--threads N] [--limit N [--seed S]] [--family NAME]\n", argv[0]);
+      fmt::print(stderr,
+                 "usage: {} [--sample|--full] [--threads N] [--limit N [--seed S]] [--family NAME] [--match TEXT]...\n",
+                 argv[0]);
       return 2;
     }
   }
@@ -292,8 +297,17 @@ int main(int argc, char** argv) {
   for (const Family* f : all_families())
     if (only_family.empty() || only_family == f->name)
       for (int arch : archs) add_semantics(*f, arch, full, &jobs);
+  if (!matches.empty()) {  // e.g. --full --match 'd248.dv248.none.b1a0s1' --match 'c2.n64.s2.pp0': one rule's scan
+    std::vector<Job> kept;
+    for (Job& j : jobs) {
+      const std::string key = canonical_key(j.c);
+      auto holds = [&](const std::string& m) { return key.find(m) != std::string::npos; };
+      if (std::any_of(matches.begin(), matches.end(), holds)) kept.push_back(std::move(j));
+    }
+    jobs = std::move(kept);
+  }
   if (jobs.empty()) {
-    fmt::print(stderr, "compile_sweep: no kernels (family '{}' unknown?)\n", only_family);
+    fmt::print(stderr, "compile_sweep: no kernels (family '{}' unknown, or no key matches?)\n", only_family);
     return 2;
   }
   if (limit > 0 && limit < jobs.size()) {  // a random sample of the chosen space, reproducible by its seed

@@ -52,6 +52,14 @@ bool user_code_fits(int head_dim, int head_dim_v, bool has_mods, bool mask_mod_a
   const int d = std::max(head_dim, head_dim_v);
   return !has_mods || (d <= kMaxUserCodeDim && !(mask_mod_and_bias && pad64(d) > 128));
 }
+// Head dims past 224 (d 248 / 256: 128 O accumulators a consumer thread) since O leaves through TMA stores (7fc0242):
+// `fa_compile_sweep --full --match` over d 248 / 256 (2026-11-28) spilled 4-44 bytes at 2 consumers with a bias or
+// ALiBi + softcap (64 keys, the only block_n features leave there; both ping-pong settings), at 1 consumer with a
+// bias beside ALiBi (8-12 bytes), and at 1 persistent consumer over 80 keys, varlen (8 bytes); the bias points of
+// the template before 7fc0242 compiled clean. Those problems: a bias or ALiBi + softcap on 1 consumer, a bias beside
+// ALiBi on the mma forward, the persistent single consumer on 64 keys. (Softcap or ALiBi alone keep 2 consumers.)
+constexpr int kWideDim = 224;
+bool wide(int head_dim, int head_dim_v) { return std::max(head_dim, head_dim_v) > kWideDim; }
 
 // The template's shared-memory formula (fwd_wgmma.cuh): Q (or O staging) tiles, the K/V ring, the barriers, 1 KB of
 // alignment slack; two Q tiles when persistent and they fit.
@@ -84,6 +92,12 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (s.head_dim > kMaxHeadDimFast || s.head_dim_v > kMaxHeadDimFast)
     return fail(why, "head dims up to " + std::to_string(kMaxHeadDimFast));
   if (t[kPingPong] != 0 && t[kConsumers] < 2) return fail(why, "ping_pong needs 2 or 3 consumers");
+  if (wide(s.head_dim, s.head_dim_v) && s.has_bias && s.has_alibi)
+    return fail(why, fmt::format("a bias beside ALiBi at head dims above {} spills (ptxas; covers() leaves it to the "
+                                 "mma forward)", kWideDim));
+  if (wide(s.head_dim, s.head_dim_v) && t[kConsumers] >= 2 && (s.has_bias || (s.has_alibi && s.has_softcap)))
+    return fail(why, fmt::format("a bias, or ALiBi with softcap, at head dims above {} takes 1 consumer (ptxas spills "
+                                 "with 2)", kWideDim));
   if (!user_code_fits(s.head_dim, s.head_dim_v, s.mods != nullptr, mask_code(s) && s.has_bias))
     return fail(why, fmt::format("user code at head dims above {} (or a mask_mod with a bias past 128) spills (ptxas)",
                                  kMaxUserCodeDim));
@@ -102,6 +116,7 @@ bool valid(const KernelConfig& c, std::string* why) {
   // and 3 stages (bias + ALiBi): past 128 columns, features take 64 keys and 2 stages.
   if (features(s)) limit = std::min(limit, dp <= 128 ? 128 : t[kStages] == 2 ? 64 : 0);
   if (t[kPersistent] != 0) limit = std::min(limit, 176);
+  if (t[kPersistent] != 0 && t[kConsumers] == 1 && wide(s.head_dim, s.head_dim_v)) limit = std::min(limit, 64);
   // A score_mod's code runs per S element in the unrolled feature loop, where ptxas hoists every element's loads:
   // python's relative_bias (a float table read per element) spilled 8-108 bytes with 96-160 keys at d 64 / 128
   // (1-2 consumers; `-Xptxas -v`, 2026-11-25) and none with 64 keys. A mask_mod runs in a rolled loop
@@ -177,6 +192,9 @@ bool covers(const ProblemDesc& p, int, std::string* why) {
                       has_mask_mod(p.mods) && p.has_bias))
     return fail(why, fmt::format("user code at head dims above {} or a mask_mod with a bias past 128 columns (the mma "
                                  "forward runs it)", kMaxUserCodeDim));
+  if (p.has_bias && p.has_alibi && wide(p.head_dim, p.head_dim_v))
+    return fail(why, fmt::format("a bias beside ALiBi at head dims above {} (ptxas spills; the mma forward runs it)",
+                                 kWideDim));
   return fam::contiguous_kv_fast_dims(p, "fwd_wgmma", why);
 }
 
