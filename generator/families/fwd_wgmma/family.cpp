@@ -60,6 +60,10 @@ bool user_code_fits(int head_dim, int head_dim_v, bool has_mods, bool mask_mod_a
 // ALiBi on the mma forward, the persistent single consumer on 64 keys. (Softcap or ALiBi alone keep 2 consumers.)
 constexpr int kWideDim = 224;
 bool wide(int head_dim, int head_dim_v) { return std::max(head_dim, head_dim_v) > kWideDim; }
+// A bias beside ALiBi there: no point fits (valid() refuses them all, covers() leaves the problem to fwd_mma).
+bool bias_alibi_fits(int head_dim, int head_dim_v, bool has_bias, bool has_alibi) {
+  return !(has_bias && has_alibi && wide(head_dim, head_dim_v));
+}
 
 // The template's shared-memory formula (fwd_wgmma.cuh): Q (or O staging) tiles, the K/V ring, the barriers, 1 KB of
 // alignment slack; two Q tiles when persistent and they fit.
@@ -92,7 +96,7 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (s.head_dim > kMaxHeadDimFast || s.head_dim_v > kMaxHeadDimFast)
     return fail(why, "head dims up to " + std::to_string(kMaxHeadDimFast));
   if (t[kPingPong] != 0 && t[kConsumers] < 2) return fail(why, "ping_pong needs 2 or 3 consumers");
-  if (wide(s.head_dim, s.head_dim_v) && s.has_bias && s.has_alibi)
+  if (!bias_alibi_fits(s.head_dim, s.head_dim_v, s.has_bias, s.has_alibi))
     return fail(why, fmt::format("a bias beside ALiBi at head dims above {} spills (ptxas; covers() leaves it to the "
                                  "mma forward)", kWideDim));
   if (wide(s.head_dim, s.head_dim_v) && t[kConsumers] >= 2 && (s.has_bias || (s.has_alibi && s.has_softcap)))
@@ -192,7 +196,7 @@ bool covers(const ProblemDesc& p, int, std::string* why) {
                       has_mask_mod(p.mods) && p.has_bias))
     return fail(why, fmt::format("user code at head dims above {} or a mask_mod with a bias past 128 columns (the mma "
                                  "forward runs it)", kMaxUserCodeDim));
-  if (p.has_bias && p.has_alibi && wide(p.head_dim, p.head_dim_v))
+  if (!bias_alibi_fits(p.head_dim, p.head_dim_v, p.has_bias, p.has_alibi))
     return fail(why, fmt::format("a bias beside ALiBi at head dims above {} (ptxas spills; the mma forward runs it)",
                                  kWideDim));
   return fam::contiguous_kv_fast_dims(p, "fwd_wgmma", why);
