@@ -19,7 +19,8 @@
 // their full barriers and its ping-pong turns passed on.
 // kPingPong (kConsumers >= 2): consumers take turns issuing their GEMMs (named barriers 4.., round robin), so one
 // warpgroup's softmax runs under another's GEMMs. kPersistent: grid = min(tiles, SMs) CTAs loop over the tiles
-// (static round robin over t: (b, h)-major unmasked, query-block-major and longest first masked); Q is double-buffered when shared memory allows, so the
+// (static round robin over t: (b, h)-major unmasked, query-block-major and longest first masked, pairs of tiles of
+// one cost in (b, h)-major order masked with kPersistent 2); Q is double-buffered when shared memory allows, so the
 // next tile's Q and first K/V blocks land while the current tile finishes. Masks are bottom-right aligned: key j is
 // visible to query i iff lo(i) <= j < hi(i), lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq +
 // win_right + 1 (win_right >= 0); K/V blocks wholly outside the band are never loaded; masking code runs only on
@@ -76,7 +77,9 @@ constexpr int kStages = fa_cfg::kStages;
 constexpr int kC = fa_cfg::kConsumers;
 constexpr bool kPP = fa_cfg::kPingPong && kC >= 2;
 constexpr bool kOv = fa_cfg::kIntraOverlap;
-constexpr bool kPersist = fa_cfg::kPersistent;
+constexpr bool kPersist = fa_cfg::kPersistent != 0;
+// kPersistent 2, masked problems: pairs of tiles (tile_at)
+constexpr bool kHeadOrder = fa_cfg::kPersistent == 2;
 constexpr int kThreads = 128 * (kC + 1);
 // setmaxnreg split: producer + consumers <= 64K registers (launch allocation 65536 / kThreads per thread).
 constexpr int kRegP = kC == 3 ? 32 : (kC == 2 ? 24 : 56);
@@ -169,7 +172,13 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
 
   const int tid = (int)threadIdx.x;
   const int mblocks = (args.seqlen_q + kBM - 1) / kBM;
-  const int total = kPersist ? mblocks * args.heads_q * args.batch : 1;
+  // kHeadOrder: units of two tiles of one cost, round robin (pair_units, tile_at)
+  const int heads_batch_all = args.heads_q * args.batch;
+  const int pair_units = (mblocks & 1) ? mblocks * ((heads_batch_all + 1) / 2) : (mblocks / 2) * heads_batch_all;
+  const int total = !kPersist ? 1
+                    : (kMasked && kHeadOrder)
+                        ? 2 * (int)gridDim.x * ((pair_units + (int)gridDim.x - 1) / (int)gridDim.x)
+                        : mblocks * heads_batch_all;
   const int t_first = kPersist ? (int)blockIdx.x : 0, t_step = kPersist ? (int)gridDim.x : 1;
   // Work tile t: (query block, head, batch). Non-persistent: the block's own coordinates (x reversed for masked
   // problems: the longest blocks first). Persistent: unmasked t = (b * heads_q + h) * mblocks + x (a head's query
@@ -178,13 +187,43 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
   // alike, so the CTAs finish together (the (b, h)-major order gave some CTAs only the long blocks of a causal band);
   // the odd waves of that round robin (whole waves of gridDim.x tiles) run in reverse, so a CTA that drew one of the
   // longer tiles of a wave draws one of the shorter of the next (tile lengths fall along t; H200 probe: 1-5% at 4k-8k).
+  // Masked with kPersistent 2 (pairs): a unit is two tiles whose bands add up to one length, query blocks x and
+  // mblocks - 1 - x of one (batch, head) (odd mblocks: also the middle blocks of two (batch, head)s), units in
+  // (batch, head)-major order; CTA c runs unit c + i * gridDim.x as its tiles 2i and 2i + 1 (t = c + k * gridDim.x,
+  // unit index from k / 2, the half from k & 1; t runs to 2 gridDim.x times the units' waves, tiles past the last
+  // unit are empty). Every unit costs the same, so the CTAs stay in step, and a wave holds every query block of
+  // about 2 gridDim.x / mblocks (batch, head)s: their K / V stay in L2 (the query-block-major order streams each
+  // head's K / V from DRAM once per query block).
   // n_blocks is the band's block count; kSparse tiles then count their visited blocks (count_visits, warp-wide).
   auto tile_at = [&](int t) {
     FaTile T;
     int xb, h, b;
     if constexpr (kPersist) {
       int hb;
-      if constexpr (kMasked) {
+      if constexpr (kMasked && kHeadOrder) {
+        const int k = t / t_step, half = k & 1;
+        const int u = t - k * t_step + (k >> 1) * t_step;  // the unit
+        xb = -1;  // none: past the last unit (m_block = mblocks, a tile past the sequence)
+        hb = 0;
+        if ((mblocks & 1) == 0) {
+          const int per = mblocks / 2, j = u % per;
+          hb = u / per;
+          xb = half ? mblocks - 1 - j : j;
+        } else {
+          const int pf = (mblocks - 1) / 2, g = u / mblocks, r = u - g * mblocks;
+          if (r < 2 * pf) {
+            hb = 2 * g + r / pf;
+            xb = half ? mblocks - 1 - r % pf : r % pf;
+          } else {  // the middle query blocks of (batch, head)s 2g and 2g + 1
+            hb = 2 * g + half;
+            xb = pf;
+          }
+        }
+        if (u >= pair_units || hb >= heads_batch_all) {
+          xb = -1;
+          hb = 0;
+        }
+      } else if constexpr (kMasked) {
         const int heads_batch = args.heads_q * args.batch;
         const int w = t / t_step;
         if ((w & 1) && (w + 1) * t_step <= total) t = w * t_step + (t_step - 1 - (t - w * t_step));

@@ -102,6 +102,10 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (wide(s.head_dim, s.head_dim_v) && t[kConsumers] >= 2 && (s.has_bias || (s.has_alibi && s.has_softcap)))
     return fail(why, fmt::format("a bias, or ALiBi with softcap, at head dims above {} takes 1 consumer (ptxas spills "
                                  "with 2)", kWideDim));
+  // persistent 2: the masked tile order in pairs of one cost, (batch, head)-major (templates/fwd_wgmma.cuh, tile_at);
+  // unmasked problems have one persistent order, p1's
+  if (t[kPersistent] == 2 && s.mask == 0 && !mask_code(s))
+    return fail(why, "persistent 2 (the head-major masked order) needs a mask");
   if (!user_code_fits(s.head_dim, s.head_dim_v, s.mods != nullptr, mask_code(s) && s.has_bias))
     return fail(why, fmt::format("user code at head dims above {} (or a mask_mod with a bias past 128) spills (ptxas)",
                                  kMaxUserCodeDim));
@@ -164,13 +168,15 @@ Tunables defaults(const Semantic& s) {
 // The tuner's space: the knob values that won or came close in the H200 measurements (the tunables tests and the
 // compile sweep cover every valid point of the knobs' product: gen::all_valid_points). Masked problems also try
 // the persistent points of 2-3 consumers without ping-pong: at causal d 64, 512-4k tokens, 2 x 128 x 3 stages
-// persistent ran 1.3-2.8% faster without it (bench/README.md, issue 20, session 15).
+// persistent ran 1.3-2.8% faster without it (bench/README.md, issue 20, session 15). Built-in masks with 2-3
+// consumers also try the paired, (batch, head)-major masked order (persistent 2: K / V stay in L2).
 std::vector<Tunables> space(const Semantic& s) {
   std::vector<Tunables> out;
   for (int c : {1, 2, 3})
     for (int bn : {64, 80, 96, 112, 128, 144, 160, 176, 192})
       for (int st : {2, 3})
-        for (int persistent : {0, 1}) {
+        for (int persistent : {0, 1, 2}) {
+          if (persistent == 2 && (s.mask == 0 || c < 2)) continue;
           out.push_back(Tunables{{c, bn, st, c >= 2 ? 1 : 0, 1, persistent}});
           if (c >= 2 && persistent != 0 && s.mask != 0) out.push_back(Tunables{{c, bn, st, 0, 1, persistent}});
         }
@@ -257,7 +263,7 @@ const Family kFamily{
     .knobs = {Knob{"consumers", "c", "kConsumers", {1, 2, 3}},
               fam::block_n({64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256}), fam::stages({2, 3, 4}),
               Knob{"ping_pong", "pp", "kPingPong", {0, 1}, true}, Knob{"intra_overlap", "ov", "kIntraOverlap", {0, 1}, true},
-              Knob{"persistent", "p", "kPersistent", {0, 1}, true}},
+              Knob{"persistent", "p", "kPersistent", {0, 1, 2}}},
     .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes, .launch = &launch,
     .space = &space, .finalize = &finalize, .render_constants = &render_constants, .plan = &plan, .bind = &bind};
 
