@@ -232,6 +232,40 @@ TEST(Validity, FwdWgmmaPersistentOneConsumerWithAlibiOrSoftcapPast128ColumnsIsOu
   }
 }
 
+// fwd_wgmma's heuristic defaults under a built-in mask (fa-tune's H200 winners, session 20): 2 consumers up to 128
+// padded columns take the paired head-major order (persistent 2), d 64 takes 3 x 128 x 3 persistent without
+// ping-pong; unmasked problems, score features and wide heads keep the unmasked points.
+TEST(Validity, FwdWgmmaDefaultsUnderABuiltInMaskTakeTheMeasuredPersistentPoints) {
+  struct Case {
+    int d, mask;
+    bool softcap;
+    Tunables want;
+  };
+  const Case cases[] = {
+      {128, kMaskCausal, false, Tunables{{2, 128, 2, 1, 1, 2}}}, {96, kMaskWindow, false, Tunables{{2, 128, 2, 1, 1, 2}}},
+      {64, kMaskCausal, false, Tunables{{3, 128, 3, 0, 1, 1}}},  {128, 0, false, Tunables{{2, 128, 2, 1, 1, 0}}},
+      {64, 0, false, Tunables{{3, 128, 2, 1, 1, 0}}},            {128, kMaskCausal, true, Tunables{{2, 128, 2, 1, 1, 0}}},
+      {256, kMaskCausal, false, Tunables{{2, 80, 2, 1, 1, 0}}},
+  };
+  for (const Case& c : cases) {
+    ProblemDesc p;
+    p.dtype = kBf16;
+    p.head_dim = p.head_dim_v = c.d;
+    p.mask = c.mask;
+    if (c.mask == kMaskWindow) p.win_left = p.win_right = 64;
+    p.has_softcap = c.softcap;
+    p.aligned16 = p.tma_ok = true;
+    p.batch = 4;
+    p.heads_q = p.heads_kv = 8;
+    p.seqlen_q = p.seqlen_k = 1024;
+    p.total_q = p.total_k = 4096;
+    const Semantic s = select_forward(p, 90);
+    ASSERT_STREQ(s.family->name, "fwd_wgmma");
+    EXPECT_EQ(s.family->defaults(s), c.want) << "d " << c.d << " mask " << c.mask << " softcap " << c.softcap << ": "
+                                             << tunables_key(s, s.family->defaults(s));
+  }
+}
+
 // Whatever the selector and the backward plan pick for a problem, with heuristic defaults, must be valid: the
 // defaults serve every problem until tuning exists.
 TEST(Validity, DefaultsOfEverySelectedKernelAreValid) {

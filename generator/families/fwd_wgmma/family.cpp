@@ -154,13 +154,23 @@ bool valid(const KernelConfig& c, std::string* why) {
 
 // Measured best per head dim on an H200 (bf16, 16k tokens, hidden 2048, 2k-16k; the tuner refines per length):
 // d 64: 3 consumers x 128 keys; d 128: 2 x 128 (2 x 176 from 8k); d 256: 2 x 80; always 2 stages, ping-pong and
-// intra-warpgroup overlap on, not persistent (persistent wins only non-causal <= 4k at d 64 / 128).
+// intra-warpgroup overlap on, not persistent (persistent wins only non-causal <= 4k at d 64 / 128). Built-in masks
+// (after fa-tune's winners over 512-16k, session 20): d 64 takes 3 x 128 with 3 stages, persistent without
+// ping-pong; 2 consumers up to 128 padded columns take the paired head-major order (persistent 2). Untuned bf16
+// causal on an H200 against the points above: d 64 1.01-1.23x over 512-16k; d 128 1.03-1.17x over 512-8k, 0.97x at
+// 16k. Score features and a mask_mod keep the points above.
 Tunables defaults(const Semantic& s) {
   const int dp = std::max(pad64(s.head_dim), pad64(s.head_dim_v));
   Tunables t{{2, 128, 2, 1, 1, 0}};
   if (dp <= 64 && !features(s)) t = Tunables{{3, 128, 2, 1, 1, 0}};
   if (dp > 128) t = Tunables{{2, 80, 2, 1, 1, 0}};
   if ((s.has_bias && dp >= 128) || (features(s) && dp > 128) || score_code(s)) t[kBlockN] = 64;
+  if (s.mask != 0 && !features(s) && !mask_code(s) && dp <= 128) {
+    Tunables m = t;
+    if (t[kConsumers] == 3) m = Tunables{{3, 128, 3, 0, 1, 1}};
+    else if (t[kConsumers] == 2) m[kPersistent] = 2;
+    if (valid(KernelConfig{s, m}, nullptr)) t = m;
+  }
   if (!valid(KernelConfig{s, t}, nullptr)) t = Tunables{{1, 64, 2, 0, 1, 0}};
   return t;
 }
