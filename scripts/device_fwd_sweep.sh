@@ -8,13 +8,13 @@
 # under $OUT (the table, the JSON, the fa-tune log); a summary prints last. SASS=1 then disassembles the tuned cache's
 # fwd_wgmma cubins (bench/sass_check.py: HGMMA in each, no local memory; needs cuobjdump).
 #   scripts/device_fwd_sweep.sh [bf16|fp16]     knobs: TESTS, GTEST_FILTER, BUDGET_MS (fa-tune, per key; 1000), ROUNDS (3),
-#                                               CONTENDERS (fa,FA2,cuDNN), SASS
+#                                               CONTENDERS (fa,FA2,cuDNN), SASS, BUILD (build-dev: a build folder under the root)
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DT="${1:-bf16}"
 OUT="${OUT:-$ROOT/gpu_suite_out}"
 mkdir -p "$OUT"
-B="$ROOT/build-dev"
+B="$ROOT/${BUILD:-build-dev}"
 LIB="$(ls "$B"/lib/libfa.so* | head -1)"
 CACHE="/tmp/fa_fwd_sweep_$DT.sqlite"
 rm -f "$CACHE"*
