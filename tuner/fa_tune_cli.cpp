@@ -95,26 +95,35 @@ int do_list(cache::Db* db, std::FILE* out) {
   return 0;
 }
 
+// The grid's distinct candidate kernels (each config once, in grid order); per_semantic counts them per tuning
+// semantic key (the kernel semantics the grid needs, those with no candidate too).
+std::vector<gen::KernelConfig> grid_candidates(const std::vector<GridPoint>& grid, int arch,
+                                               const gen::DeviceLimits& lim, int max_candidates,
+                                               std::map<std::string, int>* per_semantic) {
+  std::vector<gen::KernelConfig> configs;
+  std::set<std::string> seen;
+  for (const GridPoint& g : grid) {
+    const gen::Semantic s = gen::select_forward(g.desc, arch);
+    int& n = (*per_semantic)[tuning_semantic_key(s)];
+    for (const gen::KernelConfig& cfg : candidate_configs(s, g.desc, lim, max_candidates)) {
+      if (seen.insert(gen::canonical_key(cfg)).second) {
+        configs.push_back(cfg);
+        ++n;
+      }
+    }
+  }
+  return configs;
+}
+
 // --dry-run: every candidate config of the grid compiled once (deduplicated), pruned by ptxas.
 int do_dry_run(fa_context c, const TuneArgs& a, ProgressMode progress_mode, std::FILE* out, std::FILE* err) {
   const int arch = a.arch > 0 ? a.arch : c->arch;  // the context's: the device's, else $FA_ARCH, else the default
   const gen::DeviceLimits lim = c->has_device && arch == c->arch ? c->limits : gen::limits_for_arch(arch);
   const std::vector<GridPoint> grid = expand_grid(a);
-  std::vector<gen::KernelConfig> configs;
-  std::set<std::string> seen, semantics;
   std::map<std::string, int> per_semantic;
-  for (const GridPoint& g : grid) {
-    const gen::Semantic s = gen::select_forward(g.desc, arch);
-    semantics.insert(tuning_semantic_key(s));
-    for (const gen::KernelConfig& cfg : candidate_configs(s, g.desc, lim, a.max_candidates)) {
-      if (seen.insert(gen::canonical_key(cfg)).second) {
-        configs.push_back(cfg);
-        ++per_semantic[tuning_semantic_key(s)];
-      }
-    }
-  }
+  const std::vector<gen::KernelConfig> configs = grid_candidates(grid, arch, lim, a.max_candidates, &per_semantic);
   fmt::print(out, "dry run for sm_{}: {} grid points, {} kernel semantics, {} distinct candidate kernels\n", arch,
-             grid.size(), semantics.size(), configs.size());
+             grid.size(), per_semantic.size(), configs.size());
   std::fflush(out);
   Progress progress(err, progress_mode, configs.size(), "compile");
   TuneOptions o;
@@ -195,13 +204,33 @@ int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressM
   o.idle_ratio = a.idle_ratio;
   o.threads = a.threads;
   if (o.threads == 0 && devices.size() > 1)  // the host's compile threads shared out among the GPUs
-    o.threads = std::max(1, default_compile_threads() / static_cast<int>(devices.size()));
+    o.threads = std::max(1, multi_device_compile_threads(static_cast<int>(devices.size())) /
+                                static_cast<int>(devices.size()));
   o.use_cache = !a.force;
   o.max_candidates = a.max_candidates;
   std::vector<Row> rows;
   for (const GridPoint& g : grid) rows.push_back(Row{g, {}, {}, c->device_ordinal});
-  Progress progress(err, progress_mode, grid.size(), "tune");
   const auto t0 = std::chrono::steady_clock::now();
+  // Several GPUs: the grid's candidates compiled once, on every compile thread the GPUs bring, into the shared cache
+  // (the first context's store), before the GPUs' threads start; each GPU's context then loads their cubins from the
+  // cache instead of compiling the same candidates on its share of the threads. Not with --max-candidates (which
+  // candidates make the cut depends on winners found during the sweep).
+  if (devices.size() > 1 && a.max_candidates == 0) {
+    std::map<std::string, int> per_semantic;
+    const std::vector<gen::KernelConfig> configs = grid_candidates(grid, c->arch, c->limits, 0, &per_semantic);
+    TuneOptions co;
+    co.threads = a.threads > 0 ? a.threads : multi_device_compile_threads(static_cast<int>(devices.size()));
+    Progress compiling(err, progress_mode, configs.size(), "compile");
+    co.on_compiled = [&](size_t i, const CandidateResult& r) {
+      compiling.step(gen::canonical_key(configs[i]) + " " + r.status);
+    };
+    double compile_wall = 0;
+    compile_candidates(c, configs, co, &compile_wall);
+    compiling.finish();
+    fmt::print(out, "compiled the grid's {} candidate kernels once, on {} threads, in {:.1f} s\n", configs.size(),
+               co.threads, compile_wall);
+  }
+  Progress progress(err, progress_mode, grid.size(), "tune");
   if (!a.devices_given()) {  // the plain sweep: this thread, grid order
     for (Row& r : rows) {
       tune_point(c, a, o, &r);

@@ -31,13 +31,15 @@ long long available_ram() {
 }
 }  // namespace
 
-int default_compile_threads() {
+int default_compile_threads() { return multi_device_compile_threads(1); }
+
+int multi_device_compile_threads(int gpus) {
   if (const char* e = std::getenv("FA_TUNE_THREADS"); e != nullptr && *e != '\0') {
     const int n = std::atoi(e);
     if (n >= 1) return n;
   }
   int n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  n = std::min(n, 8);
+  n = std::min(n, 8 * std::max(1, gpus));
   const long long ram = available_ram();
   if (ram > 0) n = static_cast<int>(std::min<long long>(n, std::max(1LL, ram / (1LL << 30))));
   return std::max(1, n);

@@ -12,12 +12,14 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "cache_db/cache_db.h"
 #include "fa/fa.h"
 #include "tuner/bucket.h"
 #include "tuner/fa_tune_args.h"
 #include "tuner/fa_tune_cli.h"
+#include "tuner/thread_pool.h"
 
 using namespace fa;
 
@@ -278,6 +280,29 @@ TEST(FaTuneArgs, ShardUnitsKeepEachTuningKeyTogetherInGridOrder) {
 
 // An ordinal past the host's GPUs is a command-line error naming it (exit 2) where a GPU is present; without one
 // the missing GPU is reported first (exit 3).
+// fa-tune --devices compiles the grid's candidates once on the threads every GPU brings (the one-GPU cap of 8 each,
+// bounded by the host's cores and memory); $FA_TUNE_THREADS sets the total.
+TEST(FaTuneArgs, EachGpuBringsTheOneGpuCompileThreads) {
+  const char* saved = std::getenv("FA_TUNE_THREADS");
+  const std::string keep = saved != nullptr ? saved : "";
+  unsetenv("FA_TUNE_THREADS");
+  const int one = fa::tune::default_compile_threads();
+  EXPECT_EQ(fa::tune::multi_device_compile_threads(1), one);
+  EXPECT_GE(one, 1);
+  EXPECT_LE(one, 8);
+  for (int gpus : {2, 4, 8}) {
+    const int n = fa::tune::multi_device_compile_threads(gpus);
+    EXPECT_GE(n, one) << gpus;
+    EXPECT_LE(n, 8 * gpus) << gpus;
+    EXPECT_LE(n, std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) << gpus;
+  }
+  setenv("FA_TUNE_THREADS", "5", 1);
+  EXPECT_EQ(fa::tune::default_compile_threads(), 5);
+  EXPECT_EQ(fa::tune::multi_device_compile_threads(4), 5);
+  if (saved != nullptr) setenv("FA_TUNE_THREADS", keep.c_str(), 1);
+  else unsetenv("FA_TUNE_THREADS");
+}
+
 TEST(FaTuneCli, DevicesBeyondTheHostAreRejected) {
   const CliRun r = run_cli({"--preset", "ci", "--cache", ":memory:", "--devices", "1023", "--no-progress"});
   if (r.rc == 3) {
