@@ -203,9 +203,9 @@ int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressM
   o.budget_ms = a.budget_ms;
   o.idle_ratio = a.idle_ratio;
   o.threads = a.threads;
-  if (o.threads == 0 && devices.size() > 1)  // the host's compile threads shared out among the GPUs
-    o.threads = std::max(1, multi_device_compile_threads(static_cast<int>(devices.size())) /
-                                static_cast<int>(devices.size()));
+  const int gpus = static_cast<int>(devices.size());
+  const int host_threads = a.threads > 0 ? a.threads : multi_device_compile_threads(gpus);  // every GPU's share
+  if (o.threads == 0 && gpus > 1) o.threads = std::max(1, host_threads / gpus);  // each GPU's own compiles
   o.use_cache = !a.force;
   o.max_candidates = a.max_candidates;
   std::vector<Row> rows;
@@ -219,7 +219,7 @@ int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressM
     std::map<std::string, int> per_semantic;
     const std::vector<gen::KernelConfig> configs = grid_candidates(grid, c->arch, c->limits, 0, &per_semantic);
     TuneOptions co;
-    co.threads = a.threads > 0 ? a.threads : multi_device_compile_threads(static_cast<int>(devices.size()));
+    co.threads = host_threads;
     Progress compiling(err, progress_mode, configs.size(), "compile");
     co.on_compiled = [&](size_t i, const CandidateResult& r) {
       compiling.step(gen::canonical_key(configs[i]) + " " + r.status);
