@@ -16,6 +16,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 import fa  # noqa: E402
+from fa import _torch_common as TC  # noqa: E402
 from fa import _torch_ops as T  # noqa: E402
 from fa._tensor_params import build_params, build_bwd_params  # noqa: E402
 from host_overhead import host_us as loop_us  # noqa: E402
@@ -36,13 +37,13 @@ def main() -> int:
     q, k, v = (torch.randn(1, S, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     do = torch.randn(1, S, 16, 128, device="cuda", dtype=torch.bfloat16)
     qd, kd, vd = q.detach(), k.detach(), v.detach()
-    o, lse = T._fwd_impl(qd, kd, vd, None, None, None, None, 0, 0, 1, -1, -1, 0.0, 0.0)
+    o, lse = T.fwd_impl(qd, kd, vd, None, None, None, None, 0, 0, 1, -1, -1, 0.0, 0.0)
     rest = (None, None, None, None, 0, 0, 1, -1, -1, 0.0, 0.0)
     ctxo = fa.context.default_context(0)
     dq, dk, dv = (torch.empty_like(x) for x in (qd, kd, vd))
     p, keep = build_params(qd, kd, vd, o, lse, *rest)
     bp = build_bwd_params(p, do, dq, dk, dv, False, False)
-    stream = T._stream(q.device)
+    stream = TC.stream(q.device)
 
     def device_switch():
         with torch.cuda.device(q.device):
@@ -57,18 +58,18 @@ def main() -> int:
     class Old(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *inputs):
-            o, lse = T._fwd_impl(*inputs)
+            o, lse = T.fwd_impl(*inputs)
             T._setup_context(ctx, inputs, (o, lse))
             return o, lse
         @staticmethod
         def backward(ctx, dout, _dlse):
-            return T._grads(T._bwd_impl, ctx, dout)
+            return T._grads(T.bwd_impl, ctx, dout)
 
     cases = {
       "OLD 14-arg Function fwd+grad": lambda: torch.autograd.grad(Old.apply(q, k, v, *rest)[0], (q, k, v), do),
       "fa fwd+grad (autograd)": lambda: torch.autograd.grad(fa.attention(q, k, v, causal=True), (q, k, v), do),
       "fa fwd (nograd)": lambda: fa.attention(qd, kd, vd, causal=True),
-      "_bwd_impl direct": lambda: T._bwd_impl(do, qd, kd, vd, o, lse, *rest, False),
+      "_bwd_impl direct": lambda: T.bwd_impl(do, qd, kd, vd, o, lse, *rest, False),
       "build_params+bwd": lambda: build_bwd_params(build_params(qd, kd, vd, o, lse, *rest)[0], do, dq, dk, dv, False, False),
       "ctx.run_backward (C call)": lambda: ctxo.run_backward(bp, stream),
       "with torch.cuda.device: pass": device_switch,

@@ -53,12 +53,12 @@ def main() -> int:
     def generic(fn):
         """fn through the generic autograd path (the training-step entries of fa._grad_step switched off)."""
         def call():
-            kept = _torch_ops._grad_step
-            _torch_ops._grad_step = lambda *_a: None
+            kept = _torch_ops.grad_step
+            _torch_ops.grad_step = lambda *_a: None
             try:
                 return fn()
             finally:
-                _torch_ops._grad_step = kept
+                _torch_ops.grad_step = kept
         return call
 
     def raw(epoch=None, **kw):
