@@ -4,7 +4,7 @@ figure: host microseconds per call, enqueue only, the median of 5 loops of 300 c
 autograd.Function shape fa used before 2026-11-25 (the op's 14 inputs as separate arguments) over the same
 implementations, for comparison.
 
-  FA_LIBRARY=build/lib/libfa.so PYTHONPATH=python python3 bench/bwd_host.py
+  FA_LIBRARY=build/lib/libfa.so PYTHONPATH=python python3 bench/probes/bwd_host.py
 """
 import statistics
 import sys
@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: host_overhead
 import fa  # noqa: E402
 from fa import _torch_ops as T  # noqa: E402
 from fa._tensor_params import build_params, build_bwd_params  # noqa: E402

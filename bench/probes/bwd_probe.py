@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bwd_probe.py -- one attention shape, forward + backward through fa (and FlashAttention-2 via SDPA for the
 ratio), timed with CUDA events; small enough to run under a profiler, e.g.
-  ncu -k regex:fa_kernel --launch-skip 2 --launch-count 1 python3 bench/bwd_probe.py --iters 0
+  ncu -k regex:fa_kernel --launch-skip 2 --launch-count 1 python3 bench/probes/bwd_probe.py --iters 0
 (with --iters 0 it launches exactly one forward and one backward: fa_kernel launches are fwd, bwd_pre, bwd_mma,
 bwd_post). The tuning policy comes from --tune (default: the heuristic defaults, so no tuning launches)."""
 import argparse
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import fa
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 from bench_peers import flops, round_ratio_range, spread, time_interleaved  # noqa: E402  (the benchmark's own)
 
 

@@ -1,8 +1,8 @@
 // mla_probe.cu -- times the fwd_mla kernel (templates/fwd_mla.cuh) alone on an MLA decode shape, outside the library:
-// bf16, 128 query heads over one latent head, d 576 / dv 512, one query token, a paged latent cache (page 64, pages
-// in a random order), every key used, num_splits partials (the fwd_combine step is not run). Built by
-// bench/mla_probe.sh once per variant (a copy of the template with one stage left out), so the time of each stage is
-// the difference to the full kernel (METHOD.md: variants that leave a stage out).
+// bf16, 128 query heads over one latent head, d 576 / dv 512, one query token, a paged latent cache (page 64, pages in
+// a random order), every key used, num_splits partials (the fwd_combine step is not run). Built by
+// bench/probes/mla_probe.sh once per variant (a copy of the template with one stage left out), so the time of each
+// stage is the difference to the full kernel (docs/design_notes.md, "Measuring").
 //   mla_probe BATCH KEYS SPLITS [ITERS]   -> one line: variant, shape, median us per launch, cache TB/s, TFLOP/s
 // The fa_cfg prelude below is what the library renders for fwd_mla (generator/config.cpp), at the default knobs.
 #include <cuda_runtime.h>

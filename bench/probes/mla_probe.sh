@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# mla_probe.sh -- where the time of the MLA decode kernel goes (METHOD.md: variants that leave one stage out). Builds
-# bench/mla_probe.cu with nvcc once per variant of templates/fwd_mla.cuh (a patched copy in a temporary folder that
-# shadows the template) and times each on the same shapes; the difference to `full` is the stage's share.
+# mla_probe.sh -- where the time of the MLA decode kernel goes (docs/design_notes.md, "Measuring": leave one stage out).
+# Builds bench/probes/mla_probe.cu with nvcc once per variant of templates/fwd_mla.cuh (a patched copy in a temporary
+# folder that shadows the template) and times each on the same shapes; the difference to `full` is the stage's share.
 #   full        the kernel as the library compiles it at its default knobs (no L2 prefetch)
 #   l2_2        with the L2 prefetch two blocks ahead (kL2Ahead 2)
 #   sets2       two accumulator sets for S (interleaved wgmma chains) instead of one
@@ -11,10 +11,10 @@
 #   no_softmax  the exponentials replaced by the scores themselves (no MUFU work)
 #   gemms_only  no copies and no exponentials: the two GEMMs, the barriers and the bookkeeping
 #   seesaw      the seesaw schedule (knob sched 1, fwd_mla_seesaw.cuh) as the library compiles it
-# Usage (on the GPU machine): bash bench/mla_probe.sh [build|run|all] [OUTDIR]; needs nvcc and python3. Shapes:
+# Usage (on the GPU machine): bash bench/probes/mla_probe.sh [build|run|all] [OUTDIR]; needs nvcc and python3. Shapes:
 # PROBE_SHAPES="BATCH:KEYS:SPLITS ..." (default: batch 32 x 32k keys / 2 splits, 128 x 32k / 1, 1 x 32k / 64).
 set -u
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 MODE="${1:-all}"
 OUTDIR="${2:-/tmp/mla_probe}"
 mkdir -p "$OUTDIR"
@@ -55,7 +55,8 @@ EOF
 [ $? -eq 0 ] || exit 1
 build() {  # name l2 dir [sched]
   nvcc -O3 -std=c++17 --extra-device-vectorization -diag-suppress 177 -Xptxas -v -gencode=arch=compute_90a,code=sm_90a -DPROBE_NAME="\"$1\"" -DPROBE_L2="$2" -DPROBE_SCHED="${4:-0}" \
-    -I"$OUTDIR/$3" -I"$ROOT/templates" "$ROOT/bench/mla_probe.cu" -o "$OUTDIR/probe_$1" > "$OUTDIR/build_$1.log" 2>&1 ||
+    -I"$OUTDIR/$3" -I"$ROOT/templates" "$ROOT/bench/probes/mla_probe.cu" -o "$OUTDIR/probe_$1" \
+    > "$OUTDIR/build_$1.log" 2>&1 ||
     { echo "build $1 failed"; cat "$OUTDIR/build_$1.log" | head -20; }
 }
 build full 0 full &

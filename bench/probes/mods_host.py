@@ -10,7 +10,7 @@ ctypes on filled params (the C library's own cost per call, ctypes included; the
 mask_epoch 1, and classified on every call, epoch 0: mask_blocks, a memset and a workspace per call).
 --profile: cProfile of the restated causal's inference calls and of its training steps, top functions by own time.
 
-  FA_LIBRARY=build/lib/libfa.so PYTHONPATH=python python3 bench/mods_host.py [--calls N] [--rounds R] [--profile]
+  FA_LIBRARY=build/lib/libfa.so PYTHONPATH=python python3 bench/probes/mods_host.py [--calls N] [--rounds R] [--profile]
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pathlib import Path
 
 from host_overhead import host_us  # the same timer as the plain path's figure
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: host_overhead
 os.environ.setdefault("FA_TUNE_POLICY", "defaults")
 
 

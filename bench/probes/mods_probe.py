@@ -17,13 +17,13 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 os.environ.setdefault("FA_TUNE_POLICY", "defaults")
 import torch  # noqa: E402
 
 import fa  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 from bench_mods import fa_kernel_times  # noqa: E402
 from bench_peers import event_times  # noqa: E402
 

@@ -2,7 +2,7 @@
 """Probe: fa decode time per forced split count (default tunables), contiguous bf16 d128 32/8 heads."""
 import statistics, sys, torch
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 import bench_decode as bd
 import fa
 ctx = fa.Context()
@@ -17,13 +17,10 @@ for b, sk, splits in ((64, 4096, (1, 2, 3, 4)), (1, 131072, (16, 24, 32, 33, 48,
     for n in splits:
         c = bd.FaDecode(ctx, q, k, v, o)
         c.p.num_splits = n
-        # re-size the workspace for the forced count
-        import ctypes
-        size = ctypes.c_size_t(0)
-        bd._lib.check(c.lib.fa_forward_workspace_size(ctx.handle, ctypes.byref(c.p), ctypes.byref(size)))
-        c.ws = torch.empty(max(size.value, 256), dtype=torch.uint8, device="cuda")
-        c.p.workspace = c.ws.data_ptr() if size.value else 0
-        c.p.workspace_size = size.value
+        size = ctx.forward_workspace_size(c.p)  # re-sized for the forced count
+        c.ws = torch.empty(max(size, 256), dtype=torch.uint8, device="cuda")
+        c.p.workspace = c.ws.data_ptr() if size else 0
+        c.p.workspace_size = size
         ctx.prepare(c.p)
         t = statistics.median(bd.event_times(c, 3, 20))
         out.append(f"n{n}:{t:.4f}ms/{kvb / (t * 1e-3) / 1e12:.2f}TB/s")
