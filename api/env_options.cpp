@@ -61,4 +61,6 @@ Status read_log_env(fa_context c) {
   return Status::Ok();
 }
 
+Status read_pin_tunables_env(fa_context c) { return parse_pinned_tunables(std::getenv(kPinTunablesVar), &c->pinned); }
+
 }  // namespace fa::rt

@@ -29,4 +29,8 @@ Status read_prefetch_env(fa_context c);
 // to at least info. Sets c->log_level.
 Status read_log_env(fa_context c);
 
+// $FA_PIN_TUNABLES: unset or "": nothing pinned; else FAMILY:TUNABLES[,...] (runtime/pinned_tunables.h). Sets
+// c->pinned.
+Status read_pin_tunables_env(fa_context c);
+
 }  // namespace fa::rt

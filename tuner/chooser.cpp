@@ -125,6 +125,13 @@ bool TuningChooser::lookup(fa_context c, const gen::Semantic& s, const gen::Prob
 
 rt::Status TuningChooser::choose(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p,
                                  const rt::TuneRequest* tune, gen::Tunables* out) {
+  if (!c->pinned.empty()) {  // $FA_PIN_TUNABLES: before memory, SQLite and tuning; an invalid pin fails the call
+    bool pinned = false;
+    rt::Status st = rt::pinned_for_call(c->pinned, s, p, c->limits, &pinned, out);
+    if (!st.ok() || pinned) return st;
+    c->info(std::string("tuner: FA_PIN_TUNABLES pins no tunables of ") + s.family->name + ", which runs this call",
+            std::string("pin-miss:") + s.family->name);
+  }
   const std::string key = tuning_key(s, p);
   if (lookup(c, s, p, key, out)) return rt::Status::Ok();
   if (c->tune_policy == FA_TUNE_REQUIRE_TUNED) {
