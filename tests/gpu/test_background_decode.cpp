@@ -70,6 +70,8 @@ std::vector<BgCase> cases(bool hopper) {
   DecodeSpec spec = gqa;
   spec.sq = 4;
   spec.mask = FA_MASK_CAUSAL;
+  DecodeSpec split = gqa;  // 2 sequences: another shape bucket (bh) than gqa's, so a key of its own
+  split.batch = 2;
   DecodeSpec wide = gqa;
   wide.d = wide.dv = 256;
   wide.softcap = 30.0f;
@@ -77,7 +79,7 @@ std::vector<BgCase> cases(bool hopper) {
       {"contiguous, used lengths", gqa, 0, false, true, 0},
       {"paged 64, used lengths", gqa, 64, false, true, 0},
       {"paged 16, speculative causal", spec, 16, false, true, 0},
-      {"contiguous, 3 splits forced", gqa, 0, false, false, 3},
+      {"contiguous, 3 splits forced", split, 0, false, false, 3},
       {"paged 128, d 256 softcap", wide, 128, false, true, 0},
   };
   if (hopper) {
