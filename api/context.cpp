@@ -116,6 +116,7 @@ static Status create(const fa_context_options* in, fa_context* out) {
   if (Status env = read_mask_cache_env(c.get()); !env.ok()) return env;
   if (Status env = read_prefetch_env(c.get()); !env.ok()) return env;
   if (Status env = read_tune_env(); !env.ok()) return env;
+  if (Status env = read_pin_tunables_env(c.get()); !env.ok()) return env;
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   Status st = bind_device(c.get());

@@ -74,4 +74,6 @@ Status read_tune_env() {
   return Status::Ok();
 }
 
+Status read_pin_tunables_env(fa_context c) { return parse_pinned_tunables(std::getenv(kPinTunablesVar), &c->pinned); }
+
 }  // namespace fa::rt

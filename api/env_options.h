@@ -33,4 +33,8 @@ Status read_log_env(fa_context c);
 // threads in [1, 256] and milliseconds in (0, 3600000]. Only validated here: the tuner reads them when it runs.
 Status read_tune_env();
 
+// $FA_PIN_TUNABLES: unset or "": nothing pinned; else FAMILY:TUNABLES[,...] (runtime/pinned_tunables.h). Sets
+// c->pinned.
+Status read_pin_tunables_env(fa_context c);
+
 }  // namespace fa::rt

@@ -135,6 +135,12 @@ Status prepare(fa_context c, const fa_params* in) {
     // (tuner/chooser.h).
     std::vector<fa::gen::Plan> siblings;
     st = sibling_plans(c, d, &siblings);
+    if (st.code == FA_ERROR_INVALID_ARGUMENT && !c->pinned.empty()) {
+      // A $FA_PIN_TUNABLES point valid for this length but not for another shape class of the bucket: the calls at
+      // those lengths will fail with this message; this one is ready.
+      c->warn("fa_prepare: " + st.message + " (at another shape class of the bucket)");
+      st = Status::Ok();
+    }
     for (size_t i = 0; st.ok() && i < siblings.size(); ++i) st = resolve_kernels(c, siblings[i], true, &kernels);
   }
   if (!st.ok()) return st;

@@ -31,7 +31,6 @@ that rate over the intensity, not the copy.
 import argparse
 import ctypes
 import json
-import platform
 import statistics
 import sys
 import time
@@ -44,11 +43,12 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import fa  # noqa: E402
-from fa import _lib  # noqa: E402
-from fa import _structs as S  # noqa: E402
+
+S = fa.structs
 
 sys.path.insert(0, str(REPO / "bench"))
 from bench_peers import event_times  # noqa: E402  (per-call CUDA-event times, calls back to back)
+import result_schema  # noqa: E402
 
 HQ, HKV, D = 32, 8, 128
 
@@ -104,18 +104,21 @@ def copy_bandwidth():
     return 2 * n * 2 / (t * 1e-3) / 1e12  # TB/s
 
 
+def new_params():
+    """An fa_params set to its defaults by the C API's fa_params_init (called through ctypes)."""
+    p = S.Params()
+    status = ctypes.CDLL(fa.library_path()).fa_params_init(ctypes.byref(p))
+    if status != 0:
+        raise fa.error_class(status)(status, "fa_params_init", fa.status_string(status))
+    return p
+
+
 class FaDecode:
     """fa_run through ctypes on a [B, 1, 32, 128] q and a contiguous or paged cache."""
 
     def __init__(self, ctx, q, k, v, o, lse=None, block_table=None, page_size=0, seqused=None):
-        lib = _lib.lib()
-        self.lib, self.ctx = lib, ctx
-        if not hasattr(lib, "_fa_ws_declared"):
-            lib.fa_forward_workspace_size.restype = ctypes.c_int
-            lib.fa_forward_workspace_size.argtypes = [ctypes.c_void_p, ctypes.POINTER(S.Params),
-                                                      ctypes.POINTER(ctypes.c_size_t)]
-            lib._fa_ws_declared = True
-        p = _lib.new_params()
+        self.ctx = ctx
+        p = new_params()
         p.dtype = S.FA_DTYPE_BF16
         b, sq, hq, d = q.shape
         p.batch, p.seqlen_q, p.heads_q, p.heads_kv, p.head_dim, p.head_dim_v = b, sq, hq, k.shape[2], d, v.shape[-1]
@@ -139,12 +142,11 @@ class FaDecode:
         if lse is not None:
             p.lse = lse.data_ptr()
         self.p = p
-        size = ctypes.c_size_t(0)
-        _lib.check(lib.fa_forward_workspace_size(ctx.handle, ctypes.byref(p), ctypes.byref(size)))
-        self.ws = torch.empty(max(size.value, 256), dtype=torch.uint8, device="cuda")
-        if size.value:
+        size = ctx.forward_workspace_size(p)
+        self.ws = torch.empty(max(size, 256), dtype=torch.uint8, device="cuda")
+        if size:
             p.workspace = self.ws.data_ptr()
-            p.workspace_size = size.value
+            p.workspace_size = size
         self.key = ctx.problem_key(p)
         ctx.prepare(p)
 
@@ -196,7 +198,8 @@ def mla_cell(ctx, b, sk, hq, args):
     o = torch.empty(b, 1, hq, MLA_DV, dtype=torch.bfloat16, device="cuda")
     call = FaDecode(ctx, q, kp, vp, o, block_table=table, page_size=MLA_PAGE)
     t = timed(call, args)
-    row = {"batch": b, "seqlen_k": sk, "heads_q": hq, "heads_kv": 1, "head_dim": MLA_D, "head_dim_v": MLA_DV,
+    row = {"kind": "mla", "batch": b, "seqlen_k": sk, "heads_q": hq, "heads_kv": 1, "head_dim": MLA_D,
+           "head_dim_v": MLA_DV,
            "page_size": MLA_PAGE, "dtype": "bf16", "fa_key": call.key, "fa_ms": t,
            "fa_cache_tbps": b * sk * MLA_D * 2 / (t * 1e-3) / 1e12,
            "fa_tflops": b * hq * sk * (MLA_D + MLA_DV) * 2 / (t * 1e-3) / 1e12,
@@ -235,7 +238,7 @@ def main():
     # its own in-memory cache: "defaults" still serves tuned entries a shared cache holds
     ctx_eq = fa.Context(tune_policy="defaults", cache_path=":memory:") if args.equal else None
     bw0 = copy_bandwidth()
-    print(f"device {dev}; copy bandwidth {bw0:.3f} TB/s; fa {_lib.library_path()}; timing: "
+    print(f"device {dev}; copy bandwidth {bw0:.3f} TB/s; fa {fa.library_path()}; timing: "
           f"{'CUDA graph replays' if args.graph else 'calls back to back'}", flush=True)
     rows = []
     for b in [int(x) for x in args.batches.split(",") if x]:
@@ -244,7 +247,8 @@ def main():
             k = torch.randn(b, sk, HKV, D, dtype=torch.bfloat16, device="cuda")
             v = torch.randn(b, sk, HKV, D, dtype=torch.bfloat16, device="cuda")
             kv_bytes = 2 * b * sk * HKV * D * 2
-            row = {"batch": b, "seqlen_k": sk, "heads_q": HQ, "heads_kv": HKV, "head_dim": D, "dtype": "bf16"}
+            row = {"kind": "gqa", "batch": b, "seqlen_k": sk, "heads_q": HQ, "heads_kv": HKV, "head_dim": D,
+                   "dtype": "bf16"}
             o = torch.empty(b, 1, HQ, D, dtype=torch.bfloat16, device="cuda")
             call = FaDecode(ctx, q, k, v, o)
             row["fa_key"] = call.key
@@ -319,9 +323,10 @@ def main():
                 mla_rows.append(mla_cell(ctx, b, sk, hq, args))
                 print(json.dumps(mla_rows[-1]), flush=True)
     bw1 = copy_bandwidth()
-    out = {"device": dev, "host": platform.node(), "timing": "graph" if args.graph else "calls", "torch": torch.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-           "copy_bandwidth_tbps": [bw0, bw1], "rows": rows, "mla_rows": mla_rows}
-    Path(args.json).write_text(json.dumps(out, indent=1))
+    timing = "CUDA-graph replays (device time)" if args.graph else "calls back to back"
+    doc = result_schema.document("bench_decode", rows + mla_rows, args=vars(args),
+                                 extra={"timing": timing, "copy_bandwidth_tbps": [bw0, bw1]})
+    result_schema.write(args.json, doc)
     print(f"copy bandwidth {bw0:.3f} / {bw1:.3f} TB/s (before / after)")
     print(f"{'batch':>5} {'keys':>7} {'fa ms':>8} {'FA2 ms':>8} {'cuDNN ms':>8} {'fa/best':>7} {'fa TB/s':>7} "
           f"{'p16 ms':>8} {'p64 ms':>8} {'eq ms':>8} {'p16 eq':>7} {'p64 eq':>7}")

@@ -16,7 +16,6 @@ pairs (paired_ratio: the host's drift between rounds cancels).
 --json PATH writes every figure; the table goes to stdout."""
 import argparse
 import concurrent.futures
-import json
 import os
 import random
 import sqlite3
@@ -33,6 +32,7 @@ import fa  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_peers import event_times  # noqa: E402
+import result_schema  # noqa: E402
 
 H, D, DT = 16, 128, torch.bfloat16
 
@@ -171,9 +171,7 @@ def main():
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     import torch._dynamo as dynamo
     dynamo.config.cache_size_limit = 1024
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": [], "first_call": {},
-           "new_lengths": {}, "fa_tune_policy": os.environ.get("FA_TUNE_POLICY"),
-           "fa_mask_cache_mb": os.environ.get("FA_MASK_CACHE_MB")}
+    res = {"rows": [], "first_call": {}, "new_lengths": {}}
     flex = torch.compile(flex_attention, dynamic=True)
     if args.bwd:
         res["backward"] = True
@@ -182,8 +180,10 @@ def main():
         if not args.skip_first_call:
             first_calls(res, flex_attention, create_block_mask)
         timings(res, args, flex, flex_attention, create_block_mask)
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1))
+    if args.json:  # bench/results/SCHEMA.md
+        extra = {k: v for k, v in res.items() if k != "rows" and v}
+        doc = result_schema.document("bench_mods", res["rows"], args=vars(args), extra=extra)
+        result_schema.write(args.json, doc)
 
 
 def first_calls(res, flex_attention, create_block_mask):

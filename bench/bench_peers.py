@@ -20,7 +20,6 @@ fast but wrong kernel shows.
 import argparse
 import gc
 import itertools
-import json
 import math
 import os
 import platform
@@ -38,6 +37,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import fa  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+import result_schema  # noqa: E402
 
 CONTENDERS = ["fa", "FA2", "cuDNN", "efficient", "flex"]
 SDPA_BACKENDS = {"FA2": "FLASH_ATTENTION", "cuDNN": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
@@ -500,11 +502,9 @@ def main(argv=None):
     written = plots(rows, Path(args.out), directions)
     for path in written:
         print(f"wrote {path}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump({"header": header_lines(), "args": vars(args), "host_us": overhead, "rows": rows}, fh,
-                      indent=1)
+    if args.json:  # bench/results/SCHEMA.md
+        doc = result_schema.document("bench_peers", rows, args=vars(args), extra={"host_us": overhead})
+        result_schema.write(args.json, doc)
         print(f"wrote {args.json}")
     return 0
 

@@ -6,7 +6,7 @@ loop of each moved by up to 50% between runs on the same machine, hence the roun
 time per call is <= FA2's (the issue 19 goal), 1 otherwise, 0 with "skipped" when torch, a GPU or the library is
 missing.
 
-  FA_LIBRARY=build/lib/libfa.so PYTHONPATH=python python3 bench/host_overhead.py [--calls N] [--rounds R]
+  FA_LIBRARY=build/lib/libfa.so PYTHONPATH=python python3 bench/host_overhead.py [--calls N] [--rounds R] [--json F]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=5000, help="calls per contender per round")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--profile", action="store_true", help="also print where fa.attention's host time goes (cProfile)")
+    ap.add_argument("--json", help="write the figures to this file (bench/results/SCHEMA.md)")
     args = ap.parse_args()
     try:
         import torch
@@ -86,6 +87,11 @@ def main() -> int:
         print(f"  {label:14s} {med[n]:7.2f} us/call enqueue, median of rounds (min {min(times[n]):.2f}, max "
               f"{max(times[n]):.2f}; rounds {' '.join(f'{x:.1f}' for x in times[n])})")
     print(f"  fa / FA2 host time {med['fa'] / med['FA2']:.2f}x (medians) -> {'PASS' if ok else 'FAIL'} (goal: fa <= FA2)")
+    if args.json:
+        import result_schema  # bench/: the one result layout
+        rows = [{"contender": n, "dtype": "bf16", "d": 128, "causal": True, "b": 1, "sq": 64, "sk": 64, "h": 1,
+                 "us_per_call": med[n], "us_min": min(times[n]), "rounds_us": times[n]} for n in ("fa", "FA2")]
+        result_schema.write(args.json, result_schema.document("host_overhead", rows, args=vars(args)))
     if args.profile:
         import cProfile
         import pstats

@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import result_schema  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
@@ -257,9 +259,22 @@ def main():
         f"{r['world']} GPUs at {s['tokens']}: efficiency fwd+bwd {s['eff_fwd_bwd']:.2f}, fwd {s['eff_fwd']:.2f}"
         for r in report["worlds"] for s in r["speed"]), flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        write_result(args, report)
     return 1 if fails else 0
+
+
+def write_result(args, report):
+    """bench/results/SCHEMA.md: a row per (GPUs, tokens) with its times and efficiencies; the checks in extra."""
+    rows = [dict(gpus=1, **s, eff_fwd=1.0, eff_fwd_bwd=1.0) for s in report["one_gpu"]]
+    rows += [dict(gpus=r["world"], **s) for r in report["worlds"] for s in r["speed"]]
+    extra = {"heads": args.heads, "dim": args.dim, "iters": args.iters,
+             "checks": [dict(world=r["world"], **r["check"]) for r in report["worlds"]],
+             "wall_s": {str(r["world"]): r["wall_s"] for r in report["worlds"]}}
+    doc = result_schema.document("ring_scale", rows, args=vars(args), extra=extra,
+                                 gpu_count=max(args.worlds) if not args.cpu else 1)
+    if args.cpu:
+        doc["gpu"] = "cpu (gloo)"
+    result_schema.write(args.json, doc)
 
 
 if __name__ == "__main__":

@@ -34,8 +34,8 @@ struct Semantic {
   const Family* family = nullptr;  // which kernel family (registered in family.h's registry)
   int arch = 80;          // SM version: 80, 86, 89, 90 (90 compiles for sm_90a)
   int dtype = kFp16;
-  int head_dim = 128;     // of q, k: multiple of 8 in [8, 256]
-  int head_dim_v = 128;   // of v, o
+  int head_dim = 128;     // of q, k: multiple of 8 in [8, kMaxHeadDim] (head_dim_ok; families cover less)
+  int head_dim_v = 128;   // of v, o: multiple of 8 in [8, kMaxHeadDimV]
   int mask = kMaskNone;
   bool has_bias = false;
   bool has_alibi = false;

@@ -18,6 +18,7 @@
 #include "runtime/serial_worker.h"
 #include "runtime/log.h"
 #include "runtime/mask_cache.h"
+#include "runtime/pinned_tunables.h"
 #include "runtime/plan_cache.h"
 #include "runtime/status.h"
 
@@ -84,6 +85,8 @@ struct fa_context_s {
   // runtime/serial_worker.h; null when $FA_PREFETCH=0 or without a device).
   bool prefetch_enabled = true;
   std::unique_ptr<fa::rt::SerialWorker> prefetch;
+  // $FA_PIN_TUNABLES: per-family tunables the chooser takes before anything else (runtime/pinned_tunables.h).
+  fa::rt::PinnedTunables pinned;
   // fa_context_create's own cost, split (bench/tuning_figures [2]): binding the device (driver table, cuInit,
   // primary context: the part any CUDA process pays once) and opening the cache store (SQLite open, checks).
   double create_bind_ms = 0, create_store_ms = 0;

@@ -4,8 +4,8 @@
 # each; goal: the GPUs' wall time within 15% of one GPU's / GPU count), then bench/ring_scale.py (fa.ring over NCCL
 # against single-GPU fa: agreement, then scaling efficiency at long totals; goal >= 0.85 at 4 GPUs). NVLink
 # multicast stays off (the device image's NCCL_NVLS_ENABLE=0 and friends, set again here). Output under $OUT; a
-# summary prints last. Session 20 ran these steps by hand as calls 7-8, before this file (bench/README.md, "Issue 23
-# on 4 H200s").
+# summary prints last. Session 20 ran these steps by hand as calls 7-8, before this file (docs/design_notes.md, "Several
+# GPUs").
 #   scripts/device_multi_gpu.sh      knobs: BUILD (build-dev), GRID (fa-tune grid flags), WORLDS (2,4),
 #                                    TOKENS (131072,524288), ITERS (2)
 set -u

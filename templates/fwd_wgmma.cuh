@@ -110,10 +110,10 @@ constexpr bool kSparse = fa_cfg::kHasMaskMod;  // visit the key blocks mask_bloc
 constexpr bool kMasked = fa_cfg::kMask != 0 || fa_cfg::kHasMaskMod;  // query blocks in reverse: longest first
 constexpr bool kEarlyQ = kSparse && !kPersist;  // the producer issues Q before it walks the tile's classes
 // Per-consumer trimming of the band (built-in masks and rows past the sequence; kSparse walks classes instead): a
-// consumer skips the blocks none of its 64 rows sees. Compiled where kBlockM > kBlockN, the tiles whose consumers
-// skip whole blocks on every causal diagonal; with kBlockM <= kBlockN they skip only on diagonals that are not
-// block-aligned and in a sequence's last tile, and the per-tile bookkeeping cost 1-2% on aligned causal tiles (H200
-// A/B, bench/README.md). (Computing the first block a consumer needs over half the keys when they fit there, with a
+// consumer skips the blocks none of its 64 rows sees. Compiled where kBlockM > kBlockN, the tiles whose consumers skip
+// whole blocks on every causal diagonal; with kBlockM <= kBlockN they skip only on diagonals that are not block-aligned
+// and in a sequence's last tile, and the per-tile bookkeeping cost 1-2% on aligned causal tiles (H200 A/B,
+// docs/design_notes.md). (Computing the first block a consumer needs over half the keys when they fit there, with a
 // wgmma of N = kBlockN / 2, made ptxas serialize the wgmma pipeline in every form tried: a branch between the two
 // GEMMs, a guard predicate on the upper half's, a separate accumulator array.)
 constexpr bool kTrim = !kSparse && kBM > kBN;

@@ -11,8 +11,9 @@ namespace fa::tune {
 rt::Status run_job_on_device(fa_context c, const BackgroundJob& job, const TuneOptions& base,
                              const std::function<bool()>& cancelled, TuneOutcome* out) {
   if (!c->has_device) return rt::error(FA_ERROR_NO_DEVICE, c->no_device_reason);
-  if (job.p.varlen || job.p.backward)
-    return rt::error(FA_ERROR_NOT_SUPPORTED, "background tuning covers fixed-length forward problems only");
+  if (job.p.varlen || job.p.backward || job.p.mods != nullptr)
+    return rt::error(FA_ERROR_NOT_SUPPORTED,
+                     "background tuning covers fixed-length forward problems without user code only");
   rt::relax_capture_mode_of_this_thread(*c->drv);
   GridPoint g;
   g.desc = job.p;
@@ -26,10 +27,12 @@ rt::Status run_job_on_device(fa_context c, const BackgroundJob& job, const TuneO
   gen::ProblemDesc vd;
   st = rt::validate_forward(&in, &vp, &vd);
   if (!st.ok()) return st;
+  vd.sm_count = job.p.sm_count;  // split-KV plans size by the device, as the call's did (api/forward.cpp)
   // The buffers must reach the same kernel family and tuning key as the call that queued the job.
   const gen::Semantic s = gen::select_forward(vd, c->arch);
   if (s.family == nullptr || tuning_key(s, vd) != job.key)
-    return rt::error(FA_ERROR_INTERNAL, "background tuning: private buffers give another key than " + job.key);
+    return rt::error(FA_ERROR_INTERNAL, "background tuning: private buffers give the key " +
+                                            (s.family ? tuning_key(s, vd) : std::string("(none)")) + ", not " + job.key);
   TuneOptions o = base;
   o.cancelled = cancelled;
   return tune(c, s, vd, dp->request(vp, vd), o, out);

@@ -125,6 +125,13 @@ bool TuningChooser::lookup(fa_context c, const gen::Semantic& s, const gen::Prob
 
 rt::Status TuningChooser::choose(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p,
                                  const rt::TuneRequest* tune, gen::Tunables* out) {
+  if (!c->pinned.empty()) {  // $FA_PIN_TUNABLES: before memory, SQLite and tuning; an invalid pin fails the call
+    bool pinned = false;
+    rt::Status st = rt::pinned_for_call(c->pinned, s, p, c->limits, &pinned, out);
+    if (!st.ok() || pinned) return st;
+    c->info(std::string("tuner: FA_PIN_TUNABLES pins no tunables of ") + s.family->name + ", which runs this call",
+            std::string("pin-miss:") + s.family->name);
+  }
   const std::string key = tuning_key(s, p);
   if (lookup(c, s, p, key, out)) return rt::Status::Ok();
   if (c->tune_policy == FA_TUNE_REQUIRE_TUNED) {
@@ -140,9 +147,14 @@ rt::Status TuningChooser::choose(fa_context c, const gen::Semantic& s, const gen
   }
   const bool in_background = first_use && tune != nullptr && c->tune_policy == FA_TUNE_ON_FIRST_USE &&
                              !tune->synchronous && !p.backward && (c->has_device || runner_injected);
-  if (in_background && p.varlen) {
-    c->info("tuner: " + key + " is a varlen problem: the background tuner times fixed lengths only, so it runs at "
-            "its defaults (fa_prepare or fa-tune tune it)", key);
+  // What the background tuner cannot stand in for with buffers of its own: varlen (it times fixed lengths) and
+  // user code (its buffers are the caller's, which may be gone by the time the job runs).
+  const bool no_private_buffers = p.varlen || p.mods != nullptr;
+  if (in_background && no_private_buffers) {
+    c->info("tuner: " + key + (p.varlen ? " is a varlen problem: the background tuner times fixed lengths only"
+                                        : " reads user code's buffers, which the background tuner does not have") +
+                ", so it runs at its defaults (fa_prepare tunes it with the call's buffers)",
+            key);
     tune = nullptr;
   }
   if (c->tune_policy == FA_TUNE_DEFAULTS_ONLY || tune == nullptr) {
@@ -150,7 +162,7 @@ rt::Status TuningChooser::choose(fa_context c, const gen::Semantic& s, const gen
     rt::Status st = defaults_for(c, s, p, out);
     // DEFAULTS_ONLY never tunes: remember the defaults, so later calls skip the database query (a cache miss cost
     // a SQLite query on every call). Capture under ON_FIRST_USE does not: the next call outside capture tunes.
-    if (st.ok() && (c->tune_policy == FA_TUNE_DEFAULTS_ONLY || (in_background && p.varlen))) {
+    if (st.ok() && (c->tune_policy == FA_TUNE_DEFAULTS_ONLY || (in_background && no_private_buffers))) {
       std::lock_guard<std::mutex> lock(mu_);
       memory_[key] = *out;
     }

@@ -1,5 +1,7 @@
 // chooser.h -- the context's TunableChooser: the tune policy over an in-memory map, cache_db and the tuner.
 //
+//   $FA_PIN_TUNABLES names s's family   -> the pin if the validity predicate admits it for the call, else
+//                                          FA_ERROR_INVALID_ARGUMENT (runtime/pinned_tunables.h); nothing remembered
 //   memory map hit                      -> that entry (any policy)
 //   cache_db best row for the key       -> that entry, remembered in memory
 //   FA_TUNE_REQUIRE_TUNED               -> FA_ERROR_NOT_TUNED

@@ -12,6 +12,7 @@
 #include "runtime/driver.h"
 #include "runtime/launch.h"
 #include "runtime/validate.h"
+#include "tuner/problem_layout.h"
 
 namespace fa::tune {
 
@@ -130,69 +131,37 @@ rt::Status DeviceProblem::create(fa_context c, const GridPoint& g, std::unique_p
   CUresult r = d.cuStreamCreateWithPriority(&dp->stream_, CU_STREAM_NON_BLOCKING, least);
   if (r != CUDA_SUCCESS) return rt::error(FA_ERROR_DRIVER, rt::driver_error(d, "cuStreamCreate", r));
   const size_t es = rt::dtype_size(p.dtype);
-  const size_t nq = static_cast<size_t>(p.batch) * p.seqlen_q * p.heads_q * p.head_dim;
-  const size_t nk = static_cast<size_t>(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim;
-  const size_t nv = static_cast<size_t>(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim_v;
-  const size_t no = static_cast<size_t>(p.batch) * p.seqlen_q * p.heads_q * p.head_dim_v;
-  const size_t nlse = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q;
-  CUdeviceptr q = 0, k = 0, v = 0, o = 0, lse = 0, bias = 0, alibi = 0;
+  const ProblemLayout l = problem_layout(p);
+  ProblemBuffers b;
   rt::Status st;
-  for (auto [ptr, bytes] : {std::pair<CUdeviceptr*, size_t>{&q, nq * es}, {&k, nk * es}, {&v, nv * es}, {&o, no * es},
-                            {&dp->o_ref_, no * es}, {&lse, nlse * 4}, {&dp->lse_ref_, nlse * 4}}) {
+  for (auto [ptr, bytes] : {std::pair<CUdeviceptr*, size_t>{&b.q, l.q * es}, {&b.k, l.k * es}, {&b.v, l.v * es},
+                            {&b.o, l.o * es}, {&dp->o_ref_, l.o * es}, {&b.lse, l.lse * 4}, {&dp->lse_ref_, l.lse * 4},
+                            {&b.bias, l.bias * es}, {&b.alibi, l.alibi * 4}, {&b.seqused, l.seqused * 4},
+                            {&b.block_table, l.block_table * 4}}) {
+    if (bytes == 0) continue;  // absent from this problem
     st = dp->alloc(bytes, ptr);
     if (!st.ok()) return st;
   }
-  dp->o_elems_ = no;
-  if (!(st = dp->fill_random(q, nq, p.dtype, 1)).ok() || !(st = dp->fill_random(k, nk, p.dtype, 2)).ok() ||
-      !(st = dp->fill_random(v, nv, p.dtype, 3)).ok())
+  dp->o_elems_ = l.o;
+  if (!(st = dp->fill_random(b.q, l.q, p.dtype, 1)).ok() || !(st = dp->fill_random(b.k, l.k, p.dtype, 2)).ok() ||
+      (l.v != 0 && !(st = dp->fill_random(b.v, l.v, p.dtype, 3)).ok()) ||
+      (l.bias != 0 && !(st = dp->fill_random(b.bias, l.bias, p.dtype, 4)).ok()))
     return st;
-  if (p.has_bias) {
-    const size_t nb = static_cast<size_t>(p.seqlen_q) * p.seqlen_k;
-    if (!(st = dp->alloc(nb * es, &bias)).ok() || !(st = dp->fill_random(bias, nb, p.dtype, 4)).ok()) return st;
-  }
-  if (p.has_alibi) {
-    std::vector<float> slopes(static_cast<size_t>(p.heads_q));
-    for (int h = 0; h < p.heads_q; ++h) slopes[static_cast<size_t>(h)] = std::exp2(-8.0f * static_cast<float>(h + 1) / static_cast<float>(p.heads_q));
-    if (!(st = dp->alloc(slopes.size() * 4, &alibi)).ok()) return st;
-    r = d.cuMemcpyHtoD(alibi, slopes.data(), slopes.size() * 4);
-    if (r != CUDA_SUCCESS) return rt::error(FA_ERROR_DRIVER, rt::driver_error(d, "cuMemcpyHtoD", r));
-  }
-  fa_params& fp = dp->params_;
-  fa_params_init(&fp);
-  fp.dtype = p.dtype;
-  fp.batch = p.batch;
-  fp.seqlen_q = p.seqlen_q;
-  fp.seqlen_k = p.seqlen_k;
-  fp.heads_q = p.heads_q;
-  fp.heads_kv = p.heads_kv;
-  fp.head_dim = p.head_dim;
-  fp.head_dim_v = p.head_dim_v;
-  auto bshd = [](int64_t s, int64_t h, int64_t dim, int64_t* sb, int64_t* ss, int64_t* sh) {
-    *sh = dim;
-    *ss = h * dim;
-    *sb = s * h * dim;
+  auto upload = [&](CUdeviceptr dst, const void* src, size_t bytes) {
+    if (bytes == 0) return rt::Status::Ok();
+    CUresult cr = d.cuMemcpyHtoD(dst, src, bytes);
+    return cr == CUDA_SUCCESS ? rt::Status::Ok() : rt::error(FA_ERROR_DRIVER, rt::driver_error(d, "cuMemcpyHtoD", cr));
   };
-  fp.q = reinterpret_cast<const void*>(q);
-  bshd(p.seqlen_q, p.heads_q, p.head_dim, &fp.q_stride_batch, &fp.q_stride_seq, &fp.q_stride_head);
-  fp.k = reinterpret_cast<const void*>(k);
-  bshd(p.seqlen_k, p.heads_kv, p.head_dim, &fp.k_stride_batch, &fp.k_stride_seq, &fp.k_stride_head);
-  fp.v = reinterpret_cast<const void*>(v);
-  bshd(p.seqlen_k, p.heads_kv, p.head_dim_v, &fp.v_stride_batch, &fp.v_stride_seq, &fp.v_stride_head);
-  fp.o = reinterpret_cast<void*>(o);
-  bshd(p.seqlen_q, p.heads_q, p.head_dim_v, &fp.o_stride_batch, &fp.o_stride_seq, &fp.o_stride_head);
-  fp.mask = p.mask;
-  fp.window_left = p.win_left;
-  fp.window_right = p.win_right;
-  if (p.has_bias) {
-    fp.bias = reinterpret_cast<const void*>(bias);
-    fp.bias_stride_batch = 0;
-    fp.bias_stride_head = 0;
-    fp.bias_stride_q = p.seqlen_k;
-    fp.bias_stride_k = 1;
-  }
-  if (p.has_alibi) fp.alibi_slopes = reinterpret_cast<const float*>(alibi);
-  fp.softcap = g.softcap;
-  fp.lse = reinterpret_cast<float*>(lse);
+  std::vector<float> slopes(l.alibi);
+  for (size_t h = 0; h < slopes.size(); ++h)
+    slopes[h] = std::exp2(-8.0f * static_cast<float>(h + 1) / static_cast<float>(p.heads_q));
+  const std::vector<int32_t> used(l.seqused, p.seqlen_k);  // every sequence uses the bucket's key count
+  const std::vector<int32_t> table = block_table_contents(l, 5);
+  if (!(st = upload(b.alibi, slopes.data(), slopes.size() * 4)).ok() ||
+      !(st = upload(b.seqused, used.data(), used.size() * 4)).ok() ||
+      !(st = upload(b.block_table, table.data(), table.size() * 4)).ok())
+    return st;
+  dp->params_ = problem_params(p, g.softcap, l, b);
   *out = std::move(dp);
   return rt::Status::Ok();
 }

@@ -6,19 +6,19 @@
 // 256 MiB cuMemsetD8Async of a scratch buffer allocated once per timer, i.e. per tuning session); the result is the
 // median.
 // With burst > 1 a timed run is `burst` launches back to back between its two events (after the flush, if any) and
-// reads the mean per launch: the steady state in which a model runs its layers and benchmarks time kernels. The
-// finals time that way, unflushed: on the H200 (bf16 d 128 causal, 4k) single flushed launches ranked a persistent
-// point 4% ahead of the default, which ran 6% ahead of it back to back, and flushed bursts still read non-persistent
-// points 2-3% slow against the benchmarks' calls (tuner.cpp, run_finals). (Bursts in the first pass too, flushed in
-// session 16 and unflushed in session 17, picked worse points: bench/README.md.) Long timing runs hold the GPU at its
-// power cap (H200: 1680-1740 MHz against 1980 at boost), where a benchmark's short bursts are not: bench/README.md,
-// session 17. At the cap points that differ at boost read alike (H200, session 19: bf16 d 128 causal 1k / 2k, the
+// reads the mean per launch: the steady state in which a model runs its layers and benchmarks time kernels. The finals
+// time that way, unflushed: on the H200 (bf16 d 128 causal, 4k) single flushed launches ranked a persistent point 4%
+// ahead of the default, which ran 6% ahead of it back to back, and flushed bursts still read non-persistent points 2-3%
+// slow against the benchmarks' calls (tuner.cpp, run_finals). (Bursts in the first pass too, flushed in session 16 and
+// unflushed in session 17, picked worse points: docs/design_notes.md.) Long timing runs hold the GPU at its power cap
+// (H200: 1680-1740 MHz against 1980 at boost), where a benchmark's short bursts are not: docs/design_notes.md,
+// "Measuring". At the cap points that differ at boost read alike (H200, session 19: bf16 d 128 causal 1k / 2k, the
 // non-persistent point ran 10-15% ahead of the persistent one in bursts at boost; timed back to back for seconds, at
-// 1545-1965 MHz under the cap, the two read within 3%), so ranking at the cap picked the persistent point and cost
-// the boost regime that much. Hence `idle_ratio`: after each timed run the timer waits for it and leaves the GPU idle
-// for idle_ratio times the run's time (the host sleeps), holding the GPU's average power under its cap so that every
-// run starts at boost clocks, as a benchmark's cell does. The budget covers the idle time too (reps = budget /
-// (estimate * (1 + idle_ratio)): timed_reps), so tuning takes as long as before with fewer, cooler runs.
+// 1545-1965 MHz under the cap, the two read within 3%), so ranking at the cap picked the persistent point and cost the
+// boost regime that much. Hence `idle_ratio`: after each timed run the timer waits for it and leaves the GPU idle for
+// idle_ratio times the run's time (the host sleeps), holding the GPU's average power under its cap so that every run
+// starts at boost clocks, as a benchmark's cell does. The budget covers the idle time too (reps = budget / (estimate *
+// (1 + idle_ratio)): timed_reps), so tuning takes as long as before with fewer, cooler runs.
 #pragma once
 
 #include <memory>

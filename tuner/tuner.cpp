@@ -203,15 +203,15 @@ bool time_candidate(Timer& timer, const gen::KernelConfig& cfg, const rt::TuneRe
 }
 
 // Finals. The first pass times one candidate after another in a fixed order, so drift in between (clocks, power,
-// temperature, a co-tenant) can decide a close race. On H100 (d 128 forward, 16k, 2026-11-23) the first pass put
-// the top eight tiles within 2% for fp16 and picked 128 x 128 x 8 warps, which then ran 7% behind FA2 in the
-// benchmark, while bf16 picked 128 x 64 x 4. So the fastest few of the first pass and the default are re-timed in
-// rounds that visit each in turn (the order rotating, so drift reaches all of them alike), and a finalist's figure
-// becomes the median of its round times. The others become "eliminated" (their first-pass time kept): best() reads
-// only "ok" rows, so it returns the finals' winner. A finals run is a burst of launches back to back (timer.h), as
-// models and benchmarks run them, without an L2 flush: on the H200 (bf16 causal d 64 / 128, 512-4k;
-// bench/tune_timing_probe.cpp) flushed bursts read non-persistent points 2-3% slower than unflushed calls back to
-// back or fa_run calls, and persistent ones as fast or faster, enough to flip the close races the finals decide. The
+// temperature, a co-tenant) can decide a close race. On H100 (d 128 forward, 16k, 2026-11-23) the first pass put the
+// top eight tiles within 2% for fp16 and picked 128 x 128 x 8 warps, which then ran 7% behind FA2 in the benchmark,
+// while bf16 picked 128 x 64 x 4. So the fastest few of the first pass and the default are re-timed in rounds that
+// visit each in turn (the order rotating, so drift reaches all of them alike), and a finalist's figure becomes the
+// median of its round times. The others become "eliminated" (their first-pass time kept): best() reads only "ok" rows,
+// so it returns the finals' winner. A finals run is a burst of launches back to back (timer.h), as models and
+// benchmarks run them, without an L2 flush: on the H200 (bf16 causal d 64 / 128, 512-4k;
+// bench/probes/tune_timing_probe.cpp) flushed bursts read non-persistent points 2-3% slower than unflushed calls back
+// to back or fa_run calls, and persistent ones as fast or faster, enough to flip the close races the finals decide. The
 // first pass keeps single flushed launches (cheaper over the whole space).
 void run_finals(const std::vector<gen::KernelConfig>& configs, const TuneOptions& o, const TimingPlan& first,
                 double budget, Timer& timer, const rt::TuneRequest& req, TuneOutcome* out) {

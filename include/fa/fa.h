@@ -32,6 +32,25 @@
  * Bias has the dtype of q and is indexed bias[b*sb + h*sh + i*sq + j*sk] with i, j local to the sequence; a stride
  * of 0 broadcasts over batch or heads. LSE (float32) is [batch, heads_q, seqlen_q] contiguous, or in varlen mode
  * [heads_q, total_q] (index h*total_q + cu_seqlens_q[b] + i), as FlashAttention stores it.
+ *
+ * Extents. Pointers carry no size, so the library checks what its fields say and nothing more, as cuDNN does for its
+ * tensor descriptors. Every call checks: the pointers it needs non-NULL and aligned (to the element size; int32 arrays,
+ * alibi_slopes and lse to 4 bytes, a workspace to 256); the dims in range (batch, heads_q a multiple of heads_kv, head
+ * dims, page_size, num_splits, mask and window); each stride >= 0 with its largest offset below 2^60 elements; no two
+ * elements of one of q, k, v, o, dout, dq, dk, dv at one address (a stride of 0 only on a dim of extent 1; sorted by
+ * stride, each stride at least the span of the dims inside it, e.g. k_stride_head >= head_dim); the outputs o, lse (dq,
+ * dk, dv; a merge's o and lse) not overlapping the inputs, over the spans those dims and strides give; in varlen mode
+ * total_q >= max_seqlen_q and total_k >= max_seqlen_k; with a block table, block_table_stride >= the pages seqlen_k
+ * needs. The rest is the caller's to keep, because nothing in a pointer tells it: each allocation covers what the
+ * fields describe at their strides -- q, o (and dout, dq) batch x seqlen_q x heads_q x head_dim (head_dim_v for o,
+ * dout; total_q tokens in varlen mode), k, v (dk, dv) batch x seqlen_k x heads_kv (a paged cache: num_pages x page_size
+ * x heads_kv), bias batch x heads_q x seqlen_q x seqlen_k, alibi_slopes heads_q floats, lse as above, cu_seqlens
+ * batch+1 entries, seqused_k batch entries, block_table batch rows of block_table_stride entries, a merge's parts
+ * num_parts x batch x heads x seqlen (x head_dim); and what the device reads from memory: cu_seqlens non-decreasing
+ * from 0, cu_seqlens[batch] <= total, no sequence longer than its max_seqlen (seqused_k is clamped to [0, seqlen_k] and
+ * block-table entries outside [0, num_pages) are masked, so any values are safe). A field that overstates its tensor
+ * reads or writes past the allocation. The Python package checks every relation between its tensors' shapes before it
+ * fills these structs (python/fa/shape_rules.py).
  */
 #ifndef FA_FA_H
 #define FA_FA_H
@@ -240,7 +259,8 @@ typedef struct fa_params {
   int32_t head_dim;     /* of q and k: a multiple of 8 in [8, 576] (above 256: forward only; MLA is 576) */
   int32_t head_dim_v;   /* of v and o: a multiple of 8 in [8, 512]; 0 means head_dim (above 256: forward only) */
 
-  /* Device pointers, aligned to the element size; strides in elements, >= 0. The fast kernel families (fwd_mma,
+  /* Device pointers, aligned to the element size; strides in elements, >= 0 (what is checked and what is the
+   * caller's to keep: "Extents" at the top). The fast kernel families (fwd_mma,
    * and bwd_mma in the backward) need more: q, k, v, o (bias; dout, dq, dk, dv) pointers 16-byte aligned, their
    * batch / seq / head strides multiples of 16 bytes (8 fp16 / bf16 elements), and bias_stride_k == 1. Otherwise the
    * reference kernels run: the same results, much slower ($FA_LOG=info says so once per problem class). On sm_90

@@ -7,6 +7,8 @@ fa.attention_with_kvcache / fa.prepare_kvcache (decode against a contiguous or p
 (partial results over disjoint key sets merged), fa.ring_attention (context parallelism over a torch.distributed
 group, module fa.ring) and the operators
 torch.ops.fa.attention_fwd / attention_bwd / attention_kvcache are available (set FA_NO_TORCH=1 to skip importing torch).
+Tensors that disagree raise fa.InvalidArgument naming both before anything runs: the rules, plain Python over shapes,
+are fa.shape_rules.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ device, mask, softcap, scale; with user code its bodies, scalars and each buffer
 holds the filled fa_params of the forward (its `mods` pointing at the entry's own fa_mods) and the filled
 fa_bwd_params per (dO strides, deterministic); a call of a known signature allocates, copies a struct, sets the data
 pointers and calls the library, in the forward and in the backward. The entry is made with every check of the full
-path (_op_args_fixed; a score_mod without its derivative is refused), and a buffer whose contents changed (a new
+path (op_args_fixed; a score_mod without its derivative is refused), and a buffer whose contents changed (a new
 epoch, mods.contents_epoch) makes a new one, as the inference path does (_mods_op.eager_mods). Problems the entry
 cannot describe (a last dim with a stride, an empty tensor) return None: the caller takes the generic path.
 """
@@ -18,8 +18,10 @@ import ctypes
 import torch
 
 from . import _structs as S
-from ._tensor_params import build_bwd_params, build_params, last_dim_contiguous
-from ._torch_ops import _device_index, _op_args_fixed, _stream_of, forward_outputs, run_filled
+from . import shape_rules as rules
+from ._tensor_params import build_bwd_params, last_dim_contiguous
+from ._torch_common import (call_key, device_index, fill_and_run, forward_outputs, op_args_fixed, run_filled,
+                            stream_of)
 from .context import default_context
 from .mods import _STRUCTS_MAX, contents_epoch, copy_struct, filled_struct
 
@@ -33,32 +35,6 @@ class _Entry:
     def __init__(self, rest, device, m, code, epoch):
         self.rest, self.fwd, self.bwd, self.device = rest, None, {}, device
         self.m, self.code, self.epoch = m, code, epoch
-
-
-def call_key(q, k, v, mods, causal, window, softcap, scale):
-    """(key, epoch) of an eager fixed-length bshd call: the raw arguments (shapes, strides, dtype, device, mask,
-    softcap, scale) and with user code its bodies, scalars and each buffer's address, dtype, shape and strides; the
-    buffers' contents epoch (mods.contents_epoch; 0 without a mask_mod). Keys the training step's entries here and
-    the inference call's (_mods_op.eager_mods)."""
-    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, causal,
-           None if window is None else tuple(window), softcap, scale)
-    if mods is None:
-        return key, 0
-    bufs = mods.buffers
-    key += (mods.mask_mod, mods.score_mod, mods.score_mod_grad, mods.depends, tuple(mods.scalars),
-            tuple(mods.iscalars), tuple([(t.data_ptr(), t.dtype, t.shape, t.stride()) for t in bufs]))
-    return key, contents_epoch(bufs) if mods.mask_mod is not None else 0
-
-
-def fill_and_run(q, k, v, o, lse, rest, m, device) -> bytes:
-    """An entry's first call: fa_params filled from the op arguments `rest` (every check made before), pointing at
-    the entry's fa_mods `m` (or None), run on the current stream of device index `device`; returns its bytes."""
-    p, held = build_params(q, k, v, o, lse, *rest)
-    if m is not None:
-        p.mods = ctypes.pointer(m)
-    default_context(device).run(p, _stream_of(device))
-    del held
-    return bytes(p)
 
 
 class _Step(torch.autograd.Function):
@@ -84,6 +60,7 @@ class _Step(torch.autograd.Function):
         if dout is None:  # o took no part in the loss
             return None, None, None, None, None
         q, k, v, o, lse, *bufs = ctx.saved_tensors
+        rules.grad_output(dout.shape, o.shape)
         ent = ctx.fa_entry
         dout = last_dim_contiguous(dout)
         dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -107,7 +84,7 @@ class _Step(torch.autograd.Function):
         bp = S.BwdParams.from_buffer_copy(blob)
         bp.fwd = ctypes.pointer(p)
         bp.dout, bp.dq, bp.dk, bp.dv = dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
-        default_context(ent.device).run_backward(bp, _stream_of(ent.device))
+        default_context(ent.device).run_backward(bp, stream_of(ent.device))
         del m
         return dq, dk, dv, None, None
 
@@ -115,9 +92,9 @@ class _Step(torch.autograd.Function):
 _ENTRIES: dict = {}
 
 
-def grad_step(q, k, v, mods, causal, window, softcap, scale):
+def grad_step(q, k, v, mods, causal, window, softcap, scale, want_lse=True):
     """(o, lse) of fa.attention(q, k, v, mods=mods, ...) under autograd (bshd, fixed length, no bias or ALiBi), or
-    None when the generic path must run it."""
+    None when the generic path must run it. LSE is written whatever want_lse says (the backward reads it)."""
     key, epoch = call_key(q, k, v, mods, causal, window, softcap, scale)
     ent = _ENTRIES.get(key)
     if ent is None or ent.epoch != epoch:
@@ -137,7 +114,7 @@ def _new_entry(q, k, v, mods, causal, window, softcap, scale, epoch):
                          "the body of d score_mod / d s at the same s (include/fa/fa.h, fa_mods)")
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         return None
-    q2, k2, v2, rest, _ = _op_args_fixed(q, k, v, causal, window, softcap, scale, "bshd")
+    q2, k2, v2, rest, _ = op_args_fixed(q, k, v, causal, window, softcap, scale, "bshd")
     if q2.numel() == 0 or k2.numel() == 0:
         return None
     m = code = None
@@ -145,4 +122,4 @@ def _new_entry(q, k, v, mods, causal, window, softcap, scale, epoch):
         filled = filled_struct(mods.mask_mod, mods.score_mod, mods.score_mod_grad, mods.buffers, mods.scalars,
                                mods.iscalars, mods.depends, q2.device)
         m, code = copy_struct(filled, epoch), filled[1]
-    return _Entry(rest, _device_index(q2.device), m, code, epoch)
+    return _Entry(rest, device_index(q2.device), m, code, epoch)

@@ -15,32 +15,23 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._tensor_params import build_params, check_like_q, last_dim_contiguous
-from ._torch_ops import _device_index, _stream
+from . import shape_rules as rules
+from ._tensor_params import build_params, check_devices, check_int32, last_dim_contiguous, shape_of
+from ._torch_common import device_index, mask_args, stream
 from .context import default_context
 
 
-def _check(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor],
-           block_table: Optional[Tensor]) -> None:
-    check_like_q(q, (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), 4,
-                 "[batch, seqlen, heads, head_dim] (paged cache: [num_pages, page_size, heads, head_dim])")
-    if k_cache.shape[:3] != v_cache.shape[:3]:
-        raise ValueError(f"fa: k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ before the head dim")
-    for name, t, rank in (("cache_seqlens", cache_seqlens, 1), ("block_table", block_table, 2)):
-        if t is not None and (t.dtype != torch.int32 or t.dim() != rank or t.device != q.device):
-            raise ValueError(f"fa: {name} must be a {rank}-D int32 tensor on {q.device}, got {t.dtype} "
-                             f"{tuple(t.shape)} on {t.device}")
-    batch = q.shape[0]
-    if cache_seqlens is not None and cache_seqlens.shape[0] != batch:
-        raise ValueError(f"fa: cache_seqlens must hold batch={batch} lengths, got {tuple(cache_seqlens.shape)}")
-    if block_table is None:
-        if k_cache.shape[0] != batch:
-            raise ValueError(f"fa: a contiguous k_cache must have batch={batch} rows, got {tuple(k_cache.shape)}")
-    else:
-        if block_table.shape[0] != batch:
-            raise ValueError(f"fa: block_table must have batch={batch} rows, got {tuple(block_table.shape)}")
-        if block_table.stride(1) != 1:
-            raise ValueError("fa: block_table rows must be contiguous")
+def check(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor], block_table: Optional[Tensor],
+          alibi_slopes: Optional[Tensor]) -> None:
+    """Every check of a KV-cache call before anything is allocated: fa.shape_rules.kvcache, dtypes, devices."""
+    rules.kvcache(q.shape, k_cache.shape, v_cache.shape, cache_seqlens=shape_of(cache_seqlens),
+                  block_table=shape_of(block_table), alibi_slopes=shape_of(alibi_slopes))
+    rules.same_dtype(("q", q.dtype), ("k_cache", k_cache.dtype), ("v_cache", v_cache.dtype))
+    check_devices(q, (("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens),
+                      ("block_table", block_table), ("alibi_slopes", alibi_slopes)))
+    check_int32((("cache_seqlens", cache_seqlens), ("block_table", block_table)))
+    if block_table is not None and block_table.stride(1) != 1:
+        rules.fail(f"block_table: column stride {block_table.stride(1)}; expected 1 (contiguous rows)")
 
 
 def _params(q, k_cache, v_cache, o, lse, cache_seqlens, block_table, alibi_slopes, mask, window_left, window_right,
@@ -67,6 +58,15 @@ def _params(q, k_cache, v_cache, o, lse, cache_seqlens, block_table, alibi_slope
 def _kvcache_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor],
                   block_table: Optional[Tensor], alibi_slopes: Optional[Tensor], mask: int, window_left: int,
                   window_right: int, softcap: float, scale: float, num_splits: int) -> Tuple[Tensor, Tensor]:
+    """fa::attention_kvcache: every check, then _run."""
+    check(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes)
+    return _run(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, mask, window_left, window_right,
+                softcap, scale, num_splits)
+
+
+def _run(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, mask, window_left, window_right, softcap,
+         scale, num_splits):
+    """(o, lse) of checked arguments: outputs allocated, fa_params filled, fa_run on the current stream."""
     q, k_cache, v_cache = last_dim_contiguous(q), last_dim_contiguous(k_cache), last_dim_contiguous(v_cache)
     o = torch.empty(q.shape[:3] + (v_cache.shape[3],), dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
@@ -76,7 +76,7 @@ def _kvcache_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Op
     p, keep = _params(q, k_cache, v_cache, o, lse, cache_seqlens, block_table, alibi_slopes, mask, window_left,
                       window_right, softcap, scale, num_splits)
     with torch.cuda.device(q.device):
-        default_context(_device_index(q.device)).run(p, _stream(q.device))
+        default_context(device_index(q.device)).run(p, stream(q.device))
     del keep
     return o, lse
 
@@ -93,13 +93,13 @@ def _attention_kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table, ali
 
 def _op_args(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, softcap, alibi_slopes, scale,
              num_splits):
-    from ._torch_ops import _mask_args
+    """The op's arguments of attention_with_kvcache's, every check made."""
+    check(q, k_cache, v_cache, None if isinstance(cache_seqlens, int) else cache_seqlens, block_table, alibi_slopes)
     if isinstance(cache_seqlens, int):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
-    _check(q, k_cache, v_cache, cache_seqlens, block_table)
     if alibi_slopes is not None and (alibi_slopes.dtype != torch.float32 or not alibi_slopes.is_contiguous()):
         alibi_slopes = alibi_slopes.to(torch.float32).contiguous()
-    mask, wl, wr = _mask_args(causal, window)
+    mask, wl, wr = mask_args(causal, window)
     return (q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, mask, wl, wr,
             float(softcap or 0.0), float(scale or 0.0), int(num_splits))
 
@@ -116,7 +116,7 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, *, cache
     if torch.compiler.is_compiling():
         o, lse = torch.ops.fa.attention_kvcache(*args)
     else:
-        o, lse = _kvcache_impl(*args)
+        o, lse = _run(*args)  # checked by _op_args
     return (o, lse) if return_lse else o
 
 
@@ -134,5 +134,5 @@ def prepare_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kwargs) -> No
     lse = torch.empty((q2.shape[0], q2.shape[2], q2.shape[1]), dtype=torch.float32, device=q2.device)
     p, keep = _params(q2, k2, v2, o, lse, *args[3:])
     with torch.cuda.device(q2.device):
-        default_context(_device_index(q2.device)).prepare(p)
+        default_context(device_index(q2.device)).prepare(p)
     del keep

@@ -5,7 +5,9 @@ Search order (the first that loads wins):
   2. libfa.so next to the package (fa/libfa.so, and the folder holding fa/)
   3. $FA_PREFIX/lib, $FA_PREFIX/lib64, $FA_PREFIX/lib/<multiarch>; and <prefix>/lib when the package sits in
      <prefix>/lib/pythonX.Y/site-packages
-  4. the build tree: <repo>/build/runtime/libfa.so, <repo>/build/libfa.so, <repo>/build/lib/libfa.so
+  4. the build tree, when the package is the checkout's python/fa (<repo>/include/fa/fa.h beside it):
+     <repo>/build/runtime/libfa.so, <repo>/build/libfa.so, <repo>/build/lib/libfa.so (an installed package has no
+     build tree: nothing is listed relative to site-packages)
   5. ctypes.util.find_library("fa")
 Loading is lazy (first use) and thread-safe; failure raises LibraryNotFoundError listing every place tried and is
 retried on the next call (so FA_LIBRARY can be set after import).
@@ -45,8 +47,9 @@ def candidate_paths() -> list[Path]:
     # <prefix>/lib/pythonX.Y/site-packages/fa  ->  <prefix>/lib/libfa.so
     if len(pkg.parents) >= 3 and pkg.parents[1].name.startswith("python"):
         out.append(pkg.parents[2] / _LIB_NAME)
-    repo = pkg.parent.parent  # python/fa -> repo root
-    out += [repo / "build" / "runtime" / _LIB_NAME, repo / "build" / _LIB_NAME, repo / "build" / "lib" / _LIB_NAME]
+    repo = pkg.parent.parent  # python/fa -> repo root, when this is the checkout
+    if (repo / "include" / "fa" / "fa.h").is_file():
+        out += [repo / "build" / "runtime" / _LIB_NAME, repo / "build" / _LIB_NAME, repo / "build" / "lib" / _LIB_NAME]
     seen, unique = set(), []
     for path in out:
         if path not in seen:

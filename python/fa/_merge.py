@@ -14,8 +14,9 @@ import torch
 from torch import Tensor
 
 from . import _lib
-from . import _structs as S
+from . import shape_rules as rules
 from ._tensor_params import dtype_code
+from ._torch_common import device_index, stream_of
 from .context import default_context
 
 
@@ -28,10 +29,8 @@ def merge_parts(part_o: Tensor, part_lse: Tensor, out: Tensor, lse_out: Optional
     """Merges parts laid out as fa_merge_partials takes them -- part_o [n, B, H, S, D] and part_lse [n, B, H, S],
     contiguous (float32 on CUDA) -- into out (any [B, S, H, D] view with a contiguous last dim: fp16 / bf16 / fp32 on
     CUDA) and lse_out ([B, H, S] contiguous float32, or None). Enqueued on the current stream on CUDA."""
+    rules.merge_parts(part_o.shape, part_lse.shape, out.shape, None if lse_out is None else lse_out.shape)
     n, B, H, Sq, D = part_o.shape
-    if tuple(part_lse.shape) != (n, B, H, Sq) or tuple(out.shape) != (B, Sq, H, D):
-        raise ValueError(f"fa: merge shapes disagree: part_o {tuple(part_o.shape)}, part_lse {tuple(part_lse.shape)}, "
-                         f"out {tuple(out.shape)}")
     if not part_o.is_cuda:
         o, lse = _merge_reference(part_o, part_lse)
         out.copy_(o.permute(0, 2, 1, 3))
@@ -51,9 +50,8 @@ def merge_parts(part_o: Tensor, part_lse: Tensor, out: Tensor, lse_out: Optional
     p.o = out.data_ptr()
     p.o_stride_batch, p.o_stride_seq, p.o_stride_head = out.stride(0), out.stride(1), out.stride(2)
     p.lse = lse_out.data_ptr() if lse_out is not None else None
-    from ._torch_ops import _device_index, _stream_of
-    index = _device_index(part_o.device)
-    default_context(index).merge_partials(p, _stream_of(index))
+    index = device_index(part_o.device)
+    default_context(index).merge_partials(p, stream_of(index))
 
 
 def _merge_reference(part_o: Tensor, part_lse: Tensor) -> tuple[Tensor, Tensor]:
@@ -81,14 +79,11 @@ def merge_attention(outs: Sequence[Tensor] | Tensor, lses: Sequence[Tensor] | Te
     """
     outs = list(outs.unbind(0)) if isinstance(outs, Tensor) else list(outs)
     lses = list(lses.unbind(0)) if isinstance(lses, Tensor) else list(lses)
-    if not outs or len(outs) != len(lses):
-        raise ValueError(f"fa: merge_attention needs as many LSEs as outputs (>= 1), got {len(outs)} and {len(lses)}")
-    B, Sq, H, D = outs[0].shape
-    for name, ts, shape in (("outs", outs, (B, Sq, H, D)), ("lses", lses, (B, H, Sq))):
+    rules.merge([t.shape for t in outs], [t.shape for t in lses])
+    for name, ts in (("outs", outs), ("lses", lses)):
         for i, t in enumerate(ts):
-            if tuple(t.shape) != shape or t.device != outs[0].device:
-                raise ValueError(f"fa: {name}[{i}] must be {shape} on {outs[0].device}, got {tuple(t.shape)} on "
-                                 f"{t.device}")
+            rules.match(f"{name}[{i}]", "device", t.device, "outs[0]", "device", outs[0].device)
+    B, Sq, H, D = outs[0].shape
     pd = _part_dtype(outs[0])
     part_o = torch.empty((len(outs), B, H, Sq, D), dtype=pd, device=outs[0].device)
     for i, o in enumerate(outs):

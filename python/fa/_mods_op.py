@@ -8,7 +8,7 @@ and cu_seqlens none). In eager mode the same implementations run under a plain a
 
 Host cost: the fa_mods struct of a signature is filled once (mods.mods_struct; each call copies it and sets the
 contents' epoch that keys the library's classification cache), and a fixed-length forward without bias or ALiBi
-keeps its filled fa_params per signature as the plain forward does (_torch_ops._cached_forward). fa.attention's
+keeps its filled fa_params per signature as the plain forward does (_torch_common.cached_forward). fa.attention's
 eager inference call (eager_mods) keeps one entry per signature holding both, and writes LSE only when asked.
 """
 
@@ -19,10 +19,9 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._tensor_params import build_params, last_dim_contiguous, output_shapes
-from ._torch_ops import (_cached_forward, _device_index, _op_args_fixed, eager_function, forward_outputs,
-                         run_backward, run_filled, run_forward)
-from ._grad_step import call_key, fill_and_run
+from ._tensor_params import last_dim_contiguous, output_shapes
+from ._torch_common import (cached_forward, call_key, device_index, eager_function, fill_and_run, forward_outputs,
+                            op_args_fixed, run_backward, run_filled, run_forward, signature)
 from .mods import _STRUCTS_MAX, Mods, copy_struct, filled_struct, mods_struct
 
 
@@ -127,16 +126,15 @@ _EagerModsAttention = eager_function(_mods_impl, _mods_bwd_impl, _setup_context,
 
 
 def _params_key(q, k, v, rest) -> tuple:
-    """_cached_forward's key of a fixed-length forward with user code (the code's own struct is set per call)."""
-    return ("mods", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device) + tuple(rest[6:])
+    """cached_forward's key of a fixed-length forward with user code (the code's own struct is set per call)."""
+    return ("mods",) + signature(q, k, v) + tuple(rest[6:])
 
 
 def _fixed_forward(q, k, v, mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, rest):
     """(o, lse) of a fixed-length forward with user code and no bias or ALiBi (q, k, v last-dim contiguous): the
-    signature's fa_mods (mods_struct) and filled fa_params (_cached_forward), both kept per signature."""
+    signature's fa_mods (mods_struct) and filled fa_params (cached_forward), both kept per signature."""
     m, keep = mods_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, q.device)
-    out = _cached_forward(_params_key(q, k, v, rest), q, k, v, True,
-                          lambda o, lse: build_params(q, k, v, o, lse, *rest)[0], mods=m)
+    out = cached_forward(_params_key(q, k, v, rest), q, k, v, True, lambda: rest, mods=m)
     del keep  # the code's bytes m points at, alive through the call
     return out
 
@@ -145,7 +143,7 @@ def _fixed_forward(q, k, v, mask_mod, score_mod, score_mod_grad, buffers, scalar
 # under one key of the raw arguments, the Mods (code, scalars, buffers' address, dtype, shape, strides) and whether
 # LSE is wanted. The key's entry holds the filled fa_params (its `mods` pointing at the entry's own fa_mods) and the
 # buffers' contents epoch it was filled at: a call of a known key whose buffers are unchanged allocates the outputs,
-# copies the params, sets the data pointers and calls fa_run, as the plain path does (_cached_forward); a new key or
+# copies the params, sets the data pointers and calls fa_run, as the plain path does (cached_forward); a new key or
 # changed buffers (a new epoch) take the full path with every check and refill the entry.
 _EAGER: dict = {}
 
@@ -161,7 +159,7 @@ def eager_mods(q, k, v, mods: Mods, causal, window, softcap, scale, want_lse: bo
         run_filled(blob, device, q, k, v, o, lse)
         return o, lse
     direct = q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1  # a hit passes q, k, v as they are
-    q, k, v, rest, _ = _op_args_fixed(q, k, v, causal, window, softcap, scale, "bshd")
+    q, k, v, rest, _ = op_args_fixed(q, k, v, causal, window, softcap, scale, "bshd")
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
     filled = filled_struct(mods.mask_mod, mods.score_mod, mods.score_mod_grad, mods.buffers, mods.scalars,
                            mods.iscalars, mods.depends, q.device)
@@ -171,7 +169,7 @@ def eager_mods(q, k, v, mods: Mods, causal, window, softcap, scale, want_lse: bo
         if lse is not None:
             lse.fill_(float("-inf"))
         return o, lse
-    device = _device_index(q.device)
+    device = device_index(q.device)
     blob = fill_and_run(q, k, v, o, lse, rest, m, device)
     if direct:
         if len(_EAGER) >= _STRUCTS_MAX:

@@ -1,4 +1,5 @@
-"""Filling fa_params / fa_bwd_params from torch tensors (no copies).
+"""Filling fa_params / fa_bwd_params from torch tensors (no copies), and the checks made before (check_forward,
+check_backward: fa.shape_rules over the tensors' shapes, then dtypes and devices).
 
 Inputs are the op-level views: fixed length q [B, Sq, Hq, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv] with any
 element strides and a contiguous last dim; varlen q [Tq, Hq, D], k [Tk, Hkv, D], v [Tk, Hkv, Dv] with int32
@@ -12,6 +13,7 @@ import torch
 
 from . import _lib
 from . import _structs as S
+from . import shape_rules as rules
 
 _DTYPES = {torch.float16: S.FA_DTYPE_FP16, torch.bfloat16: S.FA_DTYPE_BF16, torch.float32: S.FA_DTYPE_FP32}
 
@@ -45,34 +47,57 @@ def _set_strided(p, name: str, t: torch.Tensor, varlen: bool) -> None:
     setattr(p, f"{name}_stride_head", sh)
 
 
-def check_like_q(q, named, rank: int, want: str) -> None:
-    """Every (name, tensor) of `named` has `rank` dims, q's dtype and q's device; q is on a CUDA device with a
-    dtype fa takes."""
-    for name, t in named:
-        if t.dim() != rank:
-            raise ValueError(f"fa: {name} must be {rank}-D {want}, got shape {tuple(t.shape)}")
-        if t.dtype != q.dtype:
-            raise TypeError(f"fa: {name}.dtype {t.dtype} differs from q.dtype {q.dtype}")
-        if t.device != q.device:
-            raise ValueError(f"fa: {name} is on {t.device}, q on {q.device}")
+def shape_of(t):
+    """t.shape, or None for no tensor."""
+    return None if t is None else t.shape
+
+
+def check_devices(q, named) -> None:
+    """q is on a CUDA device with a dtype fa takes, and every (name, tensor or None) of `named` on q's device."""
     dtype_code(q.dtype)
     if q.device.type != "cuda":
-        raise ValueError(f"fa: tensors must be on a CUDA device, got {q.device}")
+        rules.fail(f"q: device {q.device}; expected a CUDA device")
+    for name, t in named:
+        if t is not None:
+            rules.match(name, "device", t.device, "q", "device", q.device)
 
 
-def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k) -> bool:
-    """Shape/dtype/device consistency that the C library cannot see; returns varlen."""
-    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
-        raise ValueError("fa: cu_seqlens_q and cu_seqlens_k must be given together")
-    check_like_q(q, (("q", q), ("k", k), ("v", v)), 3 if varlen else 4,
-                 "[total, heads, head_dim]" if varlen else "[batch, seqlen, heads, head_dim]")
-    if varlen:
-        for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-            if t.dtype != torch.int32 or t.dim() != 1 or t.device != q.device:
-                raise ValueError(f"fa: {name} must be a 1-D int32 tensor on {q.device}, got {t.dtype} "
-                                 f"{tuple(t.shape)} on {t.device}")
-    return varlen
+def check_int32(named) -> None:
+    """Every (name, tensor or None) of `named` is int32 (offsets, lengths, page tables)."""
+    for name, t in named:
+        if t is not None and t.dtype != torch.int32:
+            rules.fail(f"{name}: dtype {t.dtype}; expected torch.int32")
+
+
+def check_forward(q, k, v, rest) -> None:
+    """Every check of a forward's op-level views and the op's other arguments `rest` (bias, alibi_slopes,
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...; in varlen mode the maxima may still be None), made
+    before anything is allocated: the shape rules (fa.shape_rules.attention), dtypes and devices."""
+    bias, alibi_slopes, cu_q, cu_k, max_q, max_k = rest[:6]
+    varlen = cu_q is not None or cu_k is not None
+    rules.attention(q.shape, k.shape, v.shape, bias=shape_of(bias), alibi_slopes=shape_of(alibi_slopes),
+                    cu_seqlens_q=shape_of(cu_q), cu_seqlens_k=shape_of(cu_k), max_seqlen_q=max_q if varlen else None,
+                    max_seqlen_k=max_k if varlen else None)
+    rules.same_dtype(("q", q.dtype), ("k", k.dtype), ("v", v.dtype))
+    check_devices(q, (("k", k), ("v", v), ("bias", bias), ("alibi_slopes", alibi_slopes), ("cu_seqlens_q", cu_q),
+                      ("cu_seqlens_k", cu_k)))
+    check_int32((("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)))
+
+
+def check_backward(dout, q, k, v, o, lse, rest) -> None:
+    """The backward's shape rules (fa.shape_rules.attention_backward: the forward's, o as the forward writes it,
+    dout shaped as o, lse), then check_forward's dtypes and devices, o and dout in q's dtype, lse float32, all on
+    q's device."""
+    varlen = rest[2] is not None or rest[3] is not None
+    rules.attention_backward(dout.shape, q.shape, k.shape, v.shape, o.shape, lse.shape, bias=shape_of(rest[0]),
+                             alibi_slopes=shape_of(rest[1]), cu_seqlens_q=shape_of(rest[2]),
+                             cu_seqlens_k=shape_of(rest[3]), max_seqlen_q=rest[4] if varlen else None,
+                             max_seqlen_k=rest[5] if varlen else None)
+    check_forward(q, k, v, rest)
+    rules.same_dtype(("q", q.dtype), ("o", o.dtype), ("dout", dout.dtype))
+    if lse.dtype != torch.float32:
+        rules.fail(f"lse: dtype {lse.dtype}; expected torch.float32")
+    check_devices(q, (("o", o), ("dout", dout), ("lse", lse)))
 
 
 def problem_dims(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k):
@@ -94,7 +119,8 @@ def output_shapes(q, k, v, cu_seqlens_q):
 def build_params(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
                  max_seqlen_k: int, mask: int, window_left: int, window_right: int, softcap: float,
                  scale: float) -> tuple[S.Params, list]:
-    """An initialised fa_params pointing at the tensors, and the list of tensors it keeps alive."""
+    """An initialised fa_params pointing at the tensors, and the list of tensors it keeps alive (the arguments
+    passed check_forward, or the KV cache's check)."""
     varlen = cu_seqlens_q is not None
     batch, sq, sk, hq, hkv, d, dv = problem_dims(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
     p = _lib.new_params()
@@ -116,8 +142,6 @@ def build_params(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k
     if bias is not None:
         if bias.dtype != q.dtype:
             bias = bias.to(q.dtype)
-        if bias.dim() > 4:
-            raise ValueError(f"fa: bias must broadcast to [batch, heads_q, seqlen_q, seqlen_k], got {tuple(bias.shape)}")
         bias = bias.expand(int(batch), int(hq), int(sq), int(sk))
         keep.append(bias)
         p.bias = _ptr(bias)
@@ -125,8 +149,6 @@ def build_params(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k
     if alibi_slopes is not None:
         if alibi_slopes.dtype != torch.float32 or not alibi_slopes.is_contiguous():
             alibi_slopes = alibi_slopes.to(torch.float32).contiguous()
-        if alibi_slopes.numel() != hq:
-            raise ValueError(f"fa: alibi_slopes must hold heads_q={hq} float32 values, got {tuple(alibi_slopes.shape)}")
         keep.append(alibi_slopes)
         p.alibi_slopes = _ptr(alibi_slopes)
     p.softcap = float(softcap)

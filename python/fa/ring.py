@@ -29,7 +29,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _structs as S
+from . import shape_rules as rules
 from ._merge import merge_parts
+from ._torch_ops import bwd_impl, fwd_impl
 
 __all__ = ["ring_attention", "zigzag_shard", "zigzag_unshard", "ref_block_forward", "ref_block_backward"]
 
@@ -109,16 +111,14 @@ class _FaBlocks:
 
     @staticmethod
     def forward(q, k, v, causal, scale):
-        from ._torch_ops import _fwd_impl
         mask = S.FA_MASK_CAUSAL if causal else S.FA_MASK_NONE
-        return _fwd_impl(q, k, v, None, None, None, None, 0, 0, mask, -1, -1, 0.0, scale)
+        return fwd_impl(q, k, v, None, None, None, None, 0, 0, mask, -1, -1, 0.0, scale)
 
     @staticmethod
     def backward(dout, q, k, v, o, lse, causal, scale):
-        from ._torch_ops import _bwd_impl
         mask = S.FA_MASK_CAUSAL if causal else S.FA_MASK_NONE
-        return _bwd_impl(dout, q, k, v, o, lse, None, None, None, None, 0, 0, mask, -1, -1, 0.0, scale,
-                         torch.are_deterministic_algorithms_enabled())
+        return bwd_impl(dout, q, k, v, o, lse, None, None, None, None, 0, 0, mask, -1, -1, 0.0, scale,
+                        torch.are_deterministic_algorithms_enabled())
 
 
 class _RefBlocks:
@@ -293,14 +293,7 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, group=None, *, causal: bool 
     """
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("fa.ring_attention needs an initialized torch.distributed process group")
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError("fa.ring_attention: q, k, v must be [batch, seqlen, heads, head_dim] shards")
-    if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
-        raise ValueError(f"fa.ring_attention: q, k and v shards must hold the same tokens, got {q.shape[1]}, "
-                         f"{k.shape[1]}, {v.shape[1]}")
-    if causal and q.shape[1] % 2 != 0:
-        raise ValueError(f"fa.ring_attention: a causal zigzag shard holds two chunks, so its length must be even, got "
-                         f"{q.shape[1]}")
+    rules.ring(q.shape, k.shape, v.shape, bool(causal))
     if reference is None:
         reference = not q.is_cuda
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])

@@ -239,10 +239,12 @@ def test_invalid_head_dim_names_field():
 
 def test_python_side_validation():
     q = rand(1, 16, 2, 64, dtype=torch.float16)
-    with pytest.raises(TypeError):
+    with pytest.raises(fa.InvalidArgument, match="k: dtype torch.float32 does not match q's dtype torch.float16"):
         fa.attention(q, q.float(), q)
-    with pytest.raises(ValueError):
+    with pytest.raises(fa.InvalidArgument, match=r"q: expected 4 dims"):
         fa.attention(q[0], q[0], q[0])
+    with pytest.raises(TypeError):
+        fa.attention(q.double(), q.double(), q.double())
     with pytest.raises(ValueError):
         fa.attention(q, q, q, layout="sbhd")
 

@@ -7,9 +7,8 @@
 
 // Sequence geometry of one (batch, head) work item, shared by all kernels.
 struct FaSeq {
-  int sq, sk;            // lengths of this sequence
+  int sq, sk;                // lengths of this sequence
   long long base_q, base_k;  // token offsets (varlen) or 0
-  long long boff_q, boff_k;  // unused placeholders kept for clarity
 };
 FA_DEVICE FaSeq fa_seq(const FaFwdArgs& a, int b) {
   FaSeq s;
@@ -20,7 +19,6 @@ FA_DEVICE FaSeq fa_seq(const FaFwdArgs& a, int b) {
   } else {
     s.sq = a.seqlen_q; s.sk = a.seqlen_k; s.base_q = 0; s.base_k = 0;
   }
-  s.boff_q = 0; s.boff_k = 0;
   return s;
 }
 // The same with the keys a KV-cache call uses: sk = min(sk, seqused_k[b]) when seqused_k is given (values below 0

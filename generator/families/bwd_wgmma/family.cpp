@@ -60,7 +60,7 @@ bool valid(const KernelConfig& c, std::string* why) {
   return true;
 }
 
-// Measured on an H200 (bf16, 16k tokens, hidden 2048, 2k-8k, causal and not; bench/results/h200_bwd_wgmma_probe.log):
+// Measured on an H200 (bf16, 16k tokens, hidden 2048, 2k-8k, causal and not; bench/results/h200_bwd_family_probe.json):
 // 2 consumers, 2 stages; dQ' split by columns at head dim 128 (the only valid split there), by keys at 64 (the
 // 32-column split ran 0.93x / 0.91x of it at 8k, full / causal; 3 stages no better).
 Tunables defaults(const Semantic& s) { return Tunables{{2, 2, s.head_dim == 128 ? 1 : 0}}; }

@@ -47,9 +47,9 @@ bool valid(const KernelConfig& c, std::string* why) {
   return true;
 }
 
-// H200 (bench/mla_probe.sh, batch 32 / 128 x 32k keys): the L2 prefetch two blocks ahead cost 10% (805 vs 731 us), so
-// none by default; one CTA per SM; the lockstep schedule (fa_decode_probe, batch 32 x 32k: the seesaw 736 us against
-// 690, batch 128 x 4k: 375 against 354; bench/README.md "Decode").
+// H200 (bench/probes/mla_probe.sh, batch 32 / 128 x 32k keys): the L2 prefetch two blocks ahead cost 10% (805 vs 731
+// us), so none by default; one CTA per SM; the lockstep schedule (fa_decode_probe, batch 32 x 32k: the seesaw 736 us
+// against 690, batch 128 x 4k: 375 against 354; docs/design_notes.md, "Decode").
 Tunables defaults(const Semantic&) { return Tunables{{64, 2, 1, 0, 0}}; }
 
 unsigned smem_bytes(const KernelConfig& c) {

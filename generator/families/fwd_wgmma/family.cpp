@@ -178,7 +178,7 @@ Tunables defaults(const Semantic& s) {
 // The tuner's space: the knob values that won or came close in the H200 measurements (the tunables tests and the
 // compile sweep cover every valid point of the knobs' product: gen::all_valid_points). Masked problems also try
 // the persistent points of 2-3 consumers without ping-pong: at causal d 64, 512-4k tokens, 2 x 128 x 3 stages
-// persistent ran 1.3-2.8% faster without it (bench/README.md, issue 20, session 15). Built-in masks with 2-3
+// persistent ran 1.3-2.8% faster without it (docs/design_notes.md, issue 20, session 15). Built-in masks with 2-3
 // consumers also try the paired, (batch, head)-major masked order (persistent 2: K / V stay in L2).
 std::vector<Tunables> space(const Semantic& s) {
   std::vector<Tunables> out;
