@@ -25,8 +25,8 @@ if [ -x "$BUILD/bin/fa-tune" ]; then
   "$BUILD/bin/fa-tune" --preset ci --dry-run --arch 90 --cache "$CACHE"
   "$BUILD/bin/fa-tune" --preset ci --dry-run --arch 80 --cache "$CACHE"
   size="$(awk -v b="$(stat -c %s "$CACHE")" 'BEGIN { printf "%.1f MB", b / 1e6 }')"
-  echo "run: done: $CACHE ($size) holds the compiled kernels; a second run loads them from it (delete it to compile"
-  echo "run: them again)"
+  echo "run: done: the compiled kernels are in $CACHE ($size); a second run loads them from it"
+  echo "run: (fa-tune --prune --cache FILE drops those of older builds; deleting it makes the next run compile again)"
 else
   echo "run: fa-tune was not built: compiling the NVRTC sweep sample of every kernel family instead"
   "$BUILD/tests/fa_compile_sweep" --sample

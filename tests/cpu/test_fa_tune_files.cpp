@@ -1,8 +1,10 @@
 // test_fa_tune_files.cpp -- what fa-tune's cache actions leave on disk and what they say (issue 40): --list and
 // --export leave no -wal / -shm beside the cache (the default one under $HOME too); --import of a missing or broken
 // file, --prune of a missing cache and an option whose value is missing create nothing; an export never takes over a
-// file that is not an fa cache; import and export count the rows that were new, updated or already there.
+// file that is not an fa cache; import and export count the rows that were new, updated or already there; a reader
+// that goes away mid-listing leaves nothing behind either.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -135,6 +137,24 @@ TEST(FaTuneFiles, ImportAndExportCountNewUpdatedAndPresentRows) {
   EXPECT_NE(help.find("an existing fa cache they\n                         are merged into"), std::string::npos)
       << help;
 }
+
+#ifdef FA_TUNE_EXE
+// `fa-tune --list | head`: the reader goes away mid-list; fa-tune exits 141 as a shell reports a broken pipe, having
+// closed the cache (a process killed by SIGPIPE would leave the -wal and -shm beside it).
+TEST(FaTuneFiles, AReaderThatGoesAwayLeavesNoSideFiles) {
+  const TempDir tmp("tune_files");
+  const std::string cache = tmp.file("cache.sqlite");
+  write_cache(cache, 4000);  // a listing well past a pipe's buffer
+  std::FILE* p = popen((std::string(FA_TUNE_EXE) + " --list --cache '" + cache + "'").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char head[64];
+  ASSERT_EQ(std::fread(head, 1, sizeof head, p), sizeof head);
+  const int status = pclose(p);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 141);
+  EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"cache.sqlite"});
+}
+#endif
 
 }  // namespace
 }  // namespace fa::test
