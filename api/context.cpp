@@ -98,7 +98,11 @@ static Status create(const fa_context_options* in, fa_context* out) {
       if (!st.ok()) return st;
     }
   } else if (policy < FA_TUNE_ON_FIRST_USE || policy > FA_TUNE_ON_FIRST_USE_SYNC) {
-    return invalid("tune_policy", "-1 (environment), 0, 1, 2 or 3", policy);
+    return invalid("tune_policy",
+                   "an fa_tune_policy (FA_TUNE_ON_FIRST_USE, FA_TUNE_DEFAULTS_ONLY, FA_TUNE_REQUIRE_TUNED or "
+                   "FA_TUNE_ON_FIRST_USE_SYNC: 0 to 3), or the default fa_context_options_init sets (which takes "
+                   "$FA_TUNE_POLICY)",
+                   policy);
   }
   if (o.verbose != 0 && o.verbose != 1) return invalid("verbose", "0 or 1", o.verbose);
 
@@ -111,6 +115,7 @@ static Status create(const fa_context_options* in, fa_context* out) {
   if (Status env = read_arch_env(c.get()); !env.ok()) return env;
   if (Status env = read_mask_cache_env(c.get()); !env.ok()) return env;
   if (Status env = read_prefetch_env(c.get()); !env.ok()) return env;
+  if (Status env = read_tune_env(); !env.ok()) return env;
   if (Status env = read_pin_tunables_env(c.get()); !env.ok()) return env;
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();

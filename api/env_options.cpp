@@ -6,6 +6,7 @@
 
 #include "runtime/arch.h"
 #include "runtime/mask_cache.h"
+#include "tuner/tune_env.h"
 
 namespace fa::rt {
 
@@ -58,6 +59,18 @@ Status read_log_env(fa_context c) {
   }
   if (c->verbose != 0 && static_cast<int>(level) < static_cast<int>(LogLevel::kInfo)) level = LogLevel::kInfo;
   c->log_level = level;
+  return Status::Ok();
+}
+
+Status read_tune_env() {
+  const char* threads = std::getenv("FA_TUNE_THREADS");
+  if (int n = 0; !tune::parse_tune_threads(threads, &n)) {
+    return invalid("FA_TUNE_THREADS", tune::kTuneThreadsExpected, std::string("'") + threads + "'");
+  }
+  const char* budget = std::getenv("FA_TUNE_BUDGET_MS");
+  if (double ms = 0; !tune::parse_tune_budget_ms(budget, &ms)) {
+    return invalid("FA_TUNE_BUDGET_MS", tune::kTuneBudgetExpected, std::string("'") + budget + "'");
+  }
   return Status::Ok();
 }
 

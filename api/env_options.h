@@ -29,6 +29,10 @@ Status read_prefetch_env(fa_context c);
 // to at least info. Sets c->log_level.
 Status read_log_env(fa_context c);
 
+// $FA_TUNE_THREADS and $FA_TUNE_BUDGET_MS (tuner/tune_env.h): unset or "": automatic / 2000 ms; else compile
+// threads in [1, 256] and milliseconds in (0, 3600000]. Only validated here: the tuner reads them when it runs.
+Status read_tune_env();
+
 // $FA_PIN_TUNABLES: unset or "": nothing pinned; else FAMILY:TUNABLES[,...] (runtime/pinned_tunables.h). Sets
 // c->pinned.
 Status read_pin_tunables_env(fa_context c);

@@ -118,6 +118,19 @@ struct TuneRecord {
   bool stale = false;            // relative to this Db's Env
 };
 
+// What an export or import did with the valid rows it copied (cubins and tuning rows together).
+struct TransferCounts {
+  int64_t added = 0;      // rows the target did not hold
+  int64_t updated = 0;    // rows that replaced a different row under the same key (another time, status or cubin)
+  int64_t unchanged = 0;  // rows the target held already, the same (left as they were)
+  int64_t total() const { return added + updated + unchanged; }
+};
+
+// "" when `path` is an fa cache file this process can read (opened as a read-only Db opens it: schema version,
+// layout and PRAGMA quick_check), else why not, without the path ("no such file", "cannot be read as a database:
+// file is not a database (code 26)", ...). Creates and changes nothing.
+std::string cache_file_problem(const std::string& path);
+
 // $FA_CACHE_PATH if set and non-empty, else $XDG_CACHE_HOME/fa/cache.sqlite (XDG_CACHE_HOME absolute), else
 // $HOME/.cache/fa/cache.sqlite (HOME, else the passwd entry), else ":memory:". Creates nothing; open() creates the
 // parent directories.
@@ -160,12 +173,14 @@ class Db {
   // Deletes stale rows of both tables; returns how many, or -1 on failure (always when read_only()).
   int prune_stale();
   // Copies every valid (non-stale, checksum-correct) row into the fa cache at `path` (created or merged; an
-  // existing newer-schema or unusable file is a failure). Returns false on failure.
-  bool export_to(const std::string& path);
+  // existing file that is not an fa cache of this schema (cache_file_problem) is a failure and left untouched). Returns false on failure; *counts (optional) says how
+  // many rows were new to the target, replaced one of its rows, or were there already.
+  bool export_to(const std::string& path, TransferCounts* counts = nullptr);
   // Copies every valid row of the fa cache at `path` (opened read-only, never modified; its user_version must equal
   // kSchemaVersion) into this Db in one transaction. Rows stale for this Db's Env or with a bad checksum are
-  // skipped. Returns the number of rows copied, or -1 on failure.
-  int import_from(const std::string& path);
+  // skipped; rows this Db holds already, the same, are left as they are. Returns the number of valid rows (new,
+  // updated and already present: *counts, optional, splits them), or -1 on failure.
+  int import_from(const std::string& path, TransferCounts* counts = nullptr);
 
  private:
   Db() = default;

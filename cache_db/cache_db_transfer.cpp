@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "cache_db/cache_db.h"
 #include "cache_db/read_only.h"
@@ -129,56 +130,80 @@ bool shadowed(sqlite3* overlay, const TuneRecord& r) {
 }
 
 // Streams every valid row of `src` (valid for `env`; tuning rows shadowed by `overlay` left out when it is
-// non-null) into `dst` inside the caller's transaction. Returns the number of rows written, or -1 with *err set.
-int64_t copy_valid_rows(sqlite3* src, sqlite3* dst, const Env& env, std::string* err, sqlite3* overlay = nullptr) {
-  int64_t copied = 0;
+// non-null) into `dst` inside the caller's transaction; a row `dst` holds already, the same, is not rewritten.
+// Adds to *counts; false with *err set on failure.
+bool copy_valid_rows(sqlite3* src, sqlite3* dst, const Env& env, TransferCounts* counts, std::string* err,
+                     sqlite3* overlay = nullptr) {
   Stmt ins_cubin(dst, detail::kInsertCubinSql);
   Stmt ins_tune(dst, detail::kInsertTuneSql);
-  if (!ins_cubin.ok() || !ins_tune.ok()) {
-    *err = describe(dst, ins_cubin.ok() ? ins_tune.prepare_rc() : ins_cubin.prepare_rc(), "preparing inserts");
-    return -1;
+  Stmt find_cubin(dst, detail::kFindCubinSql);
+  Stmt find_tune(dst, detail::kFindTuneSql);
+  for (const Stmt* st : {&ins_cubin, &ins_tune, &find_cubin, &find_tune}) {
+    if (!st->ok()) {
+      *err = describe(dst, st->prepare_rc(), "preparing the statements");
+      return false;
+    }
   }
   int write_rc = SQLITE_OK;
+  // Counts the row's fate and writes it unless it is there already; false (write_rc set) stops the walk.
+  auto take = [&](int fate_rc, detail::RowFate fate, const std::function<int()>& write) {
+    write_rc = fate_rc;
+    if (write_rc != SQLITE_OK) return false;
+    if (fate == detail::RowFate::kPresent) {
+      ++counts->unchanged;
+      return true;
+    }
+    write_rc = write();
+    if (write_rc != SQLITE_OK) return false;
+    ++(fate == detail::RowFate::kNew ? counts->added : counts->updated);
+    return true;
+  };
   int rc = detail::for_each_cubin(src, true, [&](const detail::StoredCubin& c) {
     if (!c.checksum_ok ||
         detail::cubin_stale(c.info.nvrtc_version, c.info.generator_version, c.info.templates_hash, env)) {
       return true;
     }
-    write_rc = detail::insert_cubin(ins_cubin, c.row, c.info.nvrtc_version, c.info.generator_version,
-                                    c.info.templates_hash, c.info.created_unix);
-    if (write_rc != SQLITE_OK) return false;
-    ++copied;
-    return true;
+    detail::RowFate fate{};
+    const int fate_rc = detail::cubin_fate(find_cubin, c, &fate);
+    return take(fate_rc, fate, [&] {
+      return detail::insert_cubin(ins_cubin, c.row, c.info.nvrtc_version, c.info.generator_version,
+                                  c.info.templates_hash, c.info.created_unix);
+    });
   });
-  if (rc == SQLITE_OK) {
+  if (rc == SQLITE_OK && write_rc == SQLITE_OK) {
     rc = detail::for_each_tune(src, [&](const TuneRecord& r) {
       if (detail::tune_stale(r, env) || (overlay != nullptr && shadowed(overlay, r))) return true;
-      write_rc = detail::insert_tune(ins_tune, r);
-      if (write_rc != SQLITE_OK) return false;
-      ++copied;
-      return true;
+      detail::RowFate fate{};
+      const int fate_rc = detail::tune_fate(find_tune, r, &fate);
+      return take(fate_rc, fate, [&] { return detail::insert_tune(ins_tune, r); });
     });
   }
   if (write_rc != SQLITE_OK) {
     *err = describe(dst, write_rc, "writing rows");
-    return -1;
+    return false;
   }
   if (rc != SQLITE_OK) {
     *err = describe(src, rc, "reading rows");
-    return -1;
+    return false;
   }
-  return copied;
+  return true;
 }
 
 }  // namespace
 
-bool Db::export_to(const std::string& path) {
+bool Db::export_to(const std::string& path, TransferCounts* counts) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string what = "export to " + path + ": ";
   if (db_ == nullptr) return report(what + "no database");
   try {
     if (path.empty() || path == ":memory:") return report("export: a file path is needed, got '" + path + "'");
     if (!in_memory_ && same_file(path, path_)) return report(what + "it is this cache itself");
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec)) {  // never moved aside as corrupt, nor migrated, by the open below
+      if (const std::string why = cache_file_problem(path); !why.empty()) {
+        return report(what + "it exists and is not a valid fa cache (" + why + "); it is left as it is");
+      }
+    }
     std::string target_warning;
     std::unique_ptr<Db> target = Db::open(path, env_, [&](const std::string& m) { target_warning = m; });
     if (!target || target->db_ == nullptr || target->in_memory() || target->read_only()) {
@@ -187,18 +212,20 @@ bool Db::export_to(const std::string& path) {
     Txn txn(target->db_);
     if (!txn.ok()) return report(describe(target->db_, txn.begin_rc(), what + "BEGIN IMMEDIATE"));
     std::string err;
+    TransferCounts n;
     // A read-only Db's file first, without the tuning keys its overlay shadows; then the overlay (or the one db_).
-    if (ro_ != nullptr && copy_valid_rows(ro_, target->db_, env_, &err, db_) < 0) return report(what + err);
-    if (copy_valid_rows(db_, target->db_, env_, &err) < 0) return report(what + err);
+    if (ro_ != nullptr && !copy_valid_rows(ro_, target->db_, env_, &n, &err, db_)) return report(what + err);
+    if (!copy_valid_rows(db_, target->db_, env_, &n, &err)) return report(what + err);
     const int rc = txn.commit();
     if (rc != SQLITE_OK) return report(describe(target->db_, rc, what + "COMMIT"));
+    if (counts != nullptr) *counts = n;
     return true;
   } catch (...) {
     return report(what + "unexpected exception");
   }
 }
 
-int Db::import_from(const std::string& path) {
+int Db::import_from(const std::string& path, TransferCounts* counts) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string what = "import from " + path + ": ";
   if (db_ == nullptr) {
@@ -218,20 +245,23 @@ int Db::import_from(const std::string& path) {
     }
     src = f.db;
     int64_t n = -1;
+    TransferCounts taken;
     {
       Txn txn(db_);
       std::string err;
       int rc = SQLITE_OK;
       if (!txn.ok()) {
         report(describe(db_, txn.begin_rc(), what + "BEGIN IMMEDIATE"));
-      } else if ((n = copy_valid_rows(src, db_, env_, &err)) < 0) {
+      } else if (!copy_valid_rows(src, db_, env_, &taken, &err)) {
         report(what + err);
       } else if ((rc = txn.commit()) != SQLITE_OK) {
         report(describe(db_, rc, what + "COMMIT"));
-        n = -1;
+      } else {
+        n = taken.total();
       }
     }
     sqlite3_close_v2(src);
+    if (n >= 0 && counts != nullptr) *counts = taken;
     return static_cast<int>(n);
   } catch (...) {
     sqlite3_close_v2(src);

@@ -2,6 +2,9 @@
 #include "cache_db/read_only.h"
 
 #include <sqlite3.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "cache_db/cache_db.h"
 #include "cache_db/schema.h"
@@ -40,10 +43,16 @@ ReadOnlyFile try_open(const std::string& name, int flags, const std::string& pat
     f.db = nullptr;
     return f;
   };
-  int rc = sqlite3_open_v2(name.c_str(), &f.db, flags | SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  const bool writable = (flags & SQLITE_OPEN_READWRITE) != 0;
+  int rc = sqlite3_open_v2(name.c_str(), &f.db, flags | (writable ? 0 : SQLITE_OPEN_READONLY) | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
   if (rc != SQLITE_OK) return give_up(describe(f.db, rc, "cannot open " + path + " read-only"));
   sqlite3_extended_result_codes(f.db, 1);
   sqlite3_busy_timeout(f.db, kBusyTimeoutMs);
+  if (writable) {  // a connection that may clean up after itself, and that no statement can write through
+    rc = exec(f.db, "PRAGMA query_only = 1", nullptr);
+    if (rc != SQLITE_OK) return give_up(describe(f.db, rc, "PRAGMA query_only on " + path));
+  }
   int version = -1;
   rc = read_user_version(f.db, &version);
   if (rc != SQLITE_OK) {
@@ -69,10 +78,22 @@ ReadOnlyFile try_open(const std::string& name, int flags, const std::string& pat
   return f;
 }
 
+// Whether this process may write `path` and its directory (where SQLite keeps a WAL file's -wal and -shm).
+bool may_write(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return ::access(path.c_str(), W_OK) == 0 && ::access(parent.empty() ? "." : parent.c_str(), W_OK) == 0;
+}
+
 }  // namespace
 
 ReadOnlyFile open_read_only(const std::string& path) {
   bool retry_immutable = false;
+  if (may_write(path)) {
+    // Read-write without SQLITE_OPEN_CREATE, under query_only: the last connection to close removes the -wal and
+    // -shm files (a read-only connection cannot, and leaves them beside the file).
+    ReadOnlyFile w = try_open(path, SQLITE_OPEN_READWRITE, path, &retry_immutable);
+    if (w.db != nullptr || !retry_immutable) return w;
+  }
   ReadOnlyFile f = try_open(path, 0, path, &retry_immutable);
   if (f.db != nullptr || !retry_immutable) return f;
   bool unused = false;
@@ -82,3 +103,21 @@ ReadOnlyFile open_read_only(const std::string& path) {
 }
 
 }  // namespace fa::cache::detail
+
+namespace fa::cache {
+
+std::string cache_file_problem(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return "no such file";
+  if (std::filesystem::is_directory(path, ec)) return "it is a directory";
+  detail::ReadOnlyFile f = detail::open_read_only(path);
+  sqlite3_close_v2(f.db);
+  if (f.db != nullptr) return "";
+  std::string why = f.error;  // without the path where it leads ("F cannot be read as a database: ...")
+  if (why.rfind(path, 0) == 0) {
+    why = why.substr(path.size() + (why.compare(path.size(), 2, ": ") == 0 ? 2 : 1));
+  }
+  return why;
+}
+
+}  // namespace fa::cache

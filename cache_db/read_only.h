@@ -15,9 +15,13 @@ struct ReadOnlyFile {
 
 // Opens `path` with SQLITE_OPEN_READONLY and checks it without writing anything: user_version must equal
 // kSchemaVersion (an older file cannot be migrated read-only, a newer one is never mis-read), the layout must
-// verify and PRAGMA quick_check must pass. A WAL-mode file whose -shm cannot be created (a read-only directory, a
-// file size limit) is opened again as immutable=1, which reads the main file without locks or -shm. Never creates,
-// moves or modifies the file (SQLite may leave the -wal / -shm companions of a WAL file, as any reader does).
+// verify and PRAGMA quick_check must pass. Where this process may write the file and its directory, the connection
+// is read-write (never creating the file) under PRAGMA query_only, so that no statement writes through it and, the
+// last connection to close, it removes a WAL file's -wal and -shm as a writer does (a read-only connection leaves
+// them behind); its close checkpoints into the file only what a crashed writer left committed in the -wal.
+// Otherwise it is read-only, and a WAL-mode file whose -shm cannot be created (a read-only directory, a file size
+// limit) is opened again as immutable=1, which reads the main file without locks or -shm. Never creates, moves or
+// migrates the file.
 ReadOnlyFile open_read_only(const std::string& path);
 
 }  // namespace fa::cache::detail

@@ -3,6 +3,7 @@
 
 #include <sqlite3.h>
 
+#include <cmath>
 #include <ctime>
 
 #include "cache_db/checksum.h"
@@ -148,6 +149,51 @@ int for_each_tune(sqlite3* db, const std::function<bool(const TuneRecord&)>& vis
     if (!visit(r)) return SQLITE_OK;
   }
   return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+const char* const kFindCubinSql =
+    "SELECT checksum, cubin_size, registers, spill_bytes, smem_bytes FROM cubins WHERE compile_hash = ?1 AND "
+    "compile_key = ?2 AND arch = ?3 AND nvrtc_version = ?4 AND generator_version = ?5 AND templates_hash = ?6";
+
+const std::string kFindTuneSql = std::string("SELECT median_ms, status FROM tune_results WHERE ") + kTuneEnvWhere +
+                                 " AND semantic_key = ?8 AND bucket = ?9 AND tunables = ?10";
+
+namespace {
+// The fate of a row whose key `find` was bound to: kNew when no row has it, else kPresent when same(find's row).
+int fate_of(Stmt& find, const std::function<bool()>& same, RowFate* fate) {
+  const int rc = find.step();
+  if (rc == SQLITE_DONE) *fate = RowFate::kNew;
+  else if (rc == SQLITE_ROW) *fate = same() ? RowFate::kPresent : RowFate::kUpdated;
+  return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+}  // namespace
+
+int cubin_fate(Stmt& find, const StoredCubin& c, RowFate* fate) {
+  find.reset();
+  find.bind_u64(1, c.row.compile_hash);
+  find.bind_text(2, c.row.compile_key);
+  find.bind_int(3, c.row.arch);
+  find.bind_text(4, c.info.nvrtc_version);
+  find.bind_int(5, c.info.generator_version);
+  find.bind_u64(6, c.info.templates_hash);
+  return fate_of(find, [&] {
+    return find.col_u64(0) == c.checksum && find.col_int(1) == c.info.size_bytes &&
+           find.col_int(2) == c.row.registers && find.col_int(3) == c.row.spill_bytes &&
+           find.col_int(4) == c.row.smem_bytes;
+  }, fate);
+}
+
+int tune_fate(Stmt& find, const TuneRecord& r, RowFate* fate) {
+  find.reset();
+  bind_tune_env(find, env_of(r));
+  find.bind_text(8, r.row.semantic_key);
+  find.bind_text(9, r.row.bucket);
+  find.bind_text(10, r.row.tunables);
+  return fate_of(find, [&] {
+    const double ms = find.col_real(0);
+    const bool same_ms = (std::isnan(ms) && std::isnan(r.row.median_ms)) || ms == r.row.median_ms;
+    return same_ms && find.col_text(1) == r.row.status;
+  }, fate);
 }
 
 int64_t now_unix() { return static_cast<int64_t>(std::time(nullptr)); }

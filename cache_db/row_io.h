@@ -32,6 +32,10 @@ int insert_cubin(Stmt& ins, const CubinRow& row, const std::string& nvrtc_versio
                  uint64_t templates_hash, int64_t created_unix);
 int insert_tune(Stmt& ins, const TuneRecord& rec);
 
+// What writing a row into a database would do: add it, replace another row under the same key, or nothing (the
+// same row is there already; created_unix is not compared).
+enum class RowFate { kNew, kUpdated, kPresent };
+
 // A full cubin row as stored.
 struct StoredCubin {
   int64_t rowid = 0;
@@ -44,6 +48,13 @@ struct StoredCubin {
 // Visit every row; the visitor returns false to stop early. Return the SQLite result code (SQLITE_OK at the end).
 int for_each_cubin(sqlite3* db, bool with_blob, const std::function<bool(const StoredCubin&)>& visit);
 int for_each_tune(sqlite3* db, const std::function<bool(const TuneRecord&)>& visit);
+
+// The fate of writing c / r into the database `find` was prepared on (from kFindCubinSql / kFindTuneSql). Returns
+// the SQLite result code.
+extern const char* const kFindCubinSql;
+extern const std::string kFindTuneSql;
+int cubin_fate(Stmt& find, const StoredCubin& c, RowFate* fate);
+int tune_fate(Stmt& find, const TuneRecord& r, RowFate* fate);
 
 int64_t now_unix();
 

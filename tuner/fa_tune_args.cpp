@@ -139,6 +139,15 @@ bool parse_features(const std::string& text, std::vector<FeatureSpec>* out, std:
   return true;
 }
 
+// What a valued flag takes, as its line of --help names it ("FILE" for --export); "a value" when not found.
+std::string value_name(const std::string& flag) {
+  const std::string u = usage_text();
+  const size_t at = u.find("\n  " + flag + " ");
+  if (at == std::string::npos) return "value";
+  const size_t start = at + 4 + flag.size();
+  return u.substr(start, u.find(' ', start) - start);
+}
+
 }  // namespace
 
 bool parse_int(const std::string& text, long long lo, long long hi, long long* out) {
@@ -268,12 +277,17 @@ std::string usage_text() {
       "                         be of one model (default: device 0)\n"
       "  --json FILE            write the results as JSON\n"
       "  --cache PATH           the cache file (default $FA_CACHE_PATH or ~/.cache/fa/cache.sqlite)\n"
-      "  --list                 list tuning rows and cubins (stale ones marked)\n"
-      "  --prune                delete stale rows\n"
-      "  --export FILE          copy the valid rows into another cache file\n"
-      "  --import FILE          copy the valid rows of another cache file into this one\n"
-      "  --progress / --no-progress   force the progress bar on, or every progress line off (default: a bar\n"
-      "                         when stderr is a terminal, else a line per item)\n"
+      "  --list                 list tuning rows and cubins (stale ones marked); --list and --export open the\n"
+      "                         cache read-only and leave nothing beside it\n"
+      "  --prune                delete stale rows (the cache file must exist)\n"
+      "  --export FILE          copy the cache's valid rows into FILE: a new file, or an existing fa cache they\n"
+      "                         are merged into (its other rows are kept; the report counts the rows that were\n"
+      "                         new, updated or already there); a FILE that is not an fa cache is refused\n"
+      "  --import FILE          copy the valid rows of the fa cache FILE into this one (the report counts the\n"
+      "                         rows that were new, updated or already there)\n"
+      "  --progress[=bar|lines|final]  the progress bar, a line per item, or only a final line (and a line a\n"
+      "                         minute while it runs); default: the bar when stderr is a terminal, else final\n"
+      "  --no-progress          no progress output\n"
       "  -h, --help\n"
       "exit codes: 0 ok, 1 failure, 2 bad command line, 3 no usable GPU\n";
   return u;
@@ -364,9 +378,19 @@ bool parse_tune_args(const std::vector<std::string>& argv, TuneArgs* out, std::s
         has_value = true;
       }
     }
-    if (flag == "--progress" || flag == "--no-progress") {
+    if (flag == "--no-progress") {
       if (has_value) { *error = flag + ": takes no value"; return false; }
-      a.progress = flag == "--progress" ? 1 : 0;
+      a.progress = 0;
+      continue;
+    }
+    if (flag == "--progress") {
+      const std::vector<std::string> kinds = {"bar", "lines", "final"};  // a.progress 1, 2, 3
+      const auto k = std::find(kinds.begin(), kinds.end(), has_value ? value : "bar");
+      if (k == kinds.end()) {
+        *error = fmt::format("--progress: expected bar, lines or final (as --progress=lines), got '{}'", value);
+        return false;
+      }
+      a.progress = 1 + static_cast<int>(k - kinds.begin());
       continue;
     }
     if (auto s = switches.find(flag); s != switches.end()) {
@@ -381,7 +405,17 @@ bool parse_tune_args(const std::vector<std::string>& argv, TuneArgs* out, std::s
       return false;
     }
     if (!has_value) {
-      if (i + 1 >= argv.size()) { *error = flag + ": missing value"; return false; }
+      // The next argument is the value, unless it is a flag: `--export --list` names no file (an option's value
+      // that starts with -- is given as --flag=VALUE).
+      if (i + 1 >= argv.size()) {
+        *error = fmt::format("{}: missing {}", flag, value_name(flag));
+        return false;
+      }
+      if (argv[i + 1].rfind("--", 0) == 0) {
+        *error = fmt::format("{}: missing {}: the next argument '{}' is a flag (write {}={} for a value that starts "
+                             "with --)", flag, value_name(flag), argv[i + 1], flag, value_name(flag));
+        return false;
+      }
       value = argv[++i];
     }
     if (value.empty()) { *error = flag + ": empty value"; return false; }

@@ -41,7 +41,7 @@ struct TuneArgs {
   double idle_ratio = -1.0;          // idle after each timed run, per unit of its time; < 0: the tuner's (1.0)
   int threads = 0;                   // compile threads; 0: automatic
   int max_candidates = 0;            // > 0: cap per semantic (quick runs)
-  int progress = -1;                 // -1: a bar when stderr is a terminal, else a line per item; 0: none; 1: bar
+  int progress = -1;                 // progress_mode's flag (progress.h): -1 not given, 0 none, 1 bar, 2 lines, 3 final
   // --devices: the GPUs the grid's tuning keys are sharded over (a thread and a context per GPU, one database).
   bool all_devices = false;          // --devices all
   std::vector<int> devices;          // --devices 0,2,...: distinct ordinals in the order given; empty: not given

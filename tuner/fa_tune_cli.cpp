@@ -95,6 +95,105 @@ int do_list(cache::Db* db, std::FILE* out) {
   return 0;
 }
 
+std::string plural_rows(int64_t n) { return counted(static_cast<size_t>(n), "row"); }
+
+// "3 new, 1 updated, 250 already present".
+std::string fates(const cache::TransferCounts& n) {
+  return fmt::format("{} new, {} updated, {} already present", n.added, n.updated, n.unchanged);
+}
+
+// --import FILE into db: how many rows were new, replaced a row, or were there already.
+int do_import(cache::Db* db, const std::string& from, std::FILE* out, std::FILE* err) {
+  cache::TransferCounts n;
+  if (db->import_from(from, &n) < 0) {
+    fmt::print(err, "fa-tune: {}\n", db->last_error());
+    return 1;
+  }
+  fmt::print(out, "imported {} from {} into {}: {}\n", plural_rows(n.total()), from, db->path(), fates(n));
+  return 0;
+}
+
+// --export FILE from db: into a new file, or merged into an existing fa cache (said so, with what it changed).
+int do_export(cache::Db* db, const std::string& to, std::FILE* out, std::FILE* err) {
+  if (const std::string why = unusable_file(db); !why.empty()) {
+    fmt::print(err, "fa-tune: export from {}: {}\n", db->requested_path(), why);
+    return 1;
+  }
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(to, ec);
+  cache::TransferCounts n;
+  if (!db->export_to(to, &n)) {
+    fmt::print(err, "fa-tune: {}\n", db->last_error());
+    return 1;
+  }
+  if (existed) {
+    fmt::print(out, "merged {} of {} into the existing cache {} (its other rows are kept): {}\n",
+               plural_rows(n.total()), db->path(), to, fates(n));
+  } else {
+    fmt::print(out, "exported {} of {} into the new file {}\n", plural_rows(n.total()), db->path(), to);
+  }
+  return 0;
+}
+
+// The checks made before anything is opened or created: --import's file must be an fa cache, --prune's cache must
+// exist (unless the same command creates it). Returns 0, or the exit code after printing why.
+int check_files_first(const TuneArgs& a, const std::string& cache_file, std::FILE* err) {
+  if (!a.import_path.empty()) {
+    if (const std::string why = cache::cache_file_problem(a.import_path); !why.empty()) {
+      fmt::print(err, "fa-tune: --import: {} is not a valid fa cache: {}; nothing was imported or created\n",
+                 a.import_path, why);
+      return 1;
+    }
+  }
+  std::error_code ec;
+  const bool creates = a.grid_given || a.dry_run || !a.import_path.empty();
+  if (a.prune && !creates && cache_file != ":memory:" && !std::filesystem::exists(cache_file, ec)) {
+    fmt::print(err, "fa-tune: --prune: there is no cache file at {}; nothing to prune, nothing created\n", cache_file);
+    return 1;
+  }
+  return 0;
+}
+
+// --list and --export of a cache opened read-only: a missing file lists nothing (exit 0) and exports nothing (exit
+// 1); a file that is not an fa cache is said to be so (exit 1).
+int do_read_only_actions(fa_context c, const TuneArgs& a, const std::string& cache_file, std::FILE* out,
+                         std::FILE* err) {
+  std::error_code ec;
+  if (!std::filesystem::exists(cache_file, ec)) {
+    if (a.list) fmt::print(out, "cache {}: no such file; nothing listed\n", cache_file);
+    if (a.export_path.empty()) return 0;
+    fmt::print(err, "fa-tune: export from {}: no such file; nothing exported\n", cache_file);
+    return 1;
+  }
+  if (const std::string why = cache::cache_file_problem(cache_file); !why.empty()) {
+    fmt::print(err, "fa-tune: {} is not a valid fa cache: {}\n", cache_file, why);
+    return 1;
+  }
+  const cache::WarnFn warn = [err](const std::string& m) { fmt::print(err, "fa-tune: cache: {}\n", m); };
+  const std::unique_ptr<cache::Db> db = cache::Db::open(cache_file, context_env(c), warn, cache::OpenMode::kReadOnly);
+  int rc = 0;
+  if (a.list && do_list(db.get(), out) != 0) rc = 1;
+  if (!a.export_path.empty()) rc = std::max(rc, do_export(db.get(), a.export_path, out, err));
+  return rc;
+}
+
+// Where a compile or tuning run kept what it made, so that no file is written unnamed: "" for a file written (its
+// size is known once the cache is closed: print_cache_note), else the note itself.
+std::string cache_note_now(const cache::Db* db) {
+  if (db == nullptr || db->in_memory()) return "cache: in memory: nothing made here is kept after this run\n";
+  if (db->read_only()) return fmt::format("cache: {} is read-only: nothing made here was kept\n", db->path());
+  return "";
+}
+
+// The cache file a run wrote, once closed (SQLite has moved its -wal into it), its size and what it keeps.
+void print_cache_note(const std::string& path, const char* keeps, std::FILE* out) {
+  std::error_code ec;
+  const double bytes = static_cast<double>(std::filesystem::file_size(path, ec));
+  fmt::print(out, "cache: {} ({}) keeps {}\n", path,
+             ec ? "size unknown" : bytes < 1e6 ? fmt::format("{:.0f} kB", bytes / 1e3)
+                                               : fmt::format("{:.1f} MB", bytes / 1e6), keeps);
+}
+
 // The grid's distinct candidate kernels (each config once, in grid order); per_semantic counts them per tuning
 // semantic key (the kernel semantics the grid needs, those with no candidate too).
 std::vector<gen::KernelConfig> grid_candidates(const std::vector<GridPoint>& grid, int arch,
@@ -116,16 +215,16 @@ std::vector<gen::KernelConfig> grid_candidates(const std::vector<GridPoint>& gri
 }
 
 // --dry-run: every candidate config of the grid compiled once (deduplicated), pruned by ptxas.
-int do_dry_run(fa_context c, const TuneArgs& a, ProgressMode progress_mode, std::FILE* out, std::FILE* err) {
+int do_dry_run(fa_context c, const TuneArgs& a, ProgressMode mode, std::FILE* out, std::FILE* err) {
   const int arch = a.arch > 0 ? a.arch : c->arch;  // the context's: the device's, else $FA_ARCH, else the default
   const gen::DeviceLimits lim = c->has_device && arch == c->arch ? c->limits : gen::limits_for_arch(arch);
   const std::vector<GridPoint> grid = expand_grid(a);
   std::map<std::string, int> per_semantic;
   const std::vector<gen::KernelConfig> configs = grid_candidates(grid, arch, lim, a.max_candidates, &per_semantic);
-  fmt::print(out, "dry run for sm_{}: {} grid points, {} kernel semantics, {} distinct candidate kernels\n", arch,
-             grid.size(), per_semantic.size(), configs.size());
+  fmt::print(out, "dry run for sm_{}: {}, {}, {}\n", arch, counted(grid.size(), "grid point"),
+             counted(per_semantic.size(), "kernel semantic"), counted(configs.size(), "distinct candidate kernel"));
   std::fflush(out);
-  Progress progress(err, progress_mode, configs.size(), "compile");
+  Progress progress(err, mode, configs.size(), "compile");
   TuneOptions o;
   o.threads = a.threads;
   std::atomic<long long> cpu_ms{0}, from_store{0};
@@ -147,8 +246,10 @@ int do_dry_run(fa_context c, const TuneArgs& a, ProgressMode progress_mode, std:
   std::map<std::string, int> by_status;
   for (const CandidateResult& r : res) ++by_status[r.status];
   const int threads = a.threads > 0 ? a.threads : default_compile_threads();
-  fmt::print(out, "compiled {} kernels in {:.1f} s wall on {} threads ({:.1f} s NVRTC time, {} from the cache)\n",
-             res.size(), wall, threads, static_cast<double>(cpu_ms.load()) / 1000.0, from_store.load());
+  const size_t loaded = static_cast<size_t>(from_store.load());
+  fmt::print(out, "{} in {:.1f} s wall on {}: {} compiled by NVRTC ({:.1f} s of NVRTC time), {} loaded from the "
+                  "cache\n", counted(res.size(), "kernel"), wall, counted(static_cast<size_t>(threads), "thread"),
+             res.size() - loaded, static_cast<double>(cpu_ms.load()) / 1000.0, loaded);
   for (const auto& [st, n] : by_status) fmt::print(out, "  {:<14} {}\n", st, n);
   for (const auto& [sem, n] : per_semantic) fmt::print(out, "  semantic {}: {} candidates\n", sem, n);
   int shown = 0;
@@ -195,7 +296,7 @@ void tune_point(fa_context c, const TuneArgs& a, const TuneOptions& o, Row* row)
   row->device = c->device_ordinal;
 }
 
-int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressMode progress_mode, std::FILE* out,
+int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressMode mode, std::FILE* out,
             std::FILE* err) {
   fa_context c = devices.front();
   const std::vector<GridPoint> grid = expand_grid(a);
@@ -220,17 +321,17 @@ int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressM
     const std::vector<gen::KernelConfig> configs = grid_candidates(grid, c->arch, c->limits, 0, &per_semantic);
     TuneOptions co;
     co.threads = host_threads;
-    Progress compiling(err, progress_mode, configs.size(), "compile");
+    Progress compiling(err, mode, configs.size(), "compile");
     co.on_compiled = [&](size_t i, const CandidateResult& r) {
       compiling.step(gen::canonical_key(configs[i]) + " " + r.status);
     };
     double compile_wall = 0;
     compile_candidates(c, configs, co, &compile_wall);
     compiling.finish();
-    fmt::print(out, "compiled the grid's {} candidate kernels once, on {} threads, in {:.1f} s\n", configs.size(),
-               co.threads, compile_wall);
+    fmt::print(out, "compiled the grid's {} once, on {}, in {:.1f} s\n", counted(configs.size(), "candidate kernel"),
+               counted(static_cast<size_t>(co.threads), "thread"), compile_wall);
   }
-  Progress progress(err, progress_mode, grid.size(), "tune");
+  Progress progress(err, mode, grid.size(), "tune");
   if (!a.devices_given()) {  // the plain sweep: this thread, grid order
     for (Row& r : rows) {
       tune_point(c, a, o, &r);
@@ -277,8 +378,8 @@ int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressM
   }
   std::string ordinals;
   for (fa_context dc : devices) ordinals += fmt::format("{}{}", ordinals.empty() ? "" : ",", dc->device_ordinal);
-  fmt::print(out, "{} problems on {} GPU{} ({}) in {:.1f} s\n", rows.size(), devices.size(),
-             devices.size() == 1 ? "" : "s", ordinals, wall);
+  fmt::print(out, "{} on {} ({}) in {:.1f} s\n", counted(rows.size(), "problem"), counted(devices.size(), "GPU"),
+             ordinals, wall);
   if (!a.json_path.empty()) {
     std::string j = fmt::format("{{\"mode\":\"tune\",\"gpu\":{},\"sm_count\":{},\"arch\":{},\"devices\":[{}],"
                                 "\"wall_s\":{},\"results\":[",
@@ -387,6 +488,8 @@ int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std
     fmt::print(err, "fa-tune: internal error: no context hooks\n");
     return 1;
   }
+  const std::string cache_file = a.cache_path.empty() ? cache::default_cache_path() : a.cache_path;
+  if (const int code = check_files_first(a, cache_file, err); code != 0) return code;
   fa_context_options opt;
   fa_context_options_init(&opt);
   opt.tune_policy = FA_TUNE_DEFAULTS_ONLY;  // fa-tune times explicitly; nothing implicit
@@ -401,20 +504,9 @@ int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std
     return 1;
   }
   fa_context c = holder.c;
-  std::unique_ptr<cache::Db> reading;
-  if (!writes) {
-    const std::string path = a.cache_path.empty() ? cache::default_cache_path() : a.cache_path;
-    std::error_code ec;
-    cache::WarnFn warn;  // a missing file needs no warning: do_list says "no such file", export names it
-    if (std::filesystem::exists(path, ec)) {
-      warn = [err](const std::string& m) { fmt::print(err, "fa-tune: cache: {}\n", m); };
-    }
-    reading = cache::Db::open(path, context_env(c), warn, cache::OpenMode::kReadOnly);
-  }
-  const ProgressMode progress = a.progress == 0   ? ProgressMode::kOff
-                                : a.progress == 1 ? ProgressMode::kBar
-                                                  : (isatty(fileno(err)) ? ProgressMode::kBar : ProgressMode::kLines);
-  cache::Db* db = writes ? context_db(c) : reading.get();
+  if (!writes) return do_read_only_actions(c, a, cache_file, out, err);
+  const ProgressMode progress = progress_mode(a.progress, isatty(fileno(err)) != 0);
+  cache::Db* db = context_db(c);
   if (db == nullptr) {
     fmt::print(err, "fa-tune: internal error: the context has no cache\n");
     return 1;
@@ -422,14 +514,7 @@ int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std
   int rc = 0;
 
   // The Db's messages name the action and the file ("import from F: ..."): printed once, as they are.
-  if (!a.import_path.empty()) {
-    const int n = db->import_from(a.import_path);
-    if (n < 0) {
-      fmt::print(err, "fa-tune: {}\n", db->last_error());
-      return 1;
-    }
-    fmt::print(out, "imported {} rows from {}\n", n, a.import_path);
-  }
+  if (!a.import_path.empty() && do_import(db, a.import_path, out, err) != 0) return 1;
   if (a.dry_run) {
     rc = std::max(rc, do_dry_run(c, a, progress, out, err));
   } else if (a.grid_given) {
@@ -454,20 +539,18 @@ int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std
       fmt::print(err, "fa-tune: --prune failed: {}\n", db->last_error());
       rc = 1;
     } else {
-      fmt::print(out, "pruned {} stale rows\n", n);
+      fmt::print(out, "pruned {} from {}\n", counted(static_cast<size_t>(n), "stale row"), db->path());
     }
   }
   if (a.list && do_list(db, out) != 0) rc = 1;
-  if (!a.export_path.empty()) {
-    if (const std::string why = unusable_file(db); !why.empty()) {
-      fmt::print(err, "fa-tune: export from {}: {}\n", db->requested_path(), why);
-      rc = 1;
-    } else if (!db->export_to(a.export_path)) {
-      fmt::print(err, "fa-tune: {}\n", db->last_error());
-      rc = 1;
-    } else {
-      fmt::print(out, "exported the cache to {}\n", a.export_path);
-    }
+  if (!a.export_path.empty()) rc = std::max(rc, do_export(db, a.export_path, out, err));
+  if (a.dry_run || a.grid_given) {
+    const std::string note = cache_note_now(db), path = db->path();
+    hooks.context_destroy(holder.c);  // closes the cache
+    holder.c = nullptr;
+    if (!note.empty()) fmt::print(out, "{}", note);
+    else print_cache_note(path, a.dry_run ? "the compiled kernels: later runs load them instead of compiling them"
+                                          : "the tuning results and their kernels: later runs use them", out);
   }
   return rc;
 }

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "tuner/tune_env.h"
+
 namespace fa::tune {
 
 namespace {
@@ -34,10 +36,7 @@ long long available_ram() {
 int default_compile_threads() { return multi_device_compile_threads(1); }
 
 int multi_device_compile_threads(int gpus) {
-  if (const char* e = std::getenv("FA_TUNE_THREADS"); e != nullptr && *e != '\0') {
-    const int n = std::atoi(e);
-    if (n >= 1) return n;
-  }
+  if (int n = 0; parse_tune_threads(std::getenv("FA_TUNE_THREADS"), &n) && n > 0) return n;
   int n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n = std::min(n, 8 * std::max(1, gpus));
   const long long ram = available_ram();

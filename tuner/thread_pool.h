@@ -6,7 +6,7 @@
 
 namespace fa::tune {
 
-// min(hardware threads, 8, available RAM / 1 GiB), at least 1; $FA_TUNE_THREADS overrides when set (>= 1).
+// min(hardware threads, 8, available RAM / 1 GiB), at least 1; $FA_TUNE_THREADS overrides when set (tune_env.h).
 int default_compile_threads();
 // The compile threads of a sweep over `gpus` GPUs (fa-tune --devices): each GPU brings the one-GPU cap of 8, as far
 // as the host's hardware threads and available RAM (1 GiB a thread) go; $FA_TUNE_THREADS overrides (the total).

@@ -14,6 +14,7 @@
 #include "tuner/bucket.h"
 #include "tuner/cache_store.h"
 #include "tuner/thread_pool.h"
+#include "tuner/tune_env.h"
 
 namespace fa::tune {
 
@@ -49,11 +50,7 @@ double default_tolerance(int dtype) {
 }  // namespace
 
 double default_budget_ms() {
-  if (const char* e = std::getenv("FA_TUNE_BUDGET_MS"); e != nullptr && *e != '\0') {
-    char* end = nullptr;
-    const double v = std::strtod(e, &end);
-    if (end != e && *end == '\0' && v > 0) return v;
-  }
+  if (double v = 0; parse_tune_budget_ms(std::getenv("FA_TUNE_BUDGET_MS"), &v) && v > 0) return v;
   return 2000.0;
 }
 

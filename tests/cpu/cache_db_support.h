@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cache_db/cache_db.h"
+#include "tests/cpu/temp_dir.h"
 
 namespace fa::test::cachedb {
 
@@ -50,32 +51,10 @@ inline cache::CubinRow make_cubin(const std::string& key, size_t size, int arch 
   return r;
 }
 
-// A fresh directory under /tmp, removed with everything in it (permissions restored first).
-class TempDir {
+// A fresh directory under $TMPDIR (tests/cpu/temp_dir.h), removed with everything in it.
+class TempDir : public fa::test::TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/fa_cache_db_test_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    path_ = p != nullptr ? p : "";
-  }
-  ~TempDir() {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
-         it.increment(ec)) {
-      std::error_code e2;
-      if (it->is_directory(e2)) fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, e2);
-    }
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
+  TempDir() : fa::test::TempDir("cache_db_test") {}
 };
 
 struct Warnings {

@@ -9,15 +9,9 @@
 #include <string>
 
 #include "fa/fa.h"
+#include "tests/cpu/temp_dir.h"
 
 namespace fa::test {
-
-// A fresh temporary directory (named after `tag`), or /tmp when none could be made.
-inline std::string temp_dir(const char* tag) {
-  std::string tmpl = std::string("/tmp/fa_") + tag + "_XXXXXX";
-  const char* d = mkdtemp(tmpl.data());
-  return d ? std::string(d) : std::string("/tmp");
-}
 
 // A context without a device on the cache file `cache` with tune policy `policy` (nullptr and a test failure when
 // it cannot be made).

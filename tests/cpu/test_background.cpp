@@ -76,10 +76,21 @@ TEST(TunePolicy, FirstUseSyncIsParsedAndOutOfRangeValuesFail) {
   fa_context_options o;
   fa_context_options_init(&o);
   o.cache_path = ":memory:";
-  o.tune_policy = 4;
-  fa_context c = nullptr;
-  EXPECT_EQ(fa_context_create(&o, &c), FA_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(fa_last_error()).find("0, 1, 2 or 3"), std::string::npos) << fa_last_error();
+  // The message names the values fa.h documents (its enum, and the default fa_context_options_init sets), and no
+  // number fa.h never mentions.
+  for (int bad : {4, -2, 100}) {
+    o.tune_policy = bad;
+    fa_context c = nullptr;
+    EXPECT_EQ(fa_context_create(&o, &c), FA_ERROR_INVALID_ARGUMENT);
+    const std::string err = fa_last_error();
+    for (const char* name : {"FA_TUNE_ON_FIRST_USE,", "FA_TUNE_DEFAULTS_ONLY", "FA_TUNE_REQUIRE_TUNED",
+                             "FA_TUNE_ON_FIRST_USE_SYNC", "fa_context_options_init"}) {
+      EXPECT_NE(err.find(name), std::string::npos) << name << ": " << err;
+    }
+    EXPECT_EQ(err.rfind("FA_ERROR_INVALID_ARGUMENT: tune_policy: expected ", 0), 0u) << err;
+    EXPECT_EQ(err.substr(err.rfind(", got ")), ", got " + std::to_string(bad)) << err;
+    EXPECT_EQ(err.find("-1"), std::string::npos) << err;
+  }
 }
 
 TEST(PlanCache, SignatureSeesEveryFieldAndRole) {
@@ -218,7 +229,8 @@ TEST(BackgroundTuner, StopAbandonsTheJobInFlightAndDropsTheQueue) {
 }
 
 TEST(BackgroundTuner, ChooserServesDefaultsThenSwapsTheWinnerIn) {
-  const std::string dir = test::temp_dir("background");
+  const test::TempDir tmp("background");
+  const std::string dir = tmp.path();
   fa_context c = test::make_context(dir + "/cache.sqlite", FA_TUNE_ON_FIRST_USE);
   ASSERT_NE(c, nullptr);
   auto* chooser = dynamic_cast<tune::TuningChooser*>(c->chooser.get());
@@ -282,7 +294,8 @@ TEST(BackgroundTuner, ChooserServesDefaultsThenSwapsTheWinnerIn) {
 }
 
 TEST(BackgroundTuner, DestroyWhileTuningReturnsAndStoresNothing) {
-  const std::string dir = test::temp_dir("background_destroy");
+  const test::TempDir tmp("background_destroy");
+  const std::string dir = tmp.path();
   fa_context c = test::make_context(dir + "/cache.sqlite", FA_TUNE_ON_FIRST_USE);
   ASSERT_NE(c, nullptr);
   auto* chooser = dynamic_cast<tune::TuningChooser*>(c->chooser.get());
@@ -308,7 +321,8 @@ TEST(BackgroundTuner, DestroyWhileTuningReturnsAndStoresNothing) {
 }
 
 TEST(TunerPrune, PriorWinnersComeRightAfterTheDefault) {
-  const std::string dir = test::temp_dir("prune");
+  const test::TempDir tmp("prune");
+  const std::string dir = tmp.path();
   fa_context c = test::make_context(dir + "/cache.sqlite", FA_TUNE_DEFAULTS_ONLY);
   ASSERT_NE(c, nullptr);
   const gen::ProblemDesc p = problem(gen::kFp16, 4096);

@@ -52,7 +52,8 @@ gen::ProblemDesc problem(int mask, int feature, bool backward) {
 }  // namespace
 
 TEST(ChooserValidity, StoredWinnersNeverServeACallTheyAreInvalidFor) {
-  const std::string dir = test::temp_dir("chooser_validity");
+  const test::TempDir tmp("chooser_validity");
+  const std::string dir = tmp.path();
   std::mt19937 rng(std::random_device{}());
   int points = 0, calls = 0, fallbacks = 0;
   for (int arch : {80, 90}) {
@@ -118,7 +119,8 @@ TEST(ChooserValidity, StoredWinnersNeverServeACallTheyAreInvalidFor) {
 // The case that failed on an H200: FA2's d128 tile tuned for a causal bf16 key at an even length, then a call at a
 // ragged length of the same bucket.
 TEST(ChooserValidity, Fa2TileTunedAtEvenLengthFallsBackAtRaggedLength) {
-  const std::string dir = test::temp_dir("chooser_fa2");
+  const test::TempDir tmp("chooser_fa2");
+  const std::string dir = tmp.path();
   ArchEnv env(90);
   fa_context c = make_context(dir + "/cache.sqlite");
   ASSERT_NE(c, nullptr);
@@ -154,7 +156,8 @@ TEST(ChooserValidity, Fa2TileTunedAtEvenLengthFallsBackAtRaggedLength) {
 // fa-tune tunes the forward with LSE; an inference call asks for none. The winner stored for the one serves the
 // other, also where a miss is an error (FA_TUNE_REQUIRE_TUNED), and never where it is invalid for the call.
 TEST(ChooserValidity, AWinnerTunedWithLseServesTheForwardWithoutIt) {
-  const std::string dir = test::temp_dir("chooser_lse");
+  const test::TempDir tmp("chooser_lse");
+  const std::string dir = tmp.path();
   for (int arch : {80, 90}) {
     ArchEnv env(arch);
     fa_context c = test::make_context(dir + "/cache_" + std::to_string(arch) + ".sqlite", FA_TUNE_REQUIRE_TUNED);

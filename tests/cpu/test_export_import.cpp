@@ -18,6 +18,7 @@
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/validate.h"
 #include "tests/cpu/context_support.h"
+#include "tests/cpu/fa_tune_support.h"
 #include "tests/cpu/params_support.h"
 #include "tuner/bucket.h"
 #include "tuner/cache_store.h"
@@ -25,17 +26,7 @@
 
 namespace {
 
-int cli(const std::vector<std::string>& args) {
-  fa::tune::CliHooks h;
-  h.context_create = &fa_context_create;
-  h.context_destroy = &fa_context_destroy;
-  std::FILE* out = std::tmpfile();
-  std::FILE* err = std::tmpfile();
-  const int rc = fa::tune::run_fa_tune(args, h, out, err);
-  std::fclose(out);
-  std::fclose(err);
-  return rc;
-}
+int cli(const std::vector<std::string>& args) { return fa::test::run_cli(args).rc; }
 
 // Runs fn in a child process; its exit status (1000 + signal when killed).
 int in_child(const std::function<int()>& fn) {
@@ -49,7 +40,8 @@ int in_child(const std::function<int()>& fn) {
 
 TEST(ExportImport, AnImportedCacheServesItsKeysWithoutCompilingOrTuning) {
   if (fa::rt::nvrtc_version().empty()) GTEST_SKIP() << "NVRTC unavailable";
-  const std::string dir = fa::test::temp_dir("export_import");
+  const fa::test::TempDir tmp("export_import");
+  const std::string dir = tmp.path();
   const std::string tuned = dir + "/tuned.sqlite", shipped = dir + "/shipped.sqlite", fresh = dir + "/fresh.sqlite",
                     bare = dir + "/bare.sqlite";
   fa_params p;

@@ -20,51 +20,19 @@
 #include "tuner/fa_tune_args.h"
 #include "tuner/fa_tune_cli.h"
 #include "tuner/thread_pool.h"
+#include "tuner/tuner.h"
+#include "tests/cpu/context_support.h"
+#include "tests/cpu/fa_tune_support.h"
+#include "tests/cpu/temp_dir.h"
 
 using namespace fa;
 
 namespace {
 
-struct CliRun {
-  int rc = -1;
-  std::string out, err;
-};
-
-std::string slurp(std::FILE* f) {
-  std::string s;
-  std::rewind(f);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  std::fclose(f);
-  return s;
-}
-
-CliRun run_cli(const std::vector<std::string>& args) {
-  tune::CliHooks h;
-  h.context_create = &fa_context_create;
-  h.context_destroy = &fa_context_destroy;
-  std::FILE* out = std::tmpfile();
-  std::FILE* err = std::tmpfile();
-  CliRun r;
-  r.rc = tune::run_fa_tune(args, h, out, err);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
-std::vector<char> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
-
-std::string temp_dir() {
-  char tmpl[] = "/tmp/fa_tune_cli_XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  return d ? d : "/tmp";
-}
+using test::CliRun;
+using test::lines;
+using test::read_bytes;
+using test::run_cli;
 
 }  // namespace
 
@@ -119,6 +87,12 @@ TEST(FaTuneArgs, ErrorsNameTheFlagAndExitWith2) {
       {{"--heads", "16", "--kv-heads", "5"}, "--kv-heads"},
       {{"--list=yes"}, "--list"},
       {{"--json", ""}, "--json"},
+      {{"--json"}, "--json: missing FILE"},
+      {{"--cache", "a.sqlite", "--export", "--list"}, "--export: missing FILE: the next argument '--list' is a flag"},
+      {{"--export", "--cache", "t.sqlite"}, "--export: missing FILE: the next argument '--cache' is a flag"},
+      {{"--preset", "--dry-run"}, "--preset: missing NAME"},
+      {{"--progress=fast"}, "--progress: expected bar, lines or final"},
+      {{"--no-progress=1"}, "--no-progress: takes no value"},
       {{"--preset", "ci", "--devices", "x"}, "--devices: expected 'all' or device ordinals"},
       {{"--preset", "ci", "--devices", ""}, "--devices: empty value"},
       {{"--preset", "ci", "--devices", "0,0"}, "--devices: device 0 is listed twice"},
@@ -303,6 +277,40 @@ TEST(FaTuneArgs, EachGpuBringsTheOneGpuCompileThreads) {
   else unsetenv("FA_TUNE_THREADS");
 }
 
+// $FA_TUNE_THREADS and $FA_TUNE_BUDGET_MS are validated as every other variable is: a bad value fails
+// fa_context_create (and so fa-tune) naming the variable, the expected and the actual value; a good one is used.
+TEST(FaTuneEnv, ThreadsAndBudgetAreValidated) {
+  for (const char* bad : {"abc", "0", "-3", "257", "4x", "1.5"}) {
+    const std::string err = test::context_create_error("FA_TUNE_THREADS", bad);
+    EXPECT_EQ(err, std::string("FA_ERROR_INVALID_ARGUMENT: FA_TUNE_THREADS: expected a whole number of compile "
+                               "threads in [1, 256] (unset: automatic), got '") + bad + "'");
+  }
+  for (const char* bad : {"fast", "0", "-1", "4000000", "nan", "inf", "10ms"}) {
+    const std::string err = test::context_create_error("FA_TUNE_BUDGET_MS", bad);
+    EXPECT_EQ(err, std::string("FA_ERROR_INVALID_ARGUMENT: FA_TUNE_BUDGET_MS: expected milliseconds in (0, 3600000] "
+                               "(unset: 2000), got '") + bad + "'");
+  }
+  {
+    test::ScopedEnv threads("FA_TUNE_THREADS", "3"), budget("FA_TUNE_BUDGET_MS", "250.5");
+    fa_context c = test::make_context(":memory:", FA_TUNE_DEFAULTS_ONLY);
+    EXPECT_NE(c, nullptr);
+    fa_context_destroy(c);
+    EXPECT_EQ(tune::default_compile_threads(), 3);
+    EXPECT_EQ(tune::default_budget_ms(), 250.5);
+  }
+  {
+    test::ScopedEnv threads("FA_TUNE_THREADS", ""), budget("FA_TUNE_BUDGET_MS", nullptr);
+    EXPECT_EQ(tune::default_budget_ms(), 2000.0);
+    EXPECT_GE(tune::default_compile_threads(), 1);
+  }
+  test::ScopedEnv threads("FA_TUNE_THREADS", "abc");
+  const CliRun r = run_cli({"--preset", "ci", "--dry-run", "--cache", ":memory:"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("FA_TUNE_THREADS: expected a whole number of compile threads in [1, 256]"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("got 'abc'"), std::string::npos) << r.err;
+}
+
 TEST(FaTuneCli, DevicesBeyondTheHostAreRejected) {
   const CliRun r = run_cli({"--preset", "ci", "--cache", ":memory:", "--devices", "1023", "--no-progress"});
   if (r.rc == 3) {
@@ -328,26 +336,40 @@ TEST(FaTuneCli, MissingGpuExitsWith3) {
 }
 
 TEST(FaTuneCli, DryRunOfTheCiPresetCompilesAndPersists) {
-  const std::string dir = temp_dir();
+  const test::TempDir tmp("tune_cli");
+  const std::string dir = tmp.path();
   const std::string cache = dir + "/cache.sqlite", json = dir + "/dry.json", exported = dir + "/export.sqlite";
   const std::vector<std::string> args = {"--preset", "ci", "--dry-run", "--arch", "80", "--max-candidates", "2",
                                          "--cache", cache, "--json", json, "--no-progress"};
   const CliRun r = run_cli(args);
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("dry run for sm_80"), std::string::npos) << r.out;
-  EXPECT_EQ(r.err.find("compile ["), std::string::npos) << "--no-progress printed progress: " << r.err;
+  EXPECT_NE(r.out.find("dry run for sm_80: 2 grid points, 2 kernel semantics"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cache: " + cache + " ("), std::string::npos) << "the file written is not named: " << r.out;
+  EXPECT_EQ(r.out.find("cache: " + cache + " (0 kB)"), std::string::npos) << "its size was taken too early";
+  EXPECT_EQ(r.err, "") << "--no-progress printed progress";
   std::ifstream jf(json);
   std::stringstream js;
   js << jf.rdbuf();
   EXPECT_NE(js.str().find("\"mode\":\"dry-run\""), std::string::npos);
   EXPECT_NE(js.str().find("\"status\":\"ok\""), std::string::npos);
-  // Every compiled kernel is in the cache now: a second dry run compiles nothing. Without --no-progress, and with
-  // stderr not a terminal, progress is a line per kernel.
+  // Every compiled kernel is in the cache now: a second dry run compiles nothing and says so. Without --no-progress,
+  // and with stderr not a terminal, progress is one final line; --progress=lines gives a line per kernel.
+  size_t kernels = 0;
+  ASSERT_EQ(std::sscanf(r.out.substr(r.out.find('\n') + 1).c_str(), "%zu kernel", &kernels), 1) << r.out;
+  EXPECT_NE(r.out.find(": " + std::to_string(kernels) + " compiled by NVRTC ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("), 0 loaded from the cache"), std::string::npos) << r.out;
   std::vector<std::string> with_progress(args.begin(), args.end() - 1);
   const CliRun again = run_cli(with_progress);
   ASSERT_EQ(again.rc, 0) << again.err;
-  EXPECT_NE(again.out.find("(0.0 s NVRTC time"), std::string::npos) << again.out;
-  EXPECT_NE(again.err.find("compile [1/"), std::string::npos) << again.err;
+  EXPECT_NE(again.out.find(": 0 compiled by NVRTC (0.0 s of NVRTC time), " + std::to_string(kernels) +
+                           " loaded from the cache"), std::string::npos) << again.out;
+  EXPECT_EQ(lines(again.err), 1u) << again.err;
+  EXPECT_EQ(again.err.rfind("compile: " + std::to_string(kernels) + " done in ", 0), 0u) << again.err;
+  with_progress.push_back("--progress=lines");
+  const CliRun lined = run_cli(with_progress);
+  ASSERT_EQ(lined.rc, 0) << lined.err;
+  EXPECT_EQ(lines(lined.err), kernels) << lined.err;
+  EXPECT_EQ(lined.err.rfind("compile [1/" + std::to_string(kernels) + "] ", 0), 0u) << lined.err;
   // --list shows the cubins with their shared memory (the dynamic tiles, not ptxas's static 0) and leaves the file
   // as it was; --export copies them.
   const std::vector<char> before = read_bytes(cache);
@@ -359,28 +381,37 @@ TEST(FaTuneCli, DryRunOfTheCiPresetCompilesAndPersists) {
   EXPECT_EQ(list.out.find(" smem 0 "), std::string::npos) << list.out;
   EXPECT_EQ(list.out.find(" smem -1 "), std::string::npos) << list.out;
   EXPECT_EQ(read_bytes(cache), before);
-  cache::Env env;
-  auto db = cache::Db::open(exported, env);
-  EXPECT_FALSE(db->list_cubins(true).empty());
+  EXPECT_NE(list.out.find("exported " + std::to_string(kernels) + " rows of " + cache + " into the new file " +
+                          exported), std::string::npos) << list.out;
+  EXPECT_EQ(test::side_files(dir), std::vector<std::string>{}) << "--list / --export left SQLite's side files";
+  {
+    cache::Env env;
+    auto db = cache::Db::open(exported, env);
+    EXPECT_FALSE(db->list_cubins(true).empty());
+  }
   const CliRun prune = run_cli({"--prune", "--cache", cache});
   EXPECT_EQ(prune.rc, 0) << prune.err;
-  EXPECT_NE(prune.out.find("pruned 0 stale rows"), std::string::npos) << prune.out;
+  EXPECT_NE(prune.out.find("pruned 0 stale rows from " + cache), std::string::npos) << prune.out;
 }
 
 TEST(FaTuneCli, ListNeverModifiesACorruptOrMissingCache) {
-  const std::string dir = temp_dir();
+  const test::TempDir tmp("tune_cli");
+  const std::string dir = tmp.path();
   const std::string cache = dir + "/cache.sqlite", missing = dir + "/missing.sqlite";
   { std::ofstream(cache, std::ios::binary) << std::string(6000, 'q'); }
   const std::vector<char> before = read_bytes(cache);
+  // One line saying what is wrong with the file, and nothing about an in-memory cache (fa-tune uses none here).
   const CliRun r = run_cli({"--list", "--cache", cache});
   EXPECT_EQ(r.rc, 1) << r.out << r.err;
-  EXPECT_NE(r.out.find("cannot be read; nothing listed"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_EQ(r.err.rfind("fa-tune: " + cache + " is not a valid fa cache: cannot be read as a database: ", 0), 0u)
+      << r.err;
+  EXPECT_EQ(r.err.find("memory"), std::string::npos) << r.err;
   const CliRun ex = run_cli({"--export", dir + "/out.sqlite", "--cache", cache});  // a copy of nothing is no export
   EXPECT_EQ(ex.rc, 1);
-  EXPECT_NE(ex.err.find("fa-tune: export from " + cache + ": cannot be read"), std::string::npos) << ex.err;
+  EXPECT_EQ(ex.err, r.err);
   EXPECT_FALSE(std::filesystem::exists(dir + "/out.sqlite"));
-  EXPECT_EQ(lines(r.err), 1u) << r.err;
-  EXPECT_NE(r.err.find("fa-tune: cache: " + cache), std::string::npos) << r.err;
   EXPECT_EQ(read_bytes(cache), before);
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     EXPECT_EQ(e.path().filename().string().find(".corrupt-"), std::string::npos) << e.path();
@@ -393,7 +424,8 @@ TEST(FaTuneCli, ListNeverModifiesACorruptOrMissingCache) {
 }
 
 TEST(FaTuneCli, FailedExportAndImportSayItOnce) {
-  const std::string dir = temp_dir();
+  const test::TempDir tmp("tune_cli");
+  const std::string dir = tmp.path();
   const std::string cache = dir + "/cache.sqlite", plain = dir + "/plain.txt";
   { std::ofstream(plain) << "not a directory"; }
   cache::Env env;
@@ -408,10 +440,8 @@ TEST(FaTuneCli, FailedExportAndImportSayItOnce) {
   EXPECT_EQ(lines(ex.err), 1u) << ex.err;
   EXPECT_EQ(ex.err.rfind("fa-tune: export to " + bad_target + ": ", 0), 0u) << ex.err;
   EXPECT_EQ(im.rc, 1);
-  EXPECT_EQ(lines(im.err), 1u) << im.err;
-  EXPECT_EQ(im.err.rfind("fa-tune: import from " + missing + ": ", 0), 0u) << im.err;
-  for (const CliRun* r : {&ex, &im}) {
-    EXPECT_EQ(r->err.find("fa cache"), std::string::npos) << r->err;
-    EXPECT_EQ(r->err.find("cache: cache"), std::string::npos) << r->err;
-  }
+  EXPECT_EQ(im.err, "fa-tune: --import: " + missing + " is not a valid fa cache: no such file; nothing was imported or "
+                    "created\n");
+  EXPECT_EQ(ex.err.find("fa cache"), std::string::npos) << ex.err;
+  EXPECT_EQ(ex.err.find("cache: cache"), std::string::npos) << ex.err;
 }

@@ -3,6 +3,7 @@
 // the levels verbose raises to.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <string>
 
@@ -50,7 +51,8 @@ TEST(Log, LevelNamesParse) {
 }
 
 TEST(Log, EachMessagePrintedOncePerProcessAndOnlyUpToTheThreshold) {
-  const std::string msg = "test message " + fa::test::temp_dir("log_once");  // unique in this process
+  // unique in this process
+  const std::string msg = "test message " + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   testing::internal::CaptureStderr();
   fa::rt::log_line(LogLevel::kWarn, LogLevel::kInfo, msg);  // above the threshold: not printed, not remembered
   fa::rt::log_line(LogLevel::kInfo, LogLevel::kInfo, msg);
@@ -72,7 +74,8 @@ TEST(Log, BadFaLogIsRejectedByContextCreate) {
 }
 
 TEST(Log, CacheTroubleIsWarnedByDefaultAndSilencedByOff) {
-  const std::string dir = fa::test::temp_dir("log_cache");
+  const fa::test::TempDir tmp("log_cache");
+  const std::string dir = tmp.path();
   fa_status st = FA_OK;
   {
     fa::test::ScopedEnv env("FA_LOG", nullptr);

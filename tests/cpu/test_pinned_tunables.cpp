@@ -205,7 +205,8 @@ TEST(PinnedTunables, TheChooserTakesThePinBeforeItsWinnerAndItsPolicy) {
   test::ScopedEnv arch("FA_ARCH", "90");
   const HopperCase h;
   ASSERT_NE(h.s.family, nullptr);
-  const std::string dir = test::temp_dir("pinned_tunables");
+  const test::TempDir tmp("pinned_tunables");
+  const std::string dir = tmp.path();
 
   // A context with a malformed pin is never made.
   const std::string err = test::context_create_error("FA_PIN_TUNABLES", "fwd_wgmma:nonsense");

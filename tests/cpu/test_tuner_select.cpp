@@ -26,7 +26,6 @@ using namespace fa;
 namespace {
 
 using test::make_context;
-std::string temp_dir() { return test::temp_dir("tuner_test"); }
 
 // Random times per tunables key; counts calls. `lucky` keys read their given time on their first call only (a
 // drift or a clock spike during the first pass), their `ms` time afterwards. `back_to_back` keys read that time
@@ -68,7 +67,8 @@ struct FakeTimer : tune::Timer {
 gen::ProblemDesc problem(int dtype, int seqlen) { return test::tuner_problem(dtype, seqlen); }
 
 struct Fixture {
-  std::string dir = temp_dir();
+  const test::TempDir tmp{"tuner_test"};
+  std::string dir = tmp.path();
   std::string cache = dir + "/cache.sqlite";
 };
 

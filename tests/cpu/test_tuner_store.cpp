@@ -13,13 +13,10 @@
 
 using namespace fa;
 
-namespace {
-std::string temp_dir() { return test::temp_dir("store_test"); }
-}  // namespace
-
 TEST(TunerStore, CubinRoundTripWithoutNvrtc) {
   if (rt::nvrtc_version().empty()) GTEST_SKIP() << "NVRTC unavailable";
-  const std::string path = temp_dir() + "/cache.sqlite";
+  const test::TempDir tmp("store_test");
+  const std::string path = tmp.file("cache.sqlite");
   fa_context_options o;
   fa_context_options_init(&o);
   o.cache_path = path.c_str();

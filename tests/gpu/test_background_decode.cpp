@@ -118,7 +118,8 @@ std::string check(Prepared& p, fa_context ctx, const char* when) {
 TEST(GpuBackgroundDecode, EveryDecodeFamilysFirstUseKeyIsTunedWithoutAWarning) {
   Gpu& g = gpu();
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
-  const std::string dir = temp_dir("background_decode");
+  const TempDir tmp("background_decode");
+  const std::string dir = tmp.path();
   const std::string cache = dir + "/cache.sqlite";
   std::mt19937_64 rng(test_seed() + 23);
   const std::vector<BgCase> list = cases(g.ctx->arch >= 90);

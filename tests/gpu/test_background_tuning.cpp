@@ -39,7 +39,8 @@ bool matches(Case& c) {
 TEST(GpuBackgroundTuning, FirstCallAndCallsAfterTheSwapMatchTheOracle) {
   Gpu& g = gpu();
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
-  const std::string dir = temp_dir("background");
+  const TempDir tmp("background");
+  const std::string dir = tmp.path();
   fa_context ctx = make_context(dir + "/cache.sqlite", FA_TUNE_ON_FIRST_USE);
   ASSERT_NE(ctx, nullptr);
   auto* chooser = dynamic_cast<tune::TuningChooser*>(ctx->chooser.get());
@@ -95,7 +96,8 @@ TEST(GpuBackgroundTuning, FirstCallAndCallsAfterTheSwapMatchTheOracle) {
 TEST(GpuBackgroundTuning, DestroyWhileTuningReturnsPromptly) {
   Gpu& g = gpu();
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
-  const std::string dir = temp_dir("background_destroy");
+  const TempDir tmp("background_destroy");
+  const std::string dir = tmp.path();
   std::mt19937_64 rng(test_seed() + 20);
   for (int round = 0; round < 2; ++round) {
     fa_context ctx = make_context(dir + "/cache.sqlite", FA_TUNE_ON_FIRST_USE);

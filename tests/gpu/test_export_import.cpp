@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/context.h"
+#include "tests/cpu/temp_dir.h"
 #include "tests/gpu/gpu_support.h"
 #include "tuner/fa_tune_cli.h"
 
@@ -42,8 +43,8 @@ const CaseSpec kSpec{FA_DTYPE_BF16, 64, 64, 4, 4, FA_MASK_CAUSAL, 512, 512, fals
 
 TEST(ExportImport, AnExportServesAnotherProcessWithoutCompilingOrTuning) {
   if (!gpu().ok()) GTEST_SKIP() << gpu().why;
-  char tmpl[] = "/tmp/fa_export_import_XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const TempDir tmp("export_import");
+  const std::string dir = tmp.path();
   std::string log;
   ASSERT_EQ(cli({"--cache", dir + "/tuned.sqlite", "--dtypes", "bf16", "--head-dims", "64", "--heads", "4",
                  "--masks", "causal", "--seqlens", "512", "--batch-tokens", "1024", "--max-candidates", "3",

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "runtime/context.h"
+#include "tests/cpu/temp_dir.h"
 #include "tests/gpu/gpu_support.h"
 #include "tuner/chooser.h"
 
@@ -39,8 +40,8 @@ void fill(Case* c, int mask, bool varlen, int sq, int sk) {
 TEST(GpuTunedLengths, RandomLengthsAfterTuningNeverFailNorCompile) {
   Gpu& g = gpu();
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
-  char tmpl[] = "/tmp/fa_tuned_lengths_XXXXXX";
-  const std::string dir = mkdtemp(tmpl) ? tmpl : "/tmp";
+  const TempDir tmp("tuned_lengths");
+  const std::string dir = tmp.path();
   fa_context_options o;
   fa_context_options_init(&o);
   const std::string cache = dir + "/cache.sqlite";

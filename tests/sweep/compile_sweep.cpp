@@ -6,6 +6,7 @@
 // --full --limit N [--seed S]: a random sample of N points of the whole product (it has ~300k points).
 // --family NAME: only that family's kernels. --match TEXT (repeatable): only the points whose canonical key holds one
 // of the texts (before --limit): a predicate rule's neighbourhood, e.g. --full --match 'd248.dv248.none.b1a0s1'.
+// --progress-file PATH: the latest progress line (one every 25 kernels) rewritten there, for scripts/test.sh.
 // Also checks that the predicate is the only rejection: a point it accepts must compile without spills.
 #include <fmt/format.h>
 
@@ -274,6 +275,7 @@ int main(int argc, char** argv) {
   std::vector<int> archs = {80, 90};
   std::string only_family;
   std::vector<std::string> matches;  // --match: only the points whose canonical key holds one of these
+  std::string progress_file;         // --progress-file: the latest progress line, rewritten as the sweep goes
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--full")) full = true;
     else if (!std::strcmp(argv[i], "--sample")) full = false;
@@ -282,9 +284,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--family") && i + 1 < argc) only_family = argv[++i];
     else if (!std::strcmp(argv[i], "--match") && i + 1 < argc) matches.push_back(argv[++i]);
+    else if (!std::strcmp(argv[i], "--progress-file") && i + 1 < argc) progress_file = argv[++i];
     else {
       fmt::print(stderr,
-                 "usage: {} [--sample|--full] [--threads N] [--limit N [--seed S]] [--family NAME] [--match TEXT]...\n",
+                 "usage: {} [--sample|--full] [--threads N] [--limit N [--seed S]] [--family NAME] [--match TEXT]... "
+                 "[--progress-file PATH]\n",
                  argv[0]);
       return 2;
     }
@@ -319,13 +323,28 @@ int main(int argc, char** argv) {
   fmt::print("compile_sweep: {} kernels ({} mode), NVRTC {}, {} threads\n", jobs.size(), full ? "full" : "sample",
              fa::rt::nvrtc_version(), threads);
   std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  // The latest progress line, also in --progress-file (scripts/test.sh shows it while ctest hides the output).
+  auto progress = [&](const std::string& line) {
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
+    if (progress_file.empty()) return;
+    if (std::FILE* f = std::fopen(progress_file.c_str(), "w")) {
+      fmt::print(f, "{}\n", line);
+      std::fclose(f);
+    }
+  };
+  auto elapsed = [&] {
+    const auto s = static_cast<long long>(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return fmt::format("{}:{:02}", s / 60, s % 60);
+  };
+  progress(fmt::format("  0/{} compiled", jobs.size()));
   std::atomic<size_t> next{0};
   std::atomic<int> failures{0};
   std::mutex out_mu;
   std::map<std::string, int> max_regs;  // per family
   double slowest = 0;
   std::string slowest_key;
-  const auto t0 = std::chrono::steady_clock::now();
   auto worker = [&] {
     for (;;) {
       const size_t i = next++;
@@ -351,10 +370,7 @@ int main(int argc, char** argv) {
       } else if (std::getenv("FA_SWEEP_VERBOSE")) {
         fmt::print("ok {} regs {} {:.1f}s\n", r.key, r.ptxas.registers, r.seconds);
       }
-      if ((i + 1) % 25 == 0) {
-        fmt::print("  {}/{} compiled\n", i + 1, jobs.size());
-        std::fflush(stdout);
-      }
+      if ((i + 1) % 25 == 0) progress(fmt::format("  {}/{} compiled ({} elapsed)", i + 1, jobs.size(), elapsed()));
     }
   };
   std::vector<std::thread> pool;
@@ -364,6 +380,6 @@ int main(int argc, char** argv) {
   fmt::print("compile_sweep: max registers per family:");
   for (const auto& [name, regs] : max_regs) fmt::print(" {}={}", name, regs);
   fmt::print("\ncompile_sweep: slowest {:.1f}s ({})\n", slowest, slowest_key);
-  fmt::print("compile_sweep: {} kernels, {} failures, {:.0f}s\n", jobs.size(), failures.load(), secs);
+  progress(fmt::format("compile_sweep: {} kernels, {} failures, {:.0f}s", jobs.size(), failures.load(), secs));
   return failures.load() == 0 ? 0 : 1;
 }

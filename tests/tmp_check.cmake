@@ -1,0 +1,20 @@
+# tmp_check.cmake -- the tests' temporary folder (TMPDIR of every test, tests/CMakeLists.txt): MODE=setup empties it
+# before the tests run; MODE=check, after them, fails when a test left an fa_* entry there (each test removes what
+# it makes: tests/cpu/temp_dir.h).
+if(NOT DIR)
+  message(FATAL_ERROR "tmp_check.cmake: -DDIR=<folder> is required")
+endif()
+if(MODE STREQUAL "setup")
+  file(REMOVE_RECURSE "${DIR}")
+  file(MAKE_DIRECTORY "${DIR}")
+elseif(MODE STREQUAL "check")
+  file(GLOB left RELATIVE "${DIR}" "${DIR}/fa_*")
+  list(LENGTH left n)
+  if(n GREATER 0)
+    list(JOIN left ", " names)
+    message(FATAL_ERROR "the tests left ${n} temporary fa_* entries in ${DIR}: ${names}")
+  endif()
+  message("no temporary fa_* entry left in ${DIR}")
+else()
+  message(FATAL_ERROR "tmp_check.cmake: MODE must be setup or check, got '${MODE}'")
+endif()
