@@ -32,7 +32,7 @@ inline bool head_dim_ok(int d, int max = kMaxHeadDim) { return d >= 8 && d <= ma
 
 struct Semantic {
   const Family* family = nullptr;  // which kernel family (registered in family.h's registry)
-  int arch = 80;          // SM version: 80, 86, 89, 90 (90 compiles for sm_90a)
+  int arch = 80;          // SM version: 80, 86, 89, 90, 100, 103, 120, 121 (runtime/arch.h; 90 compiles as sm_90a)
   int dtype = kFp16;
   int head_dim = 128;     // of q, k: multiple of 8 in [8, kMaxHeadDim] (head_dim_ok; families cover less)
   int head_dim_v = 128;   // of v, o: multiple of 8 in [8, kMaxHeadDimV]

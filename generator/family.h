@@ -55,9 +55,10 @@ struct DeviceLimits {
   int arch = 80;
   int max_smem_optin = 163 * 1024;  // bytes per block (opt-in)
   int max_regs_per_thread = 255;
+  int max_threads_per_sm = 2048;    // resident threads per SM (occupancy: bwd_mma's CTA order)
   int sm_count = 108;
 };
-DeviceLimits limits_for_arch(int arch);  // conservative per-arch defaults (used on the CPU)
+DeviceLimits limits_for_arch(int arch);  // per-arch defaults (used on the CPU; a context with a GPU reads its own)
 
 // One tunable: a named integer with its allowed values. The tuner's space is the product of a family's knobs'
 // values (or the family's own space()), pruned by the validity predicate.

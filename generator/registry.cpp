@@ -93,19 +93,32 @@ bool KernelParams::add(const void* data, size_t size, size_t align) {
   return true;
 }
 
+// Shared memory per block (opt-in) and resident threads per SM by compute capability, as NVIDIA's CUDA C++
+// Programming Guide tables them ("Technical Specifications per Compute Capability"; the figures checked against
+// the CUDA 13.0 toolkit's cuda_occupancy.h, whose shared-memory carveouts reach 228 KB per SM on 9.0 and 10.x and
+// 100 KB on 8.6, 8.9 and 12.x, 1 KB of each reserved per block, and libcu++'s cuda/__device/arch_traits.h):
+//   sm_80: 163 KB, 2048 threads     sm_86 / sm_89: 99 KB, 1536      sm_90: 227 KB, 2048
+//   sm_100 / sm_103 (B200, B300): 227 KB (232448 bytes), 2048
+//   sm_120 / sm_121 (RTX 50xx, DGX Spark): 99 KB (101376 bytes), 1536
+// Registers: 64K per SM and 255 per thread everywhere. The SM counts are those of one part per arch (plans that
+// size work by the device, e.g. split-KV, read the device's own count where there is one).
 DeviceLimits limits_for_arch(int arch) {
+  struct Row {
+    int arch, smem_kb, threads, sms;
+  };
+  static constexpr Row kRows[] = {
+      {80, 163, 2048, 108},  {86, 99, 1536, 84},   {87, 163, 1536, 16},  // A100; RTX 30xx class; Jetson AGX Orin
+      {89, 99, 1536, 84},    {90, 227, 2048, 132},                        // RTX 40xx class; H100 / H200
+      {100, 227, 2048, 148}, {103, 227, 2048, 148},                       // B200 (sm_103: B200's count)
+      {120, 99, 1536, 170},  {121, 99, 1536, 48}};                        // RTX 5090; DGX Spark (GB10)
+  Row r{arch, 99, 1536, 84};  // an arch fa does not know: the smallest figures of those it does
+  for (const Row& k : kRows)
+    if (k.arch == arch) r = k;
   DeviceLimits l;
   l.arch = arch;
-  if (arch == 80 || arch == 87) {
-    l.max_smem_optin = 163 * 1024;
-    l.sm_count = 108;
-  } else if (arch >= 90 && arch < 120) {
-    l.max_smem_optin = 227 * 1024;
-    l.sm_count = 132;
-  } else {  // 86, 89, 120: 99 KB
-    l.max_smem_optin = 99 * 1024;
-    l.sm_count = 84;
-  }
+  l.max_smem_optin = r.smem_kb * 1024;
+  l.max_threads_per_sm = r.threads;
+  l.sm_count = r.sms;
   return l;
 }
 

@@ -3,13 +3,20 @@
 
 namespace fa::rt {
 
+bool known_arch(int arch) {
+  for (const int known : kKnownArchs)
+    if (arch == known) return true;
+  return false;
+}
+
 bool parse_arch(const std::string& text, int* arch) {
   std::string t = text;
   if (t.rfind("sm_", 0) == 0) t = t.substr(3);
   else if (t.rfind("sm", 0) == 0) t = t.substr(2);
-  if (t == "90a") t = "90";
-  for (const int known : {80, 86, 89, 90}) {
-    if (t == std::to_string(known)) {
+  const bool suffix = !t.empty() && t.back() == 'a';
+  if (suffix) t.pop_back();
+  for (const int known : kKnownArchs) {
+    if (t == std::to_string(known) && (!suffix || known >= 90)) {
       *arch = known;
       return true;
     }
@@ -17,6 +24,9 @@ bool parse_arch(const std::string& text, int* arch) {
   return false;
 }
 
-const char* arch_expected() { return "80, 86, 89 or 90 (also written sm_90, sm90 or 90a)"; }
+const char* arch_expected() {
+  return "80, 86, 89, 90, 100, 103, 120 or 121 (also written sm_120 or sm120; 90 and later also with an 'a' suffix, "
+         "as 90a or sm_100a)";
+}
 
 }  // namespace fa::rt

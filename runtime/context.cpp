@@ -5,7 +5,17 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/arch.h"
+
 namespace fa::rt {
+
+gen::DeviceLimits device_limits(int major, int minor, int smem_optin, int threads_per_sm, int sms) {
+  gen::DeviceLimits l = gen::limits_for_arch(arch_of_capability(major, minor));
+  if (smem_optin > 0) l.max_smem_optin = smem_optin;
+  if (threads_per_sm > 0) l.max_threads_per_sm = threads_per_sm;
+  if (sms > 0) l.sm_count = sms;
+  return l;
+}
 
 CtxGuard::CtxGuard(fa_context c) : c_(c) {
   if (!c_->has_device) {
@@ -69,25 +79,24 @@ Status bind_device(fa_context c) {
   }
   r = d.cuDeviceGet(&c->dev, c->device_ordinal);
   if (r != CUDA_SUCCESS) return error(FA_ERROR_DRIVER, driver_error(d, "cuDeviceGet", r));
-  int major = 0, minor = 0, smem_optin = 0, sms = 0;
+  int major = 0, minor = 0, smem_optin = 0, threads = 0, sms = 0;
   d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->dev);
   d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->dev);
   d.cuDeviceGetAttribute(&smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, c->dev);
+  d.cuDeviceGetAttribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, c->dev);
   d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c->dev);
   char name[256] = {0};
   d.cuDeviceGetName(name, sizeof name - 1, c->dev);
   c->gpu_name = name;
   c->sm_count = sms;
-  c->arch = major * 10 + minor;
+  c->arch = arch_of_capability(major, minor);
   if (c->arch < 80) {
     c->no_device_reason = fmt::format("device {} is sm_{}: fa needs sm_80 or newer", c->gpu_name, c->arch);
     c->arch = 80;
     c->limits = gen::limits_for_arch(80);
     return Status::Ok();
   }
-  c->limits = gen::limits_for_arch(c->arch);
-  c->limits.max_smem_optin = smem_optin;
-  c->limits.sm_count = sms;
+  c->limits = device_limits(major, minor, smem_optin, threads, sms);
   r = d.cuDevicePrimaryCtxRetain(&c->cuctx, c->dev);
   if (r != CUDA_SUCCESS) {
     c->no_device_reason = driver_error(d, "cuDevicePrimaryCtxRetain", r);

@@ -119,4 +119,9 @@ std::unique_ptr<MaskCache> make_mask_cache(fa_context c);
 // Arch the context compiles for: the device's, or $FA_ARCH / rt::kDefaultArchWithoutDevice (90) without a device.
 int context_arch(fa_context c);
 
+// The arch and limits of a device from what the driver reports: compute capability major.minor (12.0 -> sm_120,
+// runtime/arch.h), opt-in shared memory per block, resident threads per SM and SMs (each > 0 replaces the arch's
+// default of gen::limits_for_arch).
+gen::DeviceLimits device_limits(int major, int minor, int smem_optin, int threads_per_sm, int sms);
+
 }  // namespace fa::rt

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,14 @@
 namespace fa::rt {
 
 std::string arch_option(int arch) { return arch == 90 ? "sm_90a" : fmt::format("sm_{}", arch); }
+
+bool nvrtc_supports_arch(int arch) {
+  int n = 0;
+  if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0) return false;
+  std::vector<int> archs(static_cast<size_t>(n));
+  if (nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return false;
+  return std::find(archs.begin(), archs.end(), arch) != archs.end();
+}
 
 std::string nvrtc_version() {
   int major = 0, minor = 0;
@@ -103,6 +112,10 @@ CompileResult compile(const gen::KernelConfig& c) {
     if (!R.ok) R.log += "\nnvrtcGetCUBIN failed";
   } else {
     R.log = fmt::format("{}\n{}", nvrtcGetErrorString(r), R.log);
+    if (!nvrtc_supports_arch(c.s.arch))
+      R.log = fmt::format("NVRTC {} does not compile for sm_{} (sm_100 / sm_120 need CUDA 12.8 or newer, sm_103 / "
+                          "sm_121 CUDA 12.9)\n{}",
+                          nvrtc_version(), c.s.arch, R.log);
   }
   nvrtcDestroyProgram(&prog);
   R.ptxas = parse_ptxas(R.log);

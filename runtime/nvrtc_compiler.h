@@ -31,8 +31,11 @@ struct CompileResult {
   double seconds = 0.0;
 };
 
-// "sm_90a" for 90, "sm_80" for 80, ...
+// NVRTC's target for an arch: "sm_90a" for 90 (the Hopper families need its wgmma, TMA and setmaxnreg), else the
+// plain "sm_<arch>" ("sm_80", "sm_100", "sm_120": the mma.sync families need nothing arch-specific).
 std::string arch_option(int arch);
+// Whether this NVRTC can compile for arch (nvrtcGetSupportedArchs; CUDA 12.8 added sm_100 / 120, 12.9 sm_103 / 121).
+bool nvrtc_supports_arch(int arch);
 // NVRTC version "13.0", or "" when NVRTC cannot be used.
 std::string nvrtc_version();
 // The options passed to NVRTC (part of the compile hash).

@@ -262,8 +262,9 @@ std::string usage_text() {
   u +=
       "options:\n"
       "  --dry-run              compile the whole candidate space (no GPU needed) and report counts and spills\n"
-      "  --arch N               SM version to compile for with --dry-run (80, 86, 89, 90; also sm_90, 90a;\n"
-      "                         default: the device's, else $FA_ARCH, else 90)\n"
+      "  --arch N               SM version to compile for with --dry-run: 80, 86, 89, 90, 100, 103, 120 or\n"
+      "                         121 (also sm_120, sm120; 90 and later also 90a, sm_100a); default: the\n"
+      "                         device's, else $FA_ARCH, else 90\n"
       "  --budget-ms MS         timing budget per tuning key (default $FA_TUNE_BUDGET_MS or 2000)\n"
       "  --idle-ratio R         idle time after each timed run, in units of its time, so that the GPU is timed\n"
       "                         at boost clocks and not at its power cap (default 1; 0: runs back to back)\n"

@@ -519,8 +519,8 @@ int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std
     rc = std::max(rc, do_dry_run(c, a, progress, out, err));
   } else if (a.grid_given) {
     if (!c->has_device) {
-      fmt::print(err, "fa-tune: no usable GPU: {}\nfa-tune: use --dry-run (with --arch 80|90) to compile the candidate "
-                      "space without a GPU\n", c->no_device_reason);
+      fmt::print(err, "fa-tune: no usable GPU: {}\nfa-tune: use --dry-run (with --arch, e.g. 90 or 120) to compile "
+                      "the candidate space without a GPU\n", c->no_device_reason);
       return 3;
     }
     if (a.arch > 0 && a.arch != c->arch) {

@@ -148,10 +148,11 @@ typedef struct fa_context_options {
 
 FA_API fa_status fa_context_options_init(fa_context_options* options);
 /* Creates a context. Without a CUDA driver the context is still created (so keys, validation and compilation work,
- * for the arch $FA_ARCH names: 80, 86, 89 or 90, also written sm_90, sm90 or 90a; default 90) and device-bound calls
- * return FA_ERROR_NO_DEVICE. A bad $FA_ARCH, $FA_LOG, $FA_TUNE_POLICY, $FA_CACHE_READONLY, $FA_MASK_CACHE_MB,
- * $FA_PREFETCH, $FA_TUNE_THREADS or $FA_TUNE_BUDGET_MS fails with FA_ERROR_INVALID_ARGUMENT naming the variable,
- * the expected and the actual value. A context is safe to share between threads. */
+ * for the arch $FA_ARCH names: 80, 86, 89, 90, 100, 103, 120 or 121, also written sm_120 or sm120, and from 90 on
+ * with an "a" suffix, 90a or sm_100a; default 90) and device-bound calls return FA_ERROR_NO_DEVICE. A bad $FA_ARCH,
+ * $FA_LOG, $FA_TUNE_POLICY, $FA_CACHE_READONLY, $FA_MASK_CACHE_MB, $FA_PREFETCH, $FA_TUNE_THREADS or
+ * $FA_TUNE_BUDGET_MS fails with FA_ERROR_INVALID_ARGUMENT naming the variable, the expected and the actual value. A
+ * context is safe to share between threads. */
 FA_API fa_status fa_context_create(const fa_context_options* options, fa_context* out_context);
 /* NULL is a no-op. The caller must not destroy a context while another thread uses it. */
 FA_API void fa_context_destroy(fa_context context);

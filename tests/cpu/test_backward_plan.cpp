@@ -14,6 +14,7 @@
 
 #include "generator/family.h"
 #include "generator/problem.h"
+#include "runtime/arch.h"
 #include "runtime/nvrtc_compiler.h"
 
 using namespace fa::gen;
@@ -71,7 +72,7 @@ TEST(BackwardPlan, WorkspaceRegionsAreAlignedDisjointAndSized) {
   std::mt19937 rng(std::random_device{}());
   for (int trial = 0; trial < 400; ++trial) {
     const ProblemDesc p = random_problem(rng);
-    const int arch = std::vector<int>{80, 86, 89, 90}[static_cast<size_t>(trial) % 4];
+    const int arch = fa::rt::kKnownArchs[static_cast<size_t>(trial) % std::size(fa::rt::kKnownArchs)];
     const Plan plan = plan_backward(p, arch);
     const size_t rows_q = static_cast<size_t>(p.varlen ? p.total_q : p.batch * p.seqlen_q);
     std::vector<std::pair<size_t, size_t>> regions;  // [begin, end)
@@ -134,7 +135,7 @@ TEST(BackwardPlan, PipelineChoice) {
   p.aligned16 = true;
   p.head_dim = p.head_dim_v = 64;
   p.seqlen_q = p.seqlen_k = 256;
-  for (int arch : {80, 86, 89, 90}) {
+  for (int arch : fa::rt::kKnownArchs) {
     p.dtype = kFp32;
     EXPECT_EQ(kinds_of(plan_backward(p, arch)), kRefPipeline) << "fp32 sm_" << arch;
     EXPECT_FALSE(bwd_mma_covers(p, arch, nullptr));
@@ -170,7 +171,7 @@ TEST(BackwardPlan, PipelineChoice) {
 // Every step of every plan passes THE predicate, and the tunable space the tuner gets for the mma step is non-empty
 // (it holds the default) wherever the plan chose the mma pipeline; plan_backward(p, arch, t) uses t as given.
 TEST(BackwardPlan, EveryStepValidAndTheTunedPointHonoured) {
-  for (int arch : {80, 86, 89, 90}) {
+  for (int arch : fa::rt::kKnownArchs) {
     const DeviceLimits lim = limits_for_arch(arch);
     for (int dt : {kFp16, kBf16, kFp32}) {
       for (int d = 8; d <= 256; d += 8) {

@@ -2,7 +2,8 @@
 // at hand. A winner is tuned (stored) at one length; calls at other lengths of the same tuning key -- odd and even
 // key counts, so both shape classes of every block_n -- must get a valid config: the winner where it serves, else
 // the fastest stored candidate that does, else the family default. Every tuned family, every mask, plain / varlen /
-// softcap, sm_80 and sm_90, every valid point as the stored winner. No device: the chooser reads the database.
+// softcap, sm_80, sm_90, sm_100 and sm_120, every valid point as the stored winner. No device: the chooser reads the
+// database.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -56,7 +57,7 @@ TEST(ChooserValidity, StoredWinnersNeverServeACallTheyAreInvalidFor) {
   const std::string dir = tmp.path();
   std::mt19937 rng(std::random_device{}());
   int points = 0, calls = 0, fallbacks = 0;
-  for (int arch : {80, 90}) {
+  for (int arch : {80, 90, 100, 120}) {
     ArchEnv env(arch);
     fa_context c = make_context(dir + "/cache_" + std::to_string(arch) + ".sqlite");
     ASSERT_NE(c, nullptr);
@@ -158,7 +159,7 @@ TEST(ChooserValidity, Fa2TileTunedAtEvenLengthFallsBackAtRaggedLength) {
 TEST(ChooserValidity, AWinnerTunedWithLseServesTheForwardWithoutIt) {
   const test::TempDir tmp("chooser_lse");
   const std::string dir = tmp.path();
-  for (int arch : {80, 90}) {
+  for (int arch : {80, 90, 100, 120}) {
     ArchEnv env(arch);
     fa_context c = test::make_context(dir + "/cache_" + std::to_string(arch) + ".sqlite", FA_TUNE_REQUIRE_TUNED);
     ASSERT_NE(c, nullptr);

@@ -6,6 +6,7 @@
 
 #include "generator/family.h"
 #include "generator/problem.h"
+#include "runtime/arch.h"
 #include "runtime/nvrtc_compiler.h"
 #include "templates/embedded.h"
 
@@ -143,7 +144,7 @@ TEST(Registry, EveryFamilyIsRegisteredOnceWithAValidDefault) {
   // Ranked: on sm_90 the Hopper MLA decode (latent caches only), then the decode family (split-KV, paged; it covers
   // decode shapes and KV caches only), the Hopper forward on sm_90, then the tensor-core forward, the reference last,
   // on every arch; a reference family in each direction.
-  for (int arch : {80, 86, 89, 90}) {
+  for (int arch : fa::rt::kKnownArchs) {
     const auto fwd = ranked_families(Role::Forward, arch);
     ASSERT_GE(fwd.size(), 3u);
     const size_t o = arch == 90 ? 1 : 0;
@@ -269,7 +270,7 @@ TEST(Validity, FwdWgmmaDefaultsUnderABuiltInMaskTakeTheMeasuredPersistentPoints)
 // Whatever the selector and the backward plan pick for a problem, with heuristic defaults, must be valid: the
 // defaults serve every problem until tuning exists.
 TEST(Validity, DefaultsOfEverySelectedKernelAreValid) {
-  for (int arch : {80, 86, 89, 90}) {
+  for (int arch : fa::rt::kKnownArchs) {
     const DeviceLimits lim = limits_for_arch(arch);
     for (int dt : {kFp16, kBf16, kFp32}) {
       for (int d = 8; d <= 256; d += 8) {

@@ -66,7 +66,7 @@ TEST(TunerBucket, NearbyLengthsShareABucketFarOnesDoNot) {
 
 TEST(TunerBucket, TuningKeyIgnoresEvenKAndLseAndLengthsNeverEnterCompileKeys) {
   std::mt19937 rng(std::random_device{}());
-  for (int arch : {80, 90}) {
+  for (int arch : {80, 90, 100, 120}) {
     const gen::ProblemDesc p1 = desc(3, 1000, 2048, 16);
     const gen::Semantic s = gen::select_forward(p1, arch);
     const gen::Tunables t = s.family->defaults(s);
@@ -98,7 +98,7 @@ TEST(TunerBucket, TuningKeyIgnoresEvenKAndLseAndLengthsNeverEnterCompileKeys) {
 
 // fa_prepare, the sibling prefetch and the background winner's swap compile the kernels of bucket_class_lengths:
 // every length of the bucket must find its kernel among them. For every forward and backward family covering a
-// fixed-length problem on sm_80 and sm_90 and every point of its space, the compile keys over the class lengths are
+// fixed-length problem on sm_80, sm_90, sm_100 and sm_120 and every point of its space, the compile keys over the class lengths are
 // those over every length of the bucket. (The bucket of 2048: fwd_wgmma's tiles of 80, 160 and 176 keys have
 // multiples there, 2000 and 1920, that no power-of-two offset from the top reaches; a kernel compiled for one of
 // those lengths' class was missing, so a random length compiled after fa_prepare.)
@@ -111,7 +111,7 @@ TEST(TunerBucket, ClassLengthsMeetEveryCompileKeyOfTheBucket) {
       EXPECT_GT(sk, top / 2);
       EXPECT_LE(sk, top);
     }
-    for (int arch : {80, 90}) {
+    for (int arch : {80, 90, 100, 120}) {
       for (gen::Role role : {gen::Role::Forward, gen::Role::Backward}) {
         for (const gen::Family* f : gen::ranked_families(role, arch)) {
           gen::ProblemDesc p0 = all.back();

@@ -1,12 +1,15 @@
-// compile_sweep.cpp -- compiles kernel variants through NVRTC for sm_80 and sm_90a and fails on any compile error
-// or any ptxas spill. --sample: a fixed covering sample (every family, dtype, mask, feature flag, a spread of head
-// dims, every valid tunable point of each family at head dim 128, and of fwd_mma at 64, and the heuristic defaults of
-// fwd_mma and bwd_mma; user code: takes_user_code, sweep_mods). --full: the whole product (each point also with user
+// compile_sweep.cpp -- compiles kernel variants through NVRTC for sm_80 and sm_90a (--arch N, repeatable: for those
+// archs instead, e.g. --arch 100 --arch 120) and fails on any compile error or any ptxas spill. --sample: a fixed
+// covering sample (every family, dtype, mask, feature flag, a spread of head dims, every valid tunable point of each
+// family at head dim 128, and of fwd_mma at 64, and the heuristic defaults of fwd_mma and bwd_mma; user code:
+// takes_user_code, sweep_mods). --full: the whole product (each point also with user
 // code where the family runs it).
 // --full --limit N [--seed S]: a random sample of N points of the whole product (it has ~300k points).
 // --family NAME: only that family's kernels. --match TEXT (repeatable): only the points whose canonical key holds one
 // of the texts (before --limit): a predicate rule's neighbourhood, e.g. --full --match 'd248.dv248.none.b1a0s1'.
 // --progress-file PATH: the latest progress line (one every 25 kernels) rewritten there, for scripts/test.sh.
+// --sample --lite: the same coverage with fewer tunable points per semantic (the CI sample of sm_100 and sm_120).
+// --count: how many kernels each family and arch would compile, nothing compiled (with $FA_SWEEP_VERBOSE: their keys).
 // Also checks that the predicate is the only rejection: a point it accepts must compile without spills.
 #include <fmt/format.h>
 
@@ -25,6 +28,7 @@
 
 #include "generator/family.h"
 #include "generator/problem.h"
+#include "runtime/arch.h"
 #include "runtime/nvrtc_compiler.h"
 
 using namespace fa::gen;
@@ -65,8 +69,14 @@ bool reads_pages(const Family& f, const Semantic& s) {
   return family_covers(f, p, s.arch, nullptr);
 }
 
-constexpr size_t kSampleAll = 96;  // --sample: points per semantic in the "every valid point" loop
-constexpr size_t kSampleMods = 32;  // --sample: points per semantic and kind of user code
+// --sample: points per semantic in the "every valid point" loop and per semantic and kind of user code, and the
+// share of the defaults' mask / feature variants; --lite (the CI sample of the archs past sm_90) takes fewer of each,
+// evenly spread too.
+struct SampleCaps {
+  size_t all = 96, mods = 32;
+  int default_step = 1;  // the heuristic defaults of every 1st (2nd) of the six mask / feature variants
+};
+constexpr SampleCaps kSampleCaps{}, kLiteCaps{6, 1, 2};
 
 // The backward families that run user code (bwd_ref's second kernel, bwd_ref_dkdv, is a step of its plan).
 bool backward_user_code(const Family& f) {
@@ -128,7 +138,7 @@ struct Job {
   KernelConfig c;
 };
 
-void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs) {
+void add_semantics(const Family& f, int arch, bool full, const SampleCaps& caps, std::vector<Job>* jobs) {
   const DeviceLimits lim = limits_for_arch(arch);
   const std::vector<int> dims_full = {8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 136, 160, 192, 200, 224, 248, 256};
   const std::vector<int> dims_sample = {8, 40, 64, 96, 128, 200, 256};
@@ -185,8 +195,9 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
             pc.t = space[static_cast<size_t>(v + 1) % space.size()];
             push(pc);
           }
-          if (has_shape_class(f) && !s.varlen) {  // the heuristic defaults of both shape classes, every mask
-            for (int m = 0; m < 6; ++m)
+          if (has_shape_class(f) && !s.varlen) {  // the heuristic defaults of both shape classes, every mask (--lite:
+                                                  // every other mask / feature variant)
+            for (int m = 0; m < 6; m += caps.default_step)
               for (bool ek : {false, true}) {
                 Semantic sd = s;
                 sd.mask = m % 3;
@@ -206,7 +217,7 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
           }
           if ((d == 64 || d == 128) && takes_user_code(f, arch) && !(f.reference && f.role == Role::Forward)) {
             // user code (fa_mods): a document mask (block skipping) alone and with a score_mod at every valid point
-            // of the knobs (at most kSampleMods, evenly spread: the register budgets for user code; mask_blocks'
+            // of the knobs (at most caps.mods, evenly spread: the register budgets for user code; mask_blocks'
             // tile shapes), a score_mod alone at the default in the forwards and at every point in the backwards
             // (whose budgets were measured on it)
             const bool bwd = backward_user_code(f);
@@ -215,7 +226,7 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
               sm.mods = sweep_mods(kind, bwd);
               // every valid point at d128 fp16, the default elsewhere; both shape classes
               std::vector<Tunables> pts = {f.defaults(sm)};
-              if (d == 128 && dt == kFp16 && (kind != 1 || bwd)) pts = spread(all_valid_points(sm, lim), kSampleMods);
+              if (d == 128 && dt == kFp16 && (kind != 1 || bwd)) pts = spread(all_valid_points(sm, lim), caps.mods);
               for (const Tunables& t : pts)
                 for (bool ek : {false, true}) {
                   if (ek && (sm.varlen || !has_shape_class(f))) continue;
@@ -227,9 +238,9 @@ void add_semantics(const Family& f, int arch, bool full, std::vector<Job>* jobs)
           }
           if ((d == 128 || (d == 64 && has_shape_class(f))) && dt == kFp16) {
             // every valid tunable point at the common head dims (the whole product runs under --full), at most
-            // kSampleAll of them evenly spread where a family's knobs span more (fwd_wgmma)
+            // caps.all of them evenly spread where a family's knobs span more (fwd_wgmma)
             const std::vector<Tunables> points = all_valid_points(s, lim);
-            const size_t step = std::max<size_t>(1, (points.size() + kSampleAll - 1) / kSampleAll);
+            const size_t step = std::max<size_t>(1, (points.size() + caps.all - 1) / caps.all);
             for (size_t i = 0; i < points.size(); i += step) {
               const Tunables& t = points[i];
               KernelConfig all{s, t};
@@ -272,7 +283,9 @@ int main(int argc, char** argv) {
   size_t limit = 0;
   unsigned long long seed = std::random_device{}();
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<int> archs = {80, 90};
+  std::vector<int> archs;  // --arch, else sm_80 and sm_90a
+  bool count_only = false;  // --count: the kernels per family and arch, nothing compiled
+  bool lite = false;        // --lite: the sample with fewer points per semantic (kLiteCaps)
   std::string only_family;
   std::vector<std::string> matches;  // --match: only the points whose canonical key holds one of these
   std::string progress_file;         // --progress-file: the latest progress line, rewritten as the sweep goes
@@ -285,22 +298,37 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--family") && i + 1 < argc) only_family = argv[++i];
     else if (!std::strcmp(argv[i], "--match") && i + 1 < argc) matches.push_back(argv[++i]);
     else if (!std::strcmp(argv[i], "--progress-file") && i + 1 < argc) progress_file = argv[++i];
-    else {
+    else if (!std::strcmp(argv[i], "--count")) count_only = true;
+    else if (!std::strcmp(argv[i], "--lite")) lite = true;
+    else if (!std::strcmp(argv[i], "--arch") && i + 1 < argc) {
+      int arch = 0;
+      if (!fa::rt::parse_arch(argv[++i], &arch)) {
+        fmt::print(stderr, "compile_sweep: --arch: expected {}, got '{}'\n", fa::rt::arch_expected(), argv[i]);
+        return 2;
+      }
+      archs.push_back(arch);
+    } else {
       fmt::print(stderr,
-                 "usage: {} [--sample|--full] [--threads N] [--limit N [--seed S]] [--family NAME] [--match TEXT]... "
-                 "[--progress-file PATH]\n",
+                 "usage: {} [--sample [--lite]|--full] [--arch N]... [--count] [--threads N] [--limit N [--seed S]] "
+                 "[--family NAME] [--match TEXT]... [--progress-file PATH]\n",
                  argv[0]);
       return 2;
     }
   }
+  if (archs.empty()) archs = {80, 90};
   if (fa::rt::nvrtc_version().empty()) {
     fmt::print(stderr, "compile_sweep: NVRTC is not usable\n");
     return 1;
   }
+  for (int arch : archs)
+    if (!fa::rt::nvrtc_supports_arch(arch)) {
+      fmt::print(stderr, "compile_sweep: NVRTC {} does not compile for sm_{}\n", fa::rt::nvrtc_version(), arch);
+      return 1;
+    }
   std::vector<Job> jobs;
   for (const Family* f : all_families())
     if (only_family.empty() || only_family == f->name)
-      for (int arch : archs) add_semantics(*f, arch, full, &jobs);
+      for (int arch : archs) add_semantics(*f, arch, full, lite ? kLiteCaps : kSampleCaps, &jobs);
   if (!matches.empty()) {  // e.g. --full --match 'd248.dv248.none.b1a0s1' --match 'c2.n64.s2.pp0': one rule's scan
     std::vector<Job> kept;
     for (Job& j : jobs) {
@@ -320,8 +348,20 @@ int main(int argc, char** argv) {
     jobs.resize(limit);
     fmt::print("compile_sweep: random sample of {} points, seed {}\n", limit, seed);
   }
-  fmt::print("compile_sweep: {} kernels ({} mode), NVRTC {}, {} threads\n", jobs.size(), full ? "full" : "sample",
-             fa::rt::nvrtc_version(), threads);
+  if (count_only) {
+    std::map<std::string, int> per;  // "family sm_N" -> kernels
+    for (const Job& j : jobs) {
+      ++per[fmt::format("{} sm_{}", family_name(j.c.s), j.c.s.arch)];
+      if (std::getenv("FA_SWEEP_VERBOSE")) fmt::print("{}\n", canonical_key(j.c));
+    }
+    for (const auto& [what, n] : per) fmt::print("{} {}\n", what, n);
+    fmt::print("compile_sweep: {} kernels (nothing compiled)\n", jobs.size());
+    return 0;
+  }
+  std::string arch_list;
+  for (int arch : archs) arch_list += (arch_list.empty() ? "" : ", ") + fa::rt::arch_option(arch);
+  fmt::print("compile_sweep: {} kernels ({} mode, {}), NVRTC {}, {} threads\n", jobs.size(), full ? "full" : "sample",
+             arch_list, fa::rt::nvrtc_version(), threads);
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
   // The latest progress line, also in --progress-file (scripts/test.sh shows it while ctest hides the output).
@@ -343,6 +383,7 @@ int main(int argc, char** argv) {
   std::atomic<int> failures{0};
   std::mutex out_mu;
   std::map<std::string, int> max_regs;  // per family
+  std::map<std::string, double> family_secs;  // NVRTC seconds per family (what a sample costs, family by family)
   double slowest = 0;
   std::string slowest_key;
   auto worker = [&] {
@@ -353,6 +394,7 @@ int main(int argc, char** argv) {
       std::lock_guard<std::mutex> lock(out_mu);
       int& regs = max_regs[family_name(jobs[i].c.s)];
       regs = std::max(regs, r.ptxas.registers);
+      family_secs[family_name(jobs[i].c.s)] += r.seconds;
       if (r.seconds > slowest) {
         slowest = r.seconds;
         slowest_key = r.key;
@@ -379,6 +421,8 @@ int main(int argc, char** argv) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("compile_sweep: max registers per family:");
   for (const auto& [name, regs] : max_regs) fmt::print(" {}={}", name, regs);
+  fmt::print("\ncompile_sweep: NVRTC seconds per family:");
+  for (const auto& [name, sec] : family_secs) fmt::print(" {}={:.0f}", name, sec);
   fmt::print("\ncompile_sweep: slowest {:.1f}s ({})\n", slowest, slowest_key);
   progress(fmt::format("compile_sweep: {} kernels, {} failures, {:.0f}s", jobs.size(), failures.load(), secs));
   return failures.load() == 0 ? 0 : 1;

@@ -282,7 +282,7 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
 int resident_ctas(const BindInput& in) {
   const int threads = static_cast<int>(in.launch.block);
   if (threads <= 0) return 1;
-  int n = ((in.limits.arch == 80 || in.limits.arch == 90) ? 2048 : 1536) / threads;
+  int n = in.limits.max_threads_per_sm / threads;
   n = std::min<int>(n, (in.limits.max_smem_optin + 1024) / (static_cast<int>(in.launch.smem) + 1024));
   if (in.registers > 0) {
     const int per_warp = (in.registers * 32 + 255) / 256 * 256;

@@ -37,30 +37,33 @@ int live_regs(const KernelConfig& c) {
 
 bool valid(const KernelConfig& c, std::string* why);
 
-// Default tiles per (arch range, head-dim bucket). Sources: FA2's published tiles (shared/anchors.md: D32/64
-// 128x128 4 warps; D96/128 128x64 4 warps; D192 128x64 8 warps; D256 64x64 4 warps on H100, 128x64 8 warps on
+constexpr int kBlackwellBiasBudget = 96;  // live registers with a bias on sm_100 and later (valid())
+
+// Default tiles per (shared memory per block, head-dim bucket). Sources: FA2's published tiles (shared/anchors.md:
+// D32/64 128x128 4 warps; D96/128 128x64 4 warps; D192 128x64 8 warps; D256 64x64 4 warps on H100, 128x64 8 warps on
 // A100) moved to points this kernel compiles without spills (valid()), then chosen by measurement on an H200
 // (fp16, 16k tokens, hidden 2048; scratch/h2/NOTES.md): d64 128x64x4w s2 joint: 294-307 TFLOP/s (SDPA flash 288-300);
 // d128 128x32x4w s3 joint: 328-338 (SDPA 333-349); d256 128x64x8w s2 joint: 277-293 (SDPA 304-309).
-// Shared memory: sm_90 227 KB, sm_80 163 KB, sm_86/89 99 KB per block, so larger dims shrink below sm_90.
+// Shared memory per block (registry.cpp: limits_for_arch): 227 KB on sm_90 and sm_100 / 103 (which take the H200's
+// tiles, not measured there), 163 KB on sm_80, 99 KB on sm_86 / 89 and sm_120 / 121, so larger dims shrink below.
 struct DefaultEntry {
-  int arch_lo, arch_hi;  // applies to arch_lo <= arch <= arch_hi
-  int dim_max;           // max(head_dim, head_dim_v) <= dim_max
-  Tunables t;            // block_m, block_n, warps, stages, q_in_regs, extra
+  int smem_kb;  // applies where the arch's shared memory per block is at least this
+  int dim_max;  // max(head_dim, head_dim_v) <= dim_max
+  Tunables t;   // block_m, block_n, warps, stages, q_in_regs, extra
 };
 constexpr DefaultEntry kDefaults[] = {
-    {90, 999, 64, {128, 64, 4, 2, 0, 1}},   // measured H200: best of 128x64x4w / 128x{64,128}x8w
-    {90, 999, 128, {128, 32, 4, 3, 0, 1}},  // measured H200: best of 128x32x4w s2/s3, 128x{64,128}x8w
-    {90, 999, 192, {128, 64, 8, 2, 0, 1}},  // FA2 D192 tile (not measured here)
-    {90, 999, 256, {128, 64, 8, 2, 0, 1}},  // measured H200: beats 64x64x4w (FA2 H100 tile) by 30%
-    {80, 80, 64, {128, 64, 4, 2, 0, 1}},
-    {80, 80, 128, {128, 32, 4, 3, 0, 1}},
-    {80, 80, 192, {128, 64, 8, 2, 0, 1}},   // 154 KB
-    {80, 80, 256, {128, 32, 8, 2, 0, 1}},   // 135 KB (128x64x8w needs 203 KB)
-    {81, 89, 64, {128, 64, 4, 2, 0, 1}},
-    {81, 89, 128, {128, 32, 4, 3, 0, 1}},   // 87 KB
-    {81, 89, 192, {64, 32, 4, 2, 0, 1}},    // 77 KB
-    {81, 89, 256, {64, 32, 4, 2, 0, 1}},    // 99 KB exactly
+    {227, 64, {128, 64, 4, 2, 0, 1}},   // measured H200: best of 128x64x4w / 128x{64,128}x8w
+    {227, 128, {128, 32, 4, 3, 0, 1}},  // measured H200: best of 128x32x4w s2/s3, 128x{64,128}x8w
+    {227, 192, {128, 64, 8, 2, 0, 1}},  // FA2 D192 tile (not measured here)
+    {227, 256, {128, 64, 8, 2, 0, 1}},  // measured H200: beats 64x64x4w (FA2 H100 tile) by 30%
+    {163, 64, {128, 64, 4, 2, 0, 1}},
+    {163, 128, {128, 32, 4, 3, 0, 1}},
+    {163, 192, {128, 64, 8, 2, 0, 1}},   // 154 KB
+    {163, 256, {128, 32, 8, 2, 0, 1}},   // 135 KB (128x64x8w needs 203 KB)
+    {99, 64, {128, 64, 4, 2, 0, 1}},
+    {99, 128, {128, 32, 4, 3, 0, 1}},   // 87 KB
+    {99, 192, {64, 32, 4, 2, 0, 1}},    // 77 KB
+    {99, 256, {64, 32, 4, 2, 0, 1}},    // 99 KB exactly
 };
 
 // FA2's own d128 tile, 128x64 / 4 warps / 2 stages, preferred for causal d128 on sm_90 where valid() admits it
@@ -83,9 +86,10 @@ Tunables defaults(const Semantic& s) {
     if (valid(fa2, nullptr)) return fa2.t;
   }
   const int dim = std::max(s.head_dim, s.head_dim_v);
+  const int smem = limits_for_arch(s.arch).max_smem_optin;
   Tunables t{{64, 32, 4, 2, 0, 1}};  // fits everywhere (<= 99 KB)
   for (const DefaultEntry& e : kDefaults) {
-    if (s.arch >= e.arch_lo && s.arch <= e.arch_hi && dim <= e.dim_max) { t = e.t; break; }
+    if (smem >= e.smem_kb * 1024 && dim <= e.dim_max) { t = e.t; break; }
   }
   // Feature / varlen kernels have a smaller register budget (valid()): 16 rows per warp, then 32-key blocks.
   KernelConfig c{s, t};
@@ -126,6 +130,17 @@ bool valid(const KernelConfig& c, std::string* why) {
   }
   const int budget = feat ? 144 : 160;
   const int live = live_regs(c);
+  // Blackwell (sm_100 and later): ptxas holds the bias path in 30-50 more registers than for sm_90a (the smallest
+  // tile at d 136: 202 against 168). ptxas -v over the bias points (16 rows per warp, 32 keys; fp16 and bf16, masks
+  // none / causal / window, stages 2-3, kv_joint 0-1, Q in registers or not, varlen; alone and beside ALiBi; sm_100
+  // and sm_120, NVRTC 13.0, 2026-11-29): spill-free up to 96 live registers (head_dim_v 160); from 104 (head_dim_v
+  // 168, causal with 3 stages or varlen) 4-88 bytes of spills at most points up to head_dim_v 240. ALiBi and softcap
+  // without a bias stayed clean. Past it, bias problems run the reference kernel there (covers()).
+  if (s.has_bias && s.arch >= 100 && live > kBlackwellBiasBudget) {
+    return fail(why, "register pressure with a bias on sm_" + std::to_string(s.arch) + ": " + std::to_string(live) +
+                         " accumulator registers per thread > " + std::to_string(kBlackwellBiasBudget) +
+                         " (Blackwell's ptxas spills past it)");
+  }
   // FA2's own d128 tile (128x64, 4 warps, Q in shared memory) runs on the template's big-tile path (early P
   // packing, conditional rescale) in 254-255 registers. ptxas -v over its variants (2026-11-23, swizzled rows;
   // masks none / causal / window, stages 2-3, kv_joint 0-1, fp16 / bf16, with and without LSE): spill-free on sm_90a
@@ -175,7 +190,13 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (arch < 80) return fail(why, "needs sm_80 or newer, device is sm_" + std::to_string(arch));
   if (!p.aligned16) return fail(why, "pointers or strides not 16-byte aligned");
-  return fam::contiguous_kv_fast_dims(p, "fwd_mma", why);
+  if (!fam::contiguous_kv_fast_dims(p, "fwd_mma", why)) return false;
+  // A tile that compiles without spills (defaults() ends at the smallest; a bias past Blackwell's budget has none)
+  const Semantic s = semantic_for(*find_family("fwd_mma"), p, arch);
+  std::string reason;
+  if (!valid(KernelConfig{s, defaults(s)}, why ? &reason : nullptr))
+    return fail(why, "no tile for these head dims and features: " + reason);
+  return true;
 }
 
 // With a mask_mod (fa_mods): [mask_blocks at this block_m x block_n, fwd_mma] over the classes and the per-CTA
