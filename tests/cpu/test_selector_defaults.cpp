@@ -171,6 +171,22 @@ TEST(SelectorBlackwell, ABiasPastBlackwellsRegisterBudgetRunsTheReference) {
   }
 }
 
+// FA2's d128 tile (128 x 64, 4 warps) past the register budget is sm_90's exception alone: sm_100 / 103 spill 12
+// bytes there with a causal or window mask (ptxas -v, 2026-11-29).
+TEST(SelectorBlackwell, Fa2D128TileIsSm90sAlone) {
+  const fa::gen::Family& mma = *fa::gen::find_family("fwd_mma");
+  for (const int arch : {90, 100, 103}) {
+    fa::gen::ProblemDesc p = prefill(false);
+    fa::gen::Semantic s = fa::gen::semantic_for(mma, p, arch);
+    s.even_k = true;
+    std::string why;
+    const bool ok = mma.valid(fa::gen::KernelConfig{s, fa::gen::Tunables{{128, 64, 4, 2, 0, 1}}}, &why);
+    EXPECT_EQ(ok, arch == 90) << "sm_" << arch << ": " << why;
+    if (arch != 90)
+      EXPECT_NE(why.find("register pressure: 192 accumulator registers per thread > 160"), std::string::npos) << why;
+  }
+}
+
 // The heuristic default of the tensor-core forward and backward at every head dim (each mask, with and without the
 // score features) fits the arch's shared memory on every arch fa knows: sm_120's 99 KB a block too.
 TEST(SelectorDefaults, MmaDefaultsFitEveryKnownArch) {

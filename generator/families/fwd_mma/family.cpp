@@ -146,9 +146,10 @@ bool valid(const KernelConfig& c, std::string* why) {
   // masks none / causal / window, stages 2-3, kv_joint 0-1, fp16 / bf16, with and without LSE): spill-free on sm_90a
   // when seqlen_k is a multiple of 64 and the problem is not varlen. Ragged keys and varlen spill 4-56 bytes there,
   // and sm_80 spills 8-48 bytes with a mask (the rule of 2026-11-22 admitted masked ragged / varlen variants that
-  // spilled 12-100 bytes), so everywhere else it stays outside the budget.
+  // spilled 12-100 bytes), so everywhere else it stays outside the budget. sm_100 / 103 (2026-11-29, even keys, fp16)
+  // spill 12 bytes with a causal or window mask at 2 stages: the tile is sm_90's alone.
   const bool fa2_d128_tile = s.head_dim == 128 && s.head_dim_v == 128 && t[kBlockM] == 128 && t[kBlockN] == 64 &&
-                             t[kWarps] == 4 && t[kQInRegs] == 0 && !feat && !mask_only && s.arch >= 90 && s.even_k &&
+                             t[kWarps] == 4 && t[kQInRegs] == 0 && !feat && !mask_only && s.arch == 90 && s.even_k &&
                              !s.varlen;
   if (live > budget && !fa2_d128_tile) {
     return fail(why, "register pressure: " + std::to_string(live) + " accumulator registers per thread > " +
