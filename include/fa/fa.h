@@ -336,8 +336,13 @@ FA_API fa_status fa_forward_workspace_size(fa_context context, const fa_params* 
  * call fails with FA_ERROR_STREAM_CAPTURING (call fa_prepare before capture). */
 FA_API fa_status fa_run(fa_context context, const fa_params* params, void* stream);
 
-/* Makes fa_run(params) ready without running it: validates, selects, tunes (by policy) and compiles; synchronous
- * on the context's device, not on any caller stream. Call before capturing a CUDA graph. */
+/* Makes fa_run(params) ready: validates, selects, tunes (by policy) and compiles; synchronous on the context's
+ * device, not on any caller stream. Call before capturing a CUDA graph. Tuning times candidate kernels on the
+ * params' own buffers, as fa_run would run them (on the legacy default stream): under FA_TUNE_ON_FIRST_USE(_SYNC),
+ * with a device and no tuned entry yet, q, k, v (and what else the params point to) are read and o and lse
+ * written, so every pointer must be valid then; their contents afterwards are unspecified. Under
+ * FA_TUNE_DEFAULTS_ONLY / FA_TUNE_REQUIRE_TUNED, or once the class is tuned, nothing is launched and the pointers
+ * are not dereferenced. */
 FA_API fa_status fa_prepare(fa_context context, const fa_params* params);
 
 /* 1 when fa_run would accept params (validation + selection only; no device needed), else 0 with the reason in
@@ -372,6 +377,10 @@ typedef struct fa_bwd_params {
 FA_API fa_status fa_bwd_params_init(fa_bwd_params* params);
 FA_API fa_status fa_backward_workspace_size(fa_context context, const fa_bwd_params* params, size_t* out_bytes);
 FA_API fa_status fa_run_backward(fa_context context, const fa_bwd_params* params, void* stream);
+/* Makes fa_run_backward(params) ready, as fa_prepare does the forward: validates, selects, tunes (by policy) and
+ * compiles. Tuning times candidates on the params' buffers (the workspace excepted: it allocates its own): dout,
+ * the forward's inputs, o and lse are read and dq, dk, dv written, so these pointers must be valid whenever it
+ * tunes (see fa_prepare); the gradients' contents afterwards are unspecified. */
 FA_API fa_status fa_prepare_backward(fa_context context, const fa_bwd_params* params);
 
 /* ---- merging partial results (context parallelism, key ranges computed apart) ---------------------------------

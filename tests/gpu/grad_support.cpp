@@ -138,22 +138,30 @@ GradResult measure_grads(const Case& c, Grads& g) {
   return r;
 }
 
-void prepare_in_parallel(const std::vector<const fa_params*>& problems) {
+fa_bwd_params prepare_bwd_params(const Case& c, const fa_params& p, PrepareGrads* scratch) {
+  const size_t es = c.dtype == FA_DTYPE_FP32 ? 4 : 2;
+  scratch->dq = DevBuf(c.q_n * es);
+  scratch->dk = DevBuf(c.k_n * es);
+  scratch->dv = DevBuf(c.v_n * es);
+  fa_bwd_params b;
+  fa_bwd_params_init(&b);
+  b.fwd = &p;
+  b.dout = p.o; b.dout_stride_batch = p.o_stride_batch; b.dout_stride_seq = p.o_stride_seq; b.dout_stride_head = p.o_stride_head;
+  b.dq = scratch->dq.get(); b.dq_stride_batch = c.q_sb; b.dq_stride_seq = c.q_ss; b.dq_stride_head = c.q_sh;
+  b.dk = scratch->dk.get(); b.dk_stride_batch = c.k_sb; b.dk_stride_seq = c.k_ss; b.dk_stride_head = c.k_sh;
+  b.dv = scratch->dv.get(); b.dv_stride_batch = c.v_sb; b.dv_stride_seq = c.v_ss; b.dv_stride_head = c.v_sh;
+  return b;
+}
+
+void prepare_in_parallel(const std::vector<const fa_params*>& problems, const std::vector<const Case*>& owners) {
+  std::vector<PrepareGrads> scratch(problems.size());
+  std::vector<fa_bwd_params> bwd(problems.size());
+  for (size_t i = 0; i < problems.size(); ++i) bwd[i] = prepare_bwd_params(*owners.at(i), *problems[i], &scratch[i]);
   parallel_for(problems.size(), [&](size_t i) {
-    const fa_params& p = *problems[i];
-    fa_prepare(gpu().ctx, &p);
-    fa_bwd_params b;
-    fa_bwd_params_init(&b);
-    b.fwd = &p;
-    b.dout = p.o; b.dout_stride_batch = p.o_stride_batch; b.dout_stride_seq = p.o_stride_seq; b.dout_stride_head = p.o_stride_head;
-    b.dq = reinterpret_cast<void*>(0x100000000000ull);
-    b.dq_stride_batch = p.q_stride_batch; b.dq_stride_seq = p.q_stride_seq; b.dq_stride_head = p.q_stride_head;
-    b.dk = reinterpret_cast<void*>(0x200000000000ull);
-    b.dk_stride_batch = p.k_stride_batch; b.dk_stride_seq = p.k_stride_seq; b.dk_stride_head = p.k_stride_head;
-    b.dv = reinterpret_cast<void*>(0x300000000000ull);
-    b.dv_stride_batch = p.v_stride_batch; b.dv_stride_seq = p.v_stride_seq; b.dv_stride_head = p.v_stride_head;
-    fa_prepare_backward(gpu().ctx, &b);
+    fa_prepare(gpu().ctx, problems[i]);
+    fa_prepare_backward(gpu().ctx, &bwd[i]);
   });
+  gpu().d->cuCtxSynchronize();  // tuning launches ran on the legacy stream: done before the scratch is freed
 }
 
 }  // namespace fa::test

@@ -54,8 +54,17 @@ GradResult check_grads_at(const Case& c, Grads& g, const gen::Tunables& t, const
 // The gradients of a backward already enqueued on the test stream (after poison_grads) against the oracle's: syncs,
 // then the errors and the padding.
 GradResult measure_grads(const Case& c, Grads& g);
-// Compiles the kernels of these problems' forward and backward (fa_prepare, fa_prepare_backward with placeholder
-// gradient pointers: nothing runs) in parallel, so that the serial checks after it only launch. LSE must be set.
-void prepare_in_parallel(const std::vector<const fa_params*>& problems);
+// Gradient buffers of a case's extents for fa_prepare_backward, which (under a tuning policy) times candidates on
+// the params' buffers: it reads dout and writes dq / dk / dv as fa_run_backward would.
+struct PrepareGrads {
+  DevBuf dq, dk, dv;
+};
+// The backward params for preparing p (whose buffers are c's or share c's extents): dout = p's o, the gradients in
+// *scratch (allocated here, on the calling thread: keep it alive until fa_prepare_backward returns).
+fa_bwd_params prepare_bwd_params(const Case& c, const fa_params& p, PrepareGrads* scratch);
+// Compiles (and, by policy, tunes) the kernels of these problems' forward and backward (fa_prepare,
+// fa_prepare_backward) in parallel, so that the serial checks after it only launch. problems[i]'s buffers are
+// owners[i]'s (its extents size the gradient scratch). LSE must be set.
+void prepare_in_parallel(const std::vector<const fa_params*>& problems, const std::vector<const Case*>& owners);
 
 }  // namespace fa::test

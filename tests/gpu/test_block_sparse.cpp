@@ -168,6 +168,7 @@ TEST(GpuBlockSparse, BackwardMatchesTheOracle) {
   std::vector<std::unique_ptr<Case>> cases;
   std::vector<std::unique_ptr<fa_mods>> mods;
   std::vector<const fa_params*> problems;
+  std::vector<const Case*> owners;
   for (int s : {640, 700}) {
     masks.push_back(std::make_unique<SparseMasks>(rng, s));
     for (size_t n = 0; n < masks.back()->cases.size(); ++n)
@@ -177,9 +178,10 @@ TEST(GpuBlockSparse, BackwardMatchesTheOracle) {
         mods.push_back(std::make_unique<fa_mods>());
         masks.back()->make(rng, n, d, cases.back().get(), mods.back().get());
         problems.push_back(&cases.back()->params);
+        owners.push_back(cases.back().get());
       }
   }
-  prepare_in_parallel(problems);  // kernels compile in parallel, the checks below only launch
+  prepare_in_parallel(problems, owners);  // kernels compile in parallel, the checks below only launch
   int failures = 0;
   for (size_t n = 0; n < cases.size(); ++n) {
     Case& c = *cases[n];

@@ -160,6 +160,7 @@ TEST(GpuUserMods, ReadyModsGradientsMatchTheOracle) {
   std::vector<std::unique_ptr<Case>> cases;
   std::vector<std::unique_ptr<fa_mods>> mods;
   std::vector<const fa_params*> problems;
+  std::vector<const Case*> owners;
   for (const ModCase& mc : ready.cases)
     for (int d : {kD, 128})  // head dims 64 and 128: the Hopper backward's (bwd_wgmma on sm_90, non-deterministic)
       for (int dtype : {FA_DTYPE_FP16, FA_DTYPE_BF16}) {
@@ -167,10 +168,11 @@ TEST(GpuUserMods, ReadyModsGradientsMatchTheOracle) {
         mods.push_back(std::make_unique<fa_mods>());
         ready.make(rng, mc, dtype, cases.back().get(), mods.back().get(), d);
         problems.push_back(&cases.back()->params);
+        owners.push_back(cases.back().get());
       }
-  prepare_in_parallel(problems);
+  prepare_in_parallel(problems, owners);
   setenv("FA_FORCE_REFERENCE_BWD", "1", 1);
-  prepare_in_parallel(problems);
+  prepare_in_parallel(problems, owners);
   unsetenv("FA_FORCE_REFERENCE_BWD");
   int failures = 0;
   for (size_t n = 0; n < cases.size(); ++n) {
@@ -235,6 +237,7 @@ TEST(GpuUserMods, RestatedBuiltinsAgreeWithTheBuiltins) {
   };
   std::vector<std::unique_ptr<Item>> items;
   std::vector<const fa_params*> problems;
+  std::vector<const Case*> owners;
   for (const Restated& rc : cases)
     for (int sk : {300, 417}) {
       items.push_back(std::make_unique<Item>());
@@ -280,8 +283,10 @@ TEST(GpuUserMods, RestatedBuiltinsAgreeWithTheBuiltins) {
       it.mod_params.alibi_slopes = nullptr;
       problems.push_back(&c.params);
       problems.push_back(&it.mod_params);
+      owners.push_back(&c);
+      owners.push_back(&c);
     }
-  prepare_in_parallel(problems);
+  prepare_in_parallel(problems, owners);
   int failures = 0;
   for (auto& item : items) {
     {  // one built-in problem and its restatement
