@@ -39,6 +39,9 @@ Gpu& gpu() {
     fa_context_options_init(&o);
     o.cache_path = ":memory:";
     if (const char* p = std::getenv("FA_TEST_CACHE"); p && *p) o.cache_path = p;
+    // The shared context checks kernels against the oracle: heuristic defaults, nothing timed, unless
+    // $FA_TUNE_POLICY says otherwise (tuning on first use has its own tests, each with its own context).
+    if (const char* p = std::getenv("FA_TUNE_POLICY"); p == nullptr || *p == 0) o.tune_policy = FA_TUNE_DEFAULTS_ONLY;
     if (fa_context_create(&o, &x.ctx) != FA_OK) {
       x.why = std::string("fa_context_create failed: ") + fa_last_error();
       return x;

@@ -9,10 +9,15 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 
 #include <fmt/format.h>
 
+#include "cache_db/cache_db.h"
+#include "runtime/context.h"
 #include "tests/gpu/grad_support.h"
+#include "tuner/cache_store.h"
+#include "tuner/chooser.h"
 
 namespace fa::test {
 namespace {
@@ -88,6 +93,58 @@ TEST(GpuBackward, RandomProblemsMatchOracle) {
   std::printf("\n");
   for (auto& [dt, text] : worst_case)
     std::printf("GPU worst backward %s: %s\n", dt == 1 ? "fp16" : dt == 2 ? "bf16" : "fp32", text.c_str());
+}
+
+// The default policy: fa_prepare_backward, or else the first fa_run_backward of a new class, tunes synchronously,
+// timing candidates on the params' buffers (fa.h). The tuned backward matches the oracle, its tuning rows are
+// stored, and the context runs on afterwards. (The shared test context runs defaults: see gpu_support.cpp.)
+TEST(GpuBackward, FirstUseTuningInPrepareAndRunMatchesOracle) {
+  Gpu& gp = gpu();
+  if (!gp.ok()) GTEST_SKIP() << "no GPU: " << gp.why;
+  fa_context_options o;
+  fa_context_options_init(&o);
+  o.cache_path = ":memory:";
+  o.tune_policy = FA_TUNE_ON_FIRST_USE;
+  fa_context ctx = nullptr;
+  ASSERT_EQ(fa_context_create(&o, &ctx), FA_OK) << fa_last_error();
+  auto* chooser = dynamic_cast<tune::TuningChooser*>(ctx->chooser.get());
+  ASSERT_NE(chooser, nullptr);
+  chooser->options().max_candidates = 4;  // a short tuning per key
+  chooser->options().budget_ms = 150;
+  std::mt19937_64 rng(test_seed() + 13);
+  const CaseSpec specs[] = {
+      // dtype, d, dv, hq, hkv, mask, sq, sk, bias, alibi, softcap, varlen
+      {FA_DTYPE_BF16, 96, 96, 2, 1, FA_MASK_SLIDING_WINDOW, 200, 100, false, false, false, false},
+      {FA_DTYPE_FP16, 64, 64, 4, 2, FA_MASK_CAUSAL, 300, 517, false, false, false, false},
+      {FA_DTYPE_BF16, 128, 128, 2, 2, FA_MASK_NONE, 129, 300, false, false, true, false},
+  };
+  int n = 0;
+  for (const CaseSpec& spec : specs)
+    for (int det : {0, 1}) {
+      Case c;
+      materialize_spec(rng, spec, false, &c);
+      ASSERT_EQ(fa_run(ctx, &c.params, gp.stream), FA_OK) << fa_last_error() << " [" << c.desc << "]";
+      Grads g;
+      setup_grads(rng, c, g);
+      g.b.deterministic = det;
+      const bool in_prepare = n++ % 2 == 0;
+      if (in_prepare) {
+        ASSERT_EQ(fa_prepare_backward(ctx, &g.b), FA_OK) << fa_last_error() << " [" << c.desc << "]";
+      }
+      poison_grads(c, g);  // what tuning wrote there is not the answer
+      ASSERT_EQ(fa_run_backward(ctx, &g.b, gp.stream), FA_OK) << fa_last_error() << " [" << c.desc << "]";
+      const GradResult r = measure_grads(c, g);
+      EXPECT_TRUE(r.ok(c.dtype)) << "[" << c.desc << " det" << det << (in_prepare ? ", tuned in prepare" : ", tuned in run")
+                                 << "]: " << r.describe();
+    }
+  auto* store = dynamic_cast<tune::CacheStore*>(ctx->store.get());
+  ASSERT_NE(store, nullptr);
+  std::set<std::string> tuned;
+  for (const auto& rec : store->db()->list_tune_rows())
+    if (rec.row.semantic_key.find("bwd") != std::string::npos) tuned.insert(rec.row.semantic_key + " " + rec.row.bucket);
+  std::printf("GPU SUMMARY backward first-use tuning: %d problems, %zu backward keys tuned\n", n, tuned.size());
+  EXPECT_GE(tuned.size(), 3u) << "the backward keys were not tuned on first use";
+  fa_context_destroy(ctx);
 }
 
 TEST(GpuBackward, DeterministicModeIsBitwiseStable) {
