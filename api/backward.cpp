@@ -38,7 +38,8 @@ Status plan_validated(fa_context c, const TuneRequest* tune, Prepared* out, cons
   if (pinned != nullptr) {
     const fa::gen::Family* f = fa::gen::find_family(family);
     if (f == nullptr || f->role != fa::gen::Role::Backward || !fa::gen::family_covers(*f, out->d, arch, &why))
-      return error(FA_ERROR_NOT_SUPPORTED, std::string("the backward family ") + family + " does not cover this problem: " + why);
+      return error(FA_ERROR_NOT_SUPPORTED,
+                   std::string("the backward family ") + family + " does not cover this problem: " + why);
     out->plan = fa::gen::make_plan(fa::gen::semantic_for(*f, out->d, arch), *pinned, out->d);
   } else {
     Status st = plan_for(c, fa::gen::Role::Backward, out->d, tune, &out->plan);
@@ -63,10 +64,22 @@ FaBwdArgs make_bwd_args(const BwdView& v, const fa::gen::ProblemDesc& d, const f
   const fa_bwd_params& b = v.bwd;
   FaBwdArgs a{};
   a.f = make_fwd_args(p, d);
-  a.dout = b.dout; a.do_sb = b.dout_stride_batch; a.do_ss = b.dout_stride_seq; a.do_sh = b.dout_stride_head;
-  a.dq = b.dq; a.dq_sb = b.dq_stride_batch; a.dq_ss = b.dq_stride_seq; a.dq_sh = b.dq_stride_head;
-  a.dk = b.dk; a.dk_sb = b.dk_stride_batch; a.dk_ss = b.dk_stride_seq; a.dk_sh = b.dk_stride_head;
-  a.dv = b.dv; a.dv_sb = b.dv_stride_batch; a.dv_ss = b.dv_stride_seq; a.dv_sh = b.dv_stride_head;
+  a.dout = b.dout;
+  a.do_sb = b.dout_stride_batch;
+  a.do_ss = b.dout_stride_seq;
+  a.do_sh = b.dout_stride_head;
+  a.dq = b.dq;
+  a.dq_sb = b.dq_stride_batch;
+  a.dq_ss = b.dq_stride_seq;
+  a.dq_sh = b.dq_stride_head;
+  a.dk = b.dk;
+  a.dk_sb = b.dk_stride_batch;
+  a.dk_ss = b.dk_stride_seq;
+  a.dk_sh = b.dk_stride_head;
+  a.dv = b.dv;
+  a.dv_sb = b.dv_stride_batch;
+  a.dv_ss = b.dv_stride_seq;
+  a.dv_sh = b.dv_stride_head;
   a.accum_q_stride_row = plan.accum_q_stride_row;
   a.accum_kv_stride_row = plan.accum_kv_stride_row;
   a.total_q = d.total_q;
@@ -83,8 +96,8 @@ static_assert(offsetof(FaBwdArgs, f) == 0, "FaBwdArgs starts with the forward's 
 // `stream` with workspace `ws` (or a stream-ordered allocation when null); `cache`: the classification may be kept
 // or reused across calls (runtime/mask_cache.h; not while tuning candidates).
 Status enqueue_with(fa_context c, const BwdView& v, const fa::gen::ProblemDesc& d, const fa::gen::Plan& plan,
-                    const std::vector<std::shared_ptr<Kernel>>* kernels, bool allow_compile, CUstream stream,
-                    void* ws, size_t ws_size, bool cache = true) {
+                    const std::vector<std::shared_ptr<Kernel>>* kernels, bool allow_compile, CUstream stream, void* ws,
+                    size_t ws_size, bool cache = true) {
   FaBwdArgs args = make_bwd_args(v, d, plan);
   bind_block_sizes(plan, &args.f);
   auto bind_workspace = [&args, &plan](char* base) {
@@ -141,7 +154,7 @@ Status run_backward(fa_context c, const fa_bwd_params* in, CUstream stream) {
       return enqueue_with(c, P.v, P.d, hit->plan, &hit->kernels, false, stream, P.v.bwd.workspace,
                           P.v.bwd.workspace_size);
   const uint64_t generation = c->plans.generation();  // read before the choice (plan_cache.h)
-  st = plan_validated(c, nullptr, &P);  // the selector's plan, without tuning
+  st = plan_validated(c, nullptr, &P);                // the selector's plan, without tuning
   if (!st.ok()) return st;
   if (!c->has_device) return error(FA_ERROR_NO_DEVICE, c->no_device_reason);
   bool capturing = false;
@@ -155,8 +168,8 @@ Status run_backward(fa_context c, const fa_bwd_params* in, CUstream stream) {
   auto entry = std::make_shared<CachedPlan>();
   st = resolve_kernels(c, P.plan, !capturing, &entry->kernels);
   if (!st.ok()) return st;
-  st = enqueue_with(c, P.v, P.d, P.plan, &entry->kernels, !capturing, stream, P.v.bwd.workspace,
-                    P.v.bwd.workspace_size);
+  st =
+      enqueue_with(c, P.v, P.d, P.plan, &entry->kernels, !capturing, stream, P.v.bwd.workspace, P.v.bwd.workspace_size);
   if (st.ok() && !capturing) {
     entry->sig = sig;
     entry->generation = generation;
@@ -210,7 +223,8 @@ extern "C" FA_API fa_status fa_prepare_backward(fa_context c, const fa_bwd_param
       st = kernel_for(c, step, true, &k);
       if (!st.ok()) return st;
     }
-    if (!c->has_device) return error(FA_ERROR_NO_DEVICE, "kernels compiled, but they cannot be loaded: " + c->no_device_reason);
+    if (!c->has_device)
+      return error(FA_ERROR_NO_DEVICE, "kernels compiled, but they cannot be loaded: " + c->no_device_reason);
     return Status::Ok();
   });
 }

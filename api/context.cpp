@@ -4,10 +4,10 @@
 #include <cstring>
 #include <string>
 
-#include "fa/fa.h"
-#include "runtime/context.h"
 #include "api/env_options.h"
 #include "api/stores.h"
+#include "fa/fa.h"
+#include "runtime/context.h"
 
 namespace fa::rt {
 Status bind_device(fa_context c);
@@ -82,8 +82,9 @@ static Status create(const fa_context_options* in, fa_context* out) {
   fa_context_options_init(&o);
   if (in != nullptr) {
     if (in->version != FA_CONTEXT_OPTIONS_VERSION)
-      return error(FA_ERROR_INVALID_VERSION, fmt::format("options.version: expected {} (call fa_context_options_init), got {}",
-                                                         FA_CONTEXT_OPTIONS_VERSION, in->version));
+      return error(FA_ERROR_INVALID_VERSION,
+                   fmt::format("options.version: expected {} (call fa_context_options_init), got {}",
+                               FA_CONTEXT_OPTIONS_VERSION, in->version));
     if (in->struct_size != sizeof(fa_context_options))
       return error(FA_ERROR_INVALID_VERSION, fmt::format("options.struct_size: expected {}, got {}",
                                                          sizeof(fa_context_options), in->struct_size));
@@ -144,8 +145,8 @@ extern "C" FA_API fa_status fa_context_create(const fa_context_options* options,
 extern "C" FA_API void fa_context_destroy(fa_context c) {
   if (c == nullptr) return;
   if (c->prefetch) c->prefetch->stop();  // joins its worker: nothing compiles or loads for it past this line
-  c->chooser->stop_background();  // joins the worker: nothing tunes or loads past this line
-  c->mask_cache.reset();          // waits for the context's device work when it kept classifications, frees them
+  c->chooser->stop_background();         // joins the worker: nothing tunes or loads past this line
+  c->mask_cache.reset();                 // waits for the context's device work when it kept classifications, frees them
   if (c->has_device) {
     {
       CtxGuard g(c);

@@ -144,7 +144,8 @@ Status prepare(fa_context c, const fa_params* in) {
     for (size_t i = 0; st.ok() && i < siblings.size(); ++i) st = resolve_kernels(c, siblings[i], true, &kernels);
   }
   if (!st.ok()) return st;
-  if (!c->has_device) return error(FA_ERROR_NO_DEVICE, "kernel compiled, but it cannot be loaded: " + c->no_device_reason);
+  if (!c->has_device)
+    return error(FA_ERROR_NO_DEVICE, "kernel compiled, but it cannot be loaded: " + c->no_device_reason);
   return Status::Ok();
 }
 

@@ -28,7 +28,9 @@ Status merge_plan(fa_context c, const fa::gen::ProblemDesc& d, fa::gen::Plan* ou
 FaFwdArgs merge_args(const fa_merge_params& p) {
   FaFwdArgs a{};
   a.o = p.o;
-  a.o_sb = p.o_stride_batch; a.o_ss = p.o_stride_seq; a.o_sh = p.o_stride_head;
+  a.o_sb = p.o_stride_batch;
+  a.o_ss = p.o_stride_seq;
+  a.o_sh = p.o_stride_head;
   a.lse = p.lse;
   a.lse_sh = p.seqlen;
   a.lse_sb = static_cast<long long>(p.heads) * p.seqlen;
@@ -37,7 +39,7 @@ FaFwdArgs merge_args(const fa_merge_params& p) {
   a.heads_q = a.heads_kv = p.heads;
   a.group = 1;
   a.num_splits = p.num_parts;
-  a.part_o = const_cast<float*>(p.part_o);      // read only by the combine
+  a.part_o = const_cast<float*>(p.part_o);  // read only by the combine
   a.part_lse = const_cast<float*>(p.part_lse);
   return a;
 }

@@ -7,7 +7,8 @@ Cells: batch 1 / 8 / 64 x keys 4k / 32k / 128k, 32 query heads over 8 KV heads, 
 no mask; fa contiguous and paged (page 16 and 64; pages in a random order, the same values as the contiguous cache,
 so paged and contiguous outputs must agree bit for bit). SDPA gets q [B, 32, 1, 128] and k / v [B, 8, S, 128] with
 enable_gqa=True, is_causal=False (where a backend refuses enable_gqa, k / v repeated to 32 heads beforehand when
-that fits in memory; else n/a). Times: median of per-call CUDA-event times, calls enqueued back to back (~25 ms of calls and a warmup first;
+that fits in memory; else n/a). Times: median of per-call CUDA-event times, calls enqueued back to back (~25 ms
+of calls and a warmup first;
 fa's first call compiles, outside the timing); with --graph, the median of 7 replays of a CUDA graph of --iters calls
 (device time per call: at batch 1 / 4k a kernel runs for less than a Python call's host time, which back-to-back
 calls then measure instead). KV read rate = bytes of K and V read (B * S * 8 * 128 * 2 * 2) / time.
@@ -157,12 +158,14 @@ class FaDecode:
 def sdpa_call(backend_name, q, k, v):
     """A callable running SDPA on [B, H, S, D] views, or raises."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
     backend = getattr(SDPBackend, backend_name)
     qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def gqa():
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(qh, kh, vh, is_causal=False, enable_gqa=True)
+
     try:
         out = gqa()
         torch.cuda.synchronize()
@@ -177,6 +180,7 @@ def sdpa_call(backend_name, q, k, v):
     def rep():
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(qh, kr, vr, is_causal=False)
+
     out = rep()
     torch.cuda.synchronize()
     return rep, out.transpose(1, 2), "repeat"
@@ -198,17 +202,27 @@ def mla_cell(ctx, b, sk, hq, args):
     o = torch.empty(b, 1, hq, MLA_DV, dtype=torch.bfloat16, device="cuda")
     call = FaDecode(ctx, q, kp, vp, o, block_table=table, page_size=MLA_PAGE)
     t = timed(call, args)
-    row = {"kind": "mla", "batch": b, "seqlen_k": sk, "heads_q": hq, "heads_kv": 1, "head_dim": MLA_D,
-           "head_dim_v": MLA_DV,
-           "page_size": MLA_PAGE, "dtype": "bf16", "fa_key": call.key, "fa_ms": t,
-           "fa_cache_tbps": b * sk * MLA_D * 2 / (t * 1e-3) / 1e12,
-           "fa_tflops": b * hq * sk * (MLA_D + MLA_DV) * 2 / (t * 1e-3) / 1e12,
-           "flop_per_byte": hq * (MLA_D + MLA_DV) * 2 / (MLA_D * 2)}
+    row = {
+        "kind": "mla",
+        "batch": b,
+        "seqlen_k": sk,
+        "heads_q": hq,
+        "heads_kv": 1,
+        "head_dim": MLA_D,
+        "head_dim_v": MLA_DV,
+        "page_size": MLA_PAGE,
+        "dtype": "bf16",
+        "fa_key": call.key,
+        "fa_ms": t,
+        "fa_cache_tbps": b * sk * MLA_D * 2 / (t * 1e-3) / 1e12,
+        "fa_tflops": b * hq * sk * (MLA_D + MLA_DV) * 2 / (t * 1e-3) / 1e12,
+        "flop_per_byte": hq * (MLA_D + MLA_DV) * 2 / (MLA_D * 2),
+    }
     if b * sk <= 32 * 4096:
         call()
         torch.cuda.synchronize()
         kc = kp[table.long()].reshape(b, sk, MLA_D).float()
-        s = torch.einsum("bhd,bkd->bhk", q[:, 0].float(), kc) / MLA_D ** 0.5
+        s = torch.einsum("bhd,bkd->bhk", q[:, 0].float(), kc) / MLA_D**0.5
         ref = torch.einsum("bhk,bkd->bhd", torch.softmax(s, -1), kc[..., :MLA_DV])
         row["max_abs_diff_vs_torch"] = (o[:, 0].float() - ref).abs().max().item()
     del q, kp, vp, o, call
@@ -227,10 +241,17 @@ def main():
     ap.add_argument("--mla-heads", default="128,16", help="query heads of the MLA cells (one latent KV head)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--equal", action=argparse.BooleanOptionalAction, default=True,
-                    help="also time contiguous and paged at the default point (a FA_TUNE_POLICY=defaults context)")
-    ap.add_argument("--graph", action="store_true",
-                    help="time every contender by replaying a CUDA graph of --iters calls (device time, no host gaps)")
+    ap.add_argument(
+        "--equal",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time contiguous and paged at the default point (a FA_TUNE_POLICY=defaults context)",
+    )
+    ap.add_argument(
+        "--graph",
+        action="store_true",
+        help="time every contender by replaying a CUDA graph of --iters calls (device time, no host gaps)",
+    )
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_name()
@@ -238,8 +259,11 @@ def main():
     # its own in-memory cache: "defaults" still serves tuned entries a shared cache holds
     ctx_eq = fa.Context(tune_policy="defaults", cache_path=":memory:") if args.equal else None
     bw0 = copy_bandwidth()
-    print(f"device {dev}; copy bandwidth {bw0:.3f} TB/s; fa {fa.library_path()}; timing: "
-          f"{'CUDA graph replays' if args.graph else 'calls back to back'}", flush=True)
+    print(
+        f"device {dev}; copy bandwidth {bw0:.3f} TB/s; fa {fa.library_path()}; timing: "
+        f"{'CUDA graph replays' if args.graph else 'calls back to back'}",
+        flush=True,
+    )
     rows = []
     for b in [int(x) for x in args.batches.split(",") if x]:
         for sk in [int(x) for x in args.keys.split(",") if x]:
@@ -247,8 +271,15 @@ def main():
             k = torch.randn(b, sk, HKV, D, dtype=torch.bfloat16, device="cuda")
             v = torch.randn(b, sk, HKV, D, dtype=torch.bfloat16, device="cuda")
             kv_bytes = 2 * b * sk * HKV * D * 2
-            row = {"kind": "gqa", "batch": b, "seqlen_k": sk, "heads_q": HQ, "heads_kv": HKV, "head_dim": D,
-                   "dtype": "bf16"}
+            row = {
+                "kind": "gqa",
+                "batch": b,
+                "seqlen_k": sk,
+                "heads_q": HQ,
+                "heads_kv": HKV,
+                "head_dim": D,
+                "dtype": "bf16",
+            }
             o = torch.empty(b, 1, HQ, D, dtype=torch.bfloat16, device="cuda")
             call = FaDecode(ctx, q, k, v, o)
             row["fa_key"] = call.key
@@ -324,32 +355,51 @@ def main():
                 print(json.dumps(mla_rows[-1]), flush=True)
     bw1 = copy_bandwidth()
     timing = "CUDA-graph replays (device time)" if args.graph else "calls back to back"
-    doc = result_schema.document("bench_decode", rows + mla_rows, args=vars(args),
-                                 extra={"timing": timing, "copy_bandwidth_tbps": [bw0, bw1]})
+    doc = result_schema.document(
+        "bench_decode", rows + mla_rows, args=vars(args), extra={"timing": timing, "copy_bandwidth_tbps": [bw0, bw1]}
+    )
     result_schema.write(args.json, doc)
     print(f"copy bandwidth {bw0:.3f} / {bw1:.3f} TB/s (before / after)")
-    print(f"{'batch':>5} {'keys':>7} {'fa ms':>8} {'FA2 ms':>8} {'cuDNN ms':>8} {'fa/best':>7} {'fa TB/s':>7} "
-          f"{'p16 ms':>8} {'p64 ms':>8} {'eq ms':>8} {'p16 eq':>7} {'p64 eq':>7}")
+    print(
+        f"{'batch':>5} {'keys':>7} {'fa ms':>8} {'FA2 ms':>8} {'cuDNN ms':>8} {'fa/best':>7} {'fa TB/s':>7} "
+        f"{'p16 ms':>8} {'p64 ms':>8} {'eq ms':>8} {'p16 eq':>7} {'p64 eq':>7}"
+    )
     for r in rows:
         f = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
-        print(f"{r['batch']:>5} {r['seqlen_k']:>7} {f(r['fa_ms']):>8} {f(r.get('FA2_ms')):>8} {f(r.get('cuDNN_ms')):>8} "
-              f"{f(r.get('fa_over_best')):>7} {r['fa_kv_tbps']:7.2f} {f(r.get('paged16_ms')):>8} {f(r.get('paged64_ms')):>8} "
-              f"{f(r.get('fa_eq_ms')):>8} {f(r.get('paged16_over_contiguous_eq')):>7} "
-              f"{f(r.get('paged64_over_contiguous_eq')):>7}")
+        print(
+            f"{r['batch']:>5} {r['seqlen_k']:>7} {f(r['fa_ms']):>8} {f(r.get('FA2_ms')):>8} {f(r.get('cuDNN_ms')):>8} "
+            f"{f(r.get('fa_over_best')):>7} {r['fa_kv_tbps']:7.2f} "
+            f"{f(r.get('paged16_ms')):>8} {f(r.get('paged64_ms')):>8} "
+            f"{f(r.get('fa_eq_ms')):>8} {f(r.get('paged16_over_contiguous_eq')):>7} "
+            f"{f(r.get('paged64_over_contiguous_eq')):>7}"
+        )
     if ctx_eq is not None:
-        print("eq: the default point through a FA_TUNE_POLICY=defaults context (paged x contiguous at equal tunables; "
-              "bit-exact: " + ", ".join(f"{r['batch']}/{r['seqlen_k']} p{ps} {r.get(f'paged{ps}_bit_exact_eq')}"
-                                        for r in rows for ps in [int(x) for x in args.pages.split(",") if x]) + ")")
+        print(
+            "eq: the default point through a FA_TUNE_POLICY=defaults context (paged x contiguous at equal tunables; "
+            "bit-exact: "
+            + ", ".join(
+                f"{r['batch']}/{r['seqlen_k']} p{ps} {r.get(f'paged{ps}_bit_exact_eq')}"
+                for r in rows
+                for ps in [int(x) for x in args.pages.split(",") if x]
+            )
+            + ")"
+        )
     if mla_rows:
         bw = max(bw0, bw1)
-        print(f"MLA (d {MLA_D} / dv {MLA_DV}, q heads over 1 latent head, paged {MLA_PAGE}, v = k[..., :{MLA_DV}]); "
-              f"'of copy': cache TB/s over the copy's {bw:.3f} TB/s")
-        print(f"{'heads':>5} {'batch':>5} {'keys':>7} {'fa ms':>8} {'cache TB/s':>10} {'of copy':>7} {'FLOP/B':>6} "
-              f"{'TFLOP/s':>8} {'max err':>8}")
+        print(
+            f"MLA (d {MLA_D} / dv {MLA_DV}, q heads over 1 latent head, paged {MLA_PAGE}, v = k[..., :{MLA_DV}]); "
+            f"'of copy': cache TB/s over the copy's {bw:.3f} TB/s"
+        )
+        print(
+            f"{'heads':>5} {'batch':>5} {'keys':>7} {'fa ms':>8} {'cache TB/s':>10} {'of copy':>7} {'FLOP/B':>6} "
+            f"{'TFLOP/s':>8} {'max err':>8}"
+        )
         for r in mla_rows:
-            print(f"{r['heads_q']:>5} {r['batch']:>5} {r['seqlen_k']:>7} {r['fa_ms']:8.3f} {r['fa_cache_tbps']:10.2f} "
-                  f"{r['fa_cache_tbps'] / bw:7.2f} {r['flop_per_byte']:6.0f} {r['fa_tflops']:8.1f} "
-                  f"{r.get('max_abs_diff_vs_torch', float('nan')):8.4f}")
+            print(
+                f"{r['heads_q']:>5} {r['batch']:>5} {r['seqlen_k']:>7} {r['fa_ms']:8.3f} {r['fa_cache_tbps']:10.2f} "
+                f"{r['fa_cache_tbps'] / bw:7.2f} {r['flop_per_byte']:6.0f} {r['fa_tflops']:8.1f} "
+                f"{r.get('max_abs_diff_vs_torch', float('nan')):8.4f}"
+            )
 
 
 if __name__ == "__main__":

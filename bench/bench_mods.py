@@ -14,6 +14,7 @@ the rounds' event-timed medians); a restated built-in is also compared with its 
 (device_ms, torch.profiler), since the 2k calls are host-bound, and on the median ratio of --pairs back-to-back
 pairs (paired_ratio: the host's drift between rounds cancels).
 --json PATH writes every figure; the table goes to stdout."""
+
 import argparse
 import concurrent.futures
 import os
@@ -56,7 +57,7 @@ def interleaved_ms(fns, rounds=3):
     got = {n: [] for n in fns}
     names = list(fns)
     for r in range(rounds):
-        for n in (names if r % 2 == 0 else names[::-1]):
+        for n in names if r % 2 == 0 else names[::-1]:
             got[n].append(event_ms(fns[n]))
     return {n: statistics.median(x) for n, x in got.items()}
 
@@ -64,7 +65,8 @@ def interleaved_ms(fns, rounds=3):
 def paired_ratio(fa_fn, builtin_fn, pairs=15, iters=30):
     """Median over `pairs` of t(fa_fn) / t(builtin_fn), each t the median event time of `iters` calls after 3
     warm-up calls, the two timed back to back (the order alternating between pairs): a host-bound row's time moves
-    by 30% between runs with the host's state, and a ratio of neighbours cancels the drift that separate medians keep."""
+    by 30% between runs with the host's state, and a ratio of neighbours cancels the drift that separate medians
+    keep."""
     ratios = []
     for i in range(pairs):
         order = (fa_fn, builtin_fn) if i % 2 == 0 else (builtin_fn, fa_fn)
@@ -78,24 +80,40 @@ def mods_for(s, only=None):
     one of `only` (comma-separated) when given; and the built-in kwargs of the mods that restate one."""
     n_docs = 8
     ids = torch.sort(torch.randint(0, n_docs, (s,), device="cuda", dtype=torch.int32)).values
-    ids[: n_docs] = torch.arange(n_docs, device="cuda", dtype=torch.int32)  # all 8 present
+    ids[:n_docs] = torch.arange(n_docs, device="cuda", dtype=torch.int32)  # all 8 present
     ids = torch.sort(ids).values.contiguous()
     prefix, sinks, window, chunk, maxd = s // 4, 4, 1024, s // 8, 128
     table = torch.randn(H, 2 * maxd + 1, device="cuda", dtype=torch.float32)
     out = {
         "document(8)": (fa.mods.document(ids), {}, lambda b, h, i, j: (ids[i] == ids[j]) & (j <= i), None),
         "prefix_lm": (fa.mods.prefix_lm(prefix), {}, lambda b, h, i, j: (j <= i) | (j < prefix), None),
-        "sinks_window": (fa.mods.sinks_window(sinks, window), {},
-                         lambda b, h, i, j: (j <= i) & ((j < sinks) | (i - j < window)), None),
+        "sinks_window": (
+            fa.mods.sinks_window(sinks, window),
+            {},
+            lambda b, h, i, j: (j <= i) & ((j < sinks) | (i - j < window)),
+            None,
+        ),
         "chunked": (fa.mods.chunked(chunk), {}, lambda b, h, i, j: (j <= i) & (i // chunk == j // chunk), None),
-        "relative_bias": (fa.mods.relative_bias(table, maxd), {"causal": True}, lambda b, h, i, j: j <= i,
-                          lambda sc, b, h, i, j: sc + table[h, (i - j).clamp(-maxd, maxd) + maxd]),
+        "relative_bias": (
+            fa.mods.relative_bias(table, maxd),
+            {"causal": True},
+            lambda b, h, i, j: j <= i,
+            lambda sc, b, h, i, j: sc + table[h, (i - j).clamp(-maxd, maxd) + maxd],
+        ),
         "causal (mod)": (fa.Mods(mask_mod="return j <= i;", depends=""), {}, lambda b, h, i, j: j <= i, None),
-        "window 1024 (mod)": (fa.Mods(mask_mod="return j <= i && i - j < 1024;", depends=""), {},
-                              lambda b, h, i, j: (j <= i) & (i - j < window), None),
+        "window 1024 (mod)": (
+            fa.Mods(mask_mod="return j <= i && i - j < 1024;", depends=""),
+            {},
+            lambda b, h, i, j: (j <= i) & (i - j < window),
+            None,
+        ),
     }
-    builtin = {"causal (mod)": {"causal": True}, "window 1024 (mod)": {"window": (window - 1, 0)},
-               "sinks_window": {"window": (window - 1, 0)}, "relative_bias": {"causal": True}}
+    builtin = {
+        "causal (mod)": {"causal": True},
+        "window 1024 (mod)": {"window": (window - 1, 0)},
+        "sinks_window": {"window": (window - 1, 0)},
+        "relative_bias": {"causal": True},
+    }
     if only:
         out = {k: v for k, v in out.items() if any(k.startswith(p) for p in only.split(","))}
     return out, builtin
@@ -104,6 +122,7 @@ def mods_for(s, only=None):
 def profiled_events(fn, calls=10):
     """torch.profiler's events of `calls` calls of fn after one warm-up call (device activity only)."""
     from torch.profiler import ProfilerActivity, profile
+
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -148,7 +167,7 @@ def cache_rows(path):
         con = sqlite3.connect(path)
         n = 0
         for (t,) in con.execute("select name from sqlite_master where type='table'"):
-            n += con.execute(f"select count(*) from \"{t}\"").fetchone()[0]
+            n += con.execute(f'select count(*) from "{t}"').fetchone()[0]
         con.close()
         return n
     except Exception:  # noqa: BLE001
@@ -164,12 +183,17 @@ def main():
     ap.add_argument("--only", help="comma-separated mod names (prefixes) to time, e.g. document,relative_bias")
     ap.add_argument("--no-flex", action="store_true", help="fa's figures only (no FlexAttention compile or timing)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per row (median of the rounds)")
-    ap.add_argument("--pairs", type=int, default=15,
-                    help="back-to-back pairs of a restated built-in and its built-in (median of their ratios)")
+    ap.add_argument(
+        "--pairs",
+        type=int,
+        default=15,
+        help="back-to-back pairs of a restated built-in and its built-in (median of their ratios)",
+    )
     args = ap.parse_args()
     torch.manual_seed(0)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     import torch._dynamo as dynamo
+
     dynamo.config.cache_size_limit = 1024
     res = {"rows": [], "first_call": {}, "new_lengths": {}}
     flex = torch.compile(flex_attention, dynamic=True)
@@ -216,10 +240,16 @@ def first_calls(res, flex_attention, create_block_mask):
         torch.cuda.synchronize()
         firsts.append((s2, (time.perf_counter() - t0) * 1e3))
     after = cache_rows(cpath) if cpath else None
-    res["new_lengths"] = {"first_call_ms": firsts, "cache_rows_before": before, "cache_rows_after": after,
-                          "max_first_call_ms": max(t for _, t in firsts)}
-    print(f"20 new lengths: max first call {res['new_lengths']['max_first_call_ms']:.1f} ms, cache rows "
-          f"{before} -> {after}")
+    res["new_lengths"] = {
+        "first_call_ms": firsts,
+        "cache_rows_before": before,
+        "cache_rows_after": after,
+        "max_first_call_ms": max(t for _, t in firsts),
+    }
+    print(
+        f"20 new lengths: max first call {res['new_lengths']['max_first_call_ms']:.1f} ms, cache rows "
+        f"{before} -> {after}"
+    )
 
 
 def timings(res, args, flex, flex_attention, create_block_mask):
@@ -231,13 +261,15 @@ def timings(res, args, flex, flex_attention, create_block_mask):
         table, builtin = mods_for(s, args.only)
         # compile every fa kernel of this length first, in parallel (ctypes drops the GIL during fa's calls; each
         # worker thread makes the device's context current first)
-        calls = [lambda: fa.attention(q, k, v)] + [lambda m=m, kw=kw: fa.attention(q, k, v, mods=m, **kw)
-                                                   for m, kw, _, _ in table.values()]
+        calls = [lambda: fa.attention(q, k, v)] + [
+            lambda m=m, kw=kw: fa.attention(q, k, v, mods=m, **kw) for m, kw, _, _ in table.values()
+        ]
         calls += [lambda kw=kw: fa.attention(q, k, v, **kw) for kw in builtin.values()]
 
         def warm(f):
             torch.cuda.set_device(q.device)
             f()
+
         with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(warm, calls))
         torch.cuda.synchronize()
@@ -282,14 +314,19 @@ def timings(res, args, flex, flex_attention, create_block_mask):
         row["cls_ms"], row["fwd_ms"] = cls_pass_ms(fn)
     for row, col, fn in dev:
         row[col] = device_ms(fn)
-    print(f"{'mod':<20}{'seq':>6}{'fa ms':>9}{'cls ms':>8}{'fwd ms':>8}{'flex ms':>9}{'flex/fa':>9}"
-          f"{'builtin ms':>11}{'dense ms':>10}{'max|fa-flex|':>13}")
+    print(
+        f"{'mod':<20}{'seq':>6}{'fa ms':>9}{'cls ms':>8}{'fwd ms':>8}{'flex ms':>9}{'flex/fa':>9}"
+        f"{'builtin ms':>11}{'dense ms':>10}{'max|fa-flex|':>13}"
+    )
     for row in res["rows"]:
         f, fa_ms, cls_ms, fwd_ms = row.get("flex_ms"), row["fa_ms"], row["cls_ms"], row["fwd_ms"]
-        print(f"{row['mod']:<20}{row['seq']:>6}{fa_ms:>9.3f}{(float('nan') if cls_ms is None else cls_ms):>8.3f}"
-              f"{(fwd_ms or float('nan')):>8.3f}{(f or float('nan')):>9.3f}{(f / fa_ms if f else float('nan')):>9.2f}"
-              f"{row.get('builtin_ms', float('nan')):>11.3f}{row['dense_ms']:>10.3f}"
-              f"{row.get('max_abs_diff', float('nan')):>13.4f}", flush=True)
+        print(
+            f"{row['mod']:<20}{row['seq']:>6}{fa_ms:>9.3f}{(float('nan') if cls_ms is None else cls_ms):>8.3f}"
+            f"{(fwd_ms or float('nan')):>8.3f}{(f or float('nan')):>9.3f}{(f / fa_ms if f else float('nan')):>9.2f}"
+            f"{row.get('builtin_ms', float('nan')):>11.3f}{row['dense_ms']:>10.3f}"
+            f"{row.get('max_abs_diff', float('nan')):>13.4f}",
+            flush=True,
+        )
     # summary: fa's speed-up over Flex on the ready mods, a restated built-in against the built-in, document vs dense
     ready = ("document(8)", "prefix_lm", "sinks_window", "chunked", "relative_bias")
     for s in [int(x) for x in args.seqs.split(",")]:
@@ -298,26 +335,36 @@ def timings(res, args, flex, flex_attention, create_block_mask):
         c = rows.get("causal (mod)", {})
         w = rows.get("window 1024 (mod)", {})
         doc = rows.get("document(8)", {})
-        print(f"SUMMARY seq {s}: Flex/fa " + ", ".join(f"{m} {x:.2f}" for m, x in sp.items()) +
-              (f"; min {min(sp.values()):.2f}" if sp else "") +
-              "".join(f"; {m} / built-in {r['fa_ms'] / r['builtin_ms']:.3f} "
-                      f"(paired {r['paired_ratio']:.3f}, device {r['fa_dev_ms'] / r['builtin_dev_ms']:.3f})"
-                      for m, r in (("causal (mod)", c), ("window (mod)", w)) if r.get("builtin_dev_ms")) +
-              (f"; dense / document(8) {doc['dense_ms'] / doc['fa_ms']:.2f}" if doc else ""))
+        print(
+            f"SUMMARY seq {s}: Flex/fa "
+            + ", ".join(f"{m} {x:.2f}" for m, x in sp.items())
+            + (f"; min {min(sp.values()):.2f}" if sp else "")
+            + "".join(
+                f"; {m} / built-in {r['fa_ms'] / r['builtin_ms']:.3f} "
+                f"(paired {r['paired_ratio']:.3f}, device {r['fa_dev_ms'] / r['builtin_dev_ms']:.3f})"
+                for m, r in (("causal (mod)", c), ("window (mod)", w))
+                if r.get("builtin_dev_ms")
+            )
+            + (f"; dense / document(8) {doc['dense_ms'] / doc['fa_ms']:.2f}" if doc else "")
+        )
 
 
 def fwd_bwd_calls(run, inputs, do):
     """(forward + autograd.grad with dO = do, the forward alone without grad) of o = run(*inputs), for
     interleaved_ms."""
+
     def fwd():
         with torch.no_grad():
             return run(*inputs)
+
     return (lambda: torch.autograd.grad(run(*inputs), inputs, do)), fwd
 
 
 def bwd_timings(res, args, flex, flex_attention, create_block_mask):
-    print(f"{'mod (fwd+bwd)':<20}{'seq':>6}{'fa ms':>9}{'flex ms':>9}{'flex/fa':>9}{'fa bwd':>8}{'flex bwd':>9}"
-          f"{'bwd f/fa':>9}{'builtin ms':>11}{'dense ms':>10}{'max|dq fa-flex|':>16}")
+    print(
+        f"{'mod (fwd+bwd)':<20}{'seq':>6}{'fa ms':>9}{'flex ms':>9}{'flex/fa':>9}{'fa bwd':>8}{'flex bwd':>9}"
+        f"{'bwd f/fa':>9}{'builtin ms':>11}{'dense ms':>10}{'max|dq fa-flex|':>16}"
+    )
     dev = []  # (row, column, call): device time per call
     for s in [int(x) for x in args.seqs.split(",")]:
         q, k, v = (torch.randn(1, s, H, D, device="cuda", dtype=DT).requires_grad_() for _ in range(3))
@@ -326,8 +373,9 @@ def bwd_timings(res, args, flex, flex_attention, create_block_mask):
         dense = event_ms(fwd_bwd_calls(lambda a, b, c: fa.attention(a, b, c), (q, k, v), do)[0])
         table, builtin = mods_for(s, args.only)
         for name, (mods, kw, fmask, fscore) in table.items():
-            fa_step, fa_fwd = fwd_bwd_calls(lambda a, b, c, mods=mods, kw=kw: fa.attention(a, b, c, mods=mods, **kw),
-                                            (q, k, v), do)  # names bound now: device times run after the loop
+            fa_step, fa_fwd = fwd_bwd_calls(
+                lambda a, b, c, mods=mods, kw=kw: fa.attention(a, b, c, mods=mods, **kw), (q, k, v), do
+            )  # names bound now: device times run after the loop
             g_fa = fa_step()
             row = {"mod": name, "seq": s, "dense_fwd_bwd_ms": dense}
             contenders = {"fa_fwd_bwd_ms": fa_step, "fa_fwd_ms": fa_fwd}
@@ -348,7 +396,8 @@ def bwd_timings(res, args, flex, flex_attention, create_block_mask):
                 row["flex_error"] = str(exc)[:200]
             if name in builtin:
                 contenders["builtin_fwd_bwd_ms"] = fwd_bwd_calls(
-                    lambda a, b, c, kw=builtin[name]: fa.attention(a, b, c, **kw), (q, k, v), do)[0]
+                    lambda a, b, c, kw=builtin[name]: fa.attention(a, b, c, **kw), (q, k, v), do
+                )[0]
             row.update(interleaved_ms(contenders, args.rounds))
             if "builtin_fwd_bwd_ms" in contenders:
                 row["paired_ratio"] = paired_ratio(fa_step, contenders["builtin_fwd_bwd_ms"], args.pairs)
@@ -360,10 +409,12 @@ def bwd_timings(res, args, flex, flex_attention, create_block_mask):
                 row["flex_bwd_ms"] = row["flex_fwd_bwd_ms"] - row["flex_fwd_ms"]
             res["rows"].append(row)
             f, fb, nan = row.get("flex_fwd_bwd_ms"), row.get("flex_bwd_ms"), float("nan")
-            print(f"{name:<20}{s:>6}{fa_ms:>9.3f}{(f or nan):>9.3f}{(f / fa_ms if f else nan):>9.2f}"
-                  f"{row['fa_bwd_ms']:>8.3f}{(fb or nan):>9.3f}{(fb / row['fa_bwd_ms'] if fb else nan):>9.2f}"
-                  f"{row.get('builtin_fwd_bwd_ms', nan):>11.3f}{dense:>10.3f}{row.get('max_abs_diff_dq', nan):>16.4f}",
-                  flush=True)
+            print(
+                f"{name:<20}{s:>6}{fa_ms:>9.3f}{(f or nan):>9.3f}{(f / fa_ms if f else nan):>9.2f}"
+                f"{row['fa_bwd_ms']:>8.3f}{(fb or nan):>9.3f}{(fb / row['fa_bwd_ms'] if fb else nan):>9.2f}"
+                f"{row.get('builtin_fwd_bwd_ms', nan):>11.3f}{dense:>10.3f}{row.get('max_abs_diff_dq', nan):>16.4f}",
+                flush=True,
+            )
     for row, col, fn in dev:  # the host-bound rows timed after it: see timings)
         row[col] = device_ms(fn)
     ready = ("document(8)", "prefix_lm", "sinks_window", "chunked", "relative_bias")
@@ -371,13 +422,23 @@ def bwd_timings(res, args, flex, flex_attention, create_block_mask):
         rows = {r["mod"]: r for r in res["rows"] if r["seq"] == s}
         bw = {m: rows[m]["flex_bwd_ms"] / rows[m]["fa_bwd_ms"] for m in ready if rows.get(m, {}).get("flex_bwd_ms")}
         both = {m: rows[m]["flex_fwd_bwd_ms"] / rows[m]["fa_fwd_bwd_ms"] for m in bw}
-        restated = {m: (rows[m]["fa_fwd_bwd_ms"] / rows[m]["builtin_fwd_bwd_ms"], rows[m]["paired_ratio"],
-                        rows[m]["fa_dev_ms"] / rows[m]["builtin_dev_ms"])
-                    for m in ("causal (mod)", "window 1024 (mod)") if rows.get(m, {}).get("builtin_dev_ms")}
-        print(f"SUMMARY seq {s} backward: Flex/fa bwd " + ", ".join(f"{m} {x:.2f}" for m, x in bw.items()) +
-              (f"; min bwd {min(bw.values()):.2f}, min fwd+bwd {min(both.values()):.2f}" if bw else "") +
-              "".join(f"; {m} / built-in {x:.3f} (paired {pr:.3f}, device {d:.3f})"
-                      for m, (x, pr, d) in restated.items()))
+        restated = {
+            m: (
+                rows[m]["fa_fwd_bwd_ms"] / rows[m]["builtin_fwd_bwd_ms"],
+                rows[m]["paired_ratio"],
+                rows[m]["fa_dev_ms"] / rows[m]["builtin_dev_ms"],
+            )
+            for m in ("causal (mod)", "window 1024 (mod)")
+            if rows.get(m, {}).get("builtin_dev_ms")
+        }
+        print(
+            f"SUMMARY seq {s} backward: Flex/fa bwd "
+            + ", ".join(f"{m} {x:.2f}" for m, x in bw.items())
+            + (f"; min bwd {min(bw.values()):.2f}, min fwd+bwd {min(both.values()):.2f}" if bw else "")
+            + "".join(
+                f"; {m} / built-in {x:.3f} (paired {pr:.3f}, device {d:.3f})" for m, (x, pr, d) in restated.items()
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -61,13 +61,13 @@ def make_shapes(args):
             for s in seqlens:
                 shapes.append(("standard", TOKENS // s, HIDDEN // d, s, s, d, causal))
     if not args.no_decode:
-        for d in ([128] if args.quick else sorted({128} | set(x for x in args.hdims if x in (64, 128)))):
-            for sk in ([4096, 65536] if args.quick else DECODE_SK):
+        for d in [128] if args.quick else sorted({128} | set(x for x in args.hdims if x in (64, 128))):
+            for sk in [4096, 65536] if args.quick else DECODE_SK:
                 shapes.append(("decode", 8, HIDDEN // d, 1, sk, d, False))
     if not args.no_odd:
-        for d in ([96] if args.quick else ODD_HDIMS):
+        for d in [96] if args.quick else ODD_HDIMS:
             for causal in (False, True):
-                for s in ([2048] if args.quick else [1024, 4096]):
+                for s in [2048] if args.quick else [1024, 4096]:
                     shapes.append(("odd", TOKENS // s, max(1, HIDDEN // d), s, s, d, causal))
     return shapes
 
@@ -108,6 +108,7 @@ def host_us(fn, iters=50):
     """Host time per call in microseconds (the launch path: argument checks, ctypes, dispatch), after one warm-up
     call: host_overhead.py's timer."""
     from host_overhead import host_us as loop_us
+
     fn()
     return loop_us(fn, iters)
 
@@ -117,8 +118,10 @@ class Flex:
     def __init__(self):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         import torch._dynamo
+
         try:  # the timed backward re-runs autograd.grad on one graph (retain_graph), which donated buffers forbid
             import torch._functorch.config as functorch_config
+
             functorch_config.donated_buffer = False
         except (ImportError, AttributeError):
             pass
@@ -138,8 +141,10 @@ class Flex:
         if causal:
             key = (sq, sk)
             if key not in self.masks:
+
                 def causal_fn(b_, h_, qi, kj):
                     return qi + (sk - sq) >= kj
+
                 self.masks[key] = self.create_block_mask(causal_fn, None, None, sq, sk, device=q.device)
             block_mask = self.masks[key]
         return self.fn(q, k, v, block_mask=block_mask)
@@ -152,11 +157,13 @@ def make_call(name, q, k, v, causal, flex):
     qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if name in SDPA_BACKENDS:
         from torch.nn.attention import SDPBackend, sdpa_kernel
+
         backend = getattr(SDPBackend, SDPA_BACKENDS[name])
 
         def call():
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal).transpose(1, 2)
+
         return call
     if name == "flex":
         if flex is None:
@@ -183,6 +190,7 @@ def prepare_one(name, q, k, v, causal, flex, args, do):
         def fwd():
             with torch.no_grad():
                 call()
+
         res["fwd"] = fwd
     except Exception as exc:  # noqa: BLE001 - a contender that fails shows n/a
         res["fwd_err"] = short(exc)
@@ -199,6 +207,7 @@ def prepare_one(name, q, k, v, causal, flex, args, do):
 
         def bwd():
             torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+
         res["bwd"] = bwd
     except Exception as exc:  # noqa: BLE001
         res["bwd_err"] = short(exc)
@@ -245,8 +254,9 @@ def time_interleaved(calls, args):
                 errors[n] = short(exc)
                 if args.verbose:
                     traceback.print_exc()
-    return {n: (None, errors[n], []) if n in errors else (statistics.median(times[n]), None, rounds_ms[n])
-            for n in names}
+    return {
+        n: (None, errors[n], []) if n in errors else (statistics.median(times[n]), None, rounds_ms[n]) for n in names
+    }
 
 
 def round_ratio_range(fa_rounds, peer_rounds):
@@ -265,16 +275,27 @@ def max_diff(a, b):
 def header_lines():
     lines = []
     props = torch.cuda.get_device_properties(0)
-    lines.append(f"device: {props.name} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs, "
-                 f"{props.total_memory / 2**30:.0f} GiB)")
+    lines.append(
+        f"device: {props.name} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs, "
+        f"{props.total_memory / 2**30:.0f} GiB)"
+    )
     try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+        driver = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+            .stdout.strip()
+            .splitlines()[0]
+        )
     except Exception:  # noqa: BLE001
         driver = "unknown"
     lines.append(f"driver: {driver}; CUDA (torch): {torch.version.cuda}; cuDNN: {torch.backends.cudnn.version()}")
     try:
         import triton
+
         triton_version = triton.__version__
     except Exception:  # noqa: BLE001
         triton_version = "absent"
@@ -282,10 +303,13 @@ def header_lines():
         fa_version = f"{fa.library_version()} ({fa.library_path()})"
     except fa.LibraryNotFoundError:
         fa_version = "library not found"
-    lines.append(f"torch: {torch.__version__}; triton: {triton_version}; python: {platform.python_version()}; "
-                 f"fa: {fa_version}")
-    lines.append(f"FA_TUNE_POLICY={os.environ.get('FA_TUNE_POLICY', '(unset)')} "
-                 f"FA_CACHE_PATH={os.environ.get('FA_CACHE_PATH', '(unset)')}")
+    lines.append(
+        f"torch: {torch.__version__}; triton: {triton_version}; python: {platform.python_version()}; fa: {fa_version}"
+    )
+    lines.append(
+        f"FA_TUNE_POLICY={os.environ.get('FA_TUNE_POLICY', '(unset)')} "
+        f"FA_CACHE_PATH={os.environ.get('FA_CACHE_PATH', '(unset)')}"
+    )
     return lines
 
 
@@ -306,25 +330,44 @@ def spread(rng):
 
 
 def print_table(rows, directions):
-    cols = ["group", "dtype", "d", "causal", "b", "h", "sq", "sk", "dir"] + [f"{c} TF/s" for c in CONTENDERS] + \
-        ["fa/FA2", "fa/FA2 over rounds", "fa/cuDNN", "fa vs FA2 max|diff|"]
+    cols = (
+        ["group", "dtype", "d", "causal", "b", "h", "sq", "sk", "dir"]
+        + [f"{c} TF/s" for c in CONTENDERS]
+        + ["fa/FA2", "fa/FA2 over rounds", "fa/cuDNN", "fa vs FA2 max|diff|"]
+    )
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
     for r in rows:
         for direction in directions:
             tf = {c: r["tflops"][direction].get(c) for c in CONTENDERS}
             diff = r["max_diff"].get(direction)
-            cells = [r["group"], r["dtype"], str(r["d"]), "Y" if r["causal"] else "N", str(r["b"]), str(r["h"]),
-                     str(r["sq"]), str(r["sk"]), direction] + [fmt(tf[c]) for c in CONTENDERS] + \
-                [fmt(ratio(tf["fa"], tf["FA2"]), 2), spread(r.get("fa_fa2_rounds", {}).get(direction)),
-                 fmt(ratio(tf["fa"], tf["cuDNN"]), 2),
-                 "n/a" if diff is None else f"{diff:.2e}"]
+            cells = (
+                [
+                    r["group"],
+                    r["dtype"],
+                    str(r["d"]),
+                    "Y" if r["causal"] else "N",
+                    str(r["b"]),
+                    str(r["h"]),
+                    str(r["sq"]),
+                    str(r["sk"]),
+                    direction,
+                ]
+                + [fmt(tf[c]) for c in CONTENDERS]
+                + [
+                    fmt(ratio(tf["fa"], tf["FA2"]), 2),
+                    spread(r.get("fa_fa2_rounds", {}).get(direction)),
+                    fmt(ratio(tf["fa"], tf["cuDNN"]), 2),
+                    "n/a" if diff is None else f"{diff:.2e}",
+                ]
+            )
             print("| " + " | ".join(cells) + " |")
 
 
 def plots(rows, out_dir, directions):
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except Exception:  # noqa: BLE001
@@ -340,8 +383,9 @@ def plots(rows, out_dir, directions):
         nrow = math.ceil(len(panels) / ncol)
         fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 3.8 * nrow), squeeze=False)
         for ax, (dt, causal, direction) in zip(axes.flat, panels):
-            sel = sorted((r for r in std if r["d"] == d and r["dtype"] == dt and r["causal"] == causal),
-                         key=lambda r: r["sq"])
+            sel = sorted(
+                (r for r in std if r["d"] == d and r["dtype"] == dt and r["causal"] == causal), key=lambda r: r["sq"]
+            )
             for c in CONTENDERS:
                 xs = [r["sq"] for r in sel if r["tflops"][direction].get(c) is not None]
                 ys = [r["tflops"][direction][c] for r in sel if r["tflops"][direction].get(c) is not None]
@@ -353,7 +397,7 @@ def plots(rows, out_dir, directions):
             ax.set_ylabel("TFLOP/s")
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
-        for ax in list(axes.flat)[len(panels):]:
+        for ax in list(axes.flat)[len(panels) :]:
             ax.axis("off")
         fig.tight_layout()
         path = out_dir / f"bench_peers_d{d}.png"
@@ -375,20 +419,32 @@ def parse_args(argv=None):
     ap.add_argument("--no-odd", action="store_true", help="skip the odd head dims")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=6,
-                    help="timing rounds per cell; each visits every contender in turn (--iters split over them); "
-                         "a multiple of 6 gives every order of 3 contenders equally often")
-    ap.add_argument("--order", default="balanced", choices=["balanced", "rotate"],
-                    help="contender order over the rounds (round_orders); rotate: the plain rotation")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=6,
+        help="timing rounds per cell; each visits every contender in turn (--iters split over them); "
+        "a multiple of 6 gives every order of 3 contenders equally often",
+    )
+    ap.add_argument(
+        "--order",
+        default="balanced",
+        choices=["balanced", "rotate"],
+        help="contender order over the rounds (round_orders); rotate: the plain rotation",
+    )
     ap.add_argument("--seqlens", default=None, help="comma list: only these lengths of the standard sweep")
     ap.add_argument("--causal", default="0,1", help="comma list of 0 (full), 1 (causal) for the standard sweep")
     ap.add_argument("--json", default=None, help="write every measurement to this file")
     ap.add_argument("--out", default="bench_out", help="folder for the PNGs")
-    ap.add_argument("--fa-tune", default=None, choices=["first_use", "first_use_sync", "defaults", "require"],
-                    help="fa's tune policy (default: the library's, i.e. $FA_TUNE_POLICY or first_use). first_use "
-                    "tunes on a background thread while the timed rounds run: they time the default kernel and share "
-                    "the GPU with the tuner's own timing; first_use_sync tunes in the untimed first call, so the "
-                    "rounds time the tuned kernel, as a user's later calls run it")
+    ap.add_argument(
+        "--fa-tune",
+        default=None,
+        choices=["first_use", "first_use_sync", "defaults", "require"],
+        help="fa's tune policy (default: the library's, i.e. $FA_TUNE_POLICY or first_use). first_use "
+        "tunes on a background thread while the timed rounds run: they time the default kernel and share "
+        "the GPU with the tuner's own timing; first_use_sync tunes in the untimed first call, so the "
+        "rounds time the tuned kernel, as a user's later calls run it",
+    )
     ap.add_argument("--verbose", action="store_true", help="print tracebacks of failing contenders")
     args = ap.parse_args(argv)
     args.dtypes = [x.strip() for x in args.dtypes.split(",") if x.strip()]
@@ -423,8 +479,10 @@ def main(argv=None):
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     directions = ["fwd"] if args.fwd_only else ["fwd", "bwd"]
     shapes = make_shapes(args)
-    print(f"{len(shapes)} shapes x {len(args.dtypes)} dtypes; contenders: {', '.join(args.contenders)}; "
-          f"median of {args.iters} after {args.warmup} warm-up\n")
+    print(
+        f"{len(shapes)} shapes x {len(args.dtypes)} dtypes; contenders: {', '.join(args.contenders)}; "
+        f"median of {args.iters} after {args.warmup} warm-up\n"
+    )
     rows, failures = [], {}
     t_start = time.time()
     for dt_name in args.dtypes:
@@ -435,9 +493,21 @@ def main(argv=None):
             k = torch.randn(b, sk, h, d, device="cuda", dtype=dtype)
             v = torch.randn(b, sk, h, d, device="cuda", dtype=dtype)
             do = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
-            row = {"group": group, "dtype": dt_name, "d": d, "causal": causal, "b": b, "h": h, "sq": sq, "sk": sk,
-                   "ms": {"fwd": {}, "bwd": {}}, "tflops": {"fwd": {}, "bwd": {}}, "errors": {}, "max_diff": {},
-                   "fa_fa2_rounds": {}}
+            row = {
+                "group": group,
+                "dtype": dt_name,
+                "d": d,
+                "causal": causal,
+                "b": b,
+                "h": h,
+                "sq": sq,
+                "sk": sk,
+                "ms": {"fwd": {}, "bwd": {}},
+                "tflops": {"fwd": {}, "bwd": {}},
+                "errors": {},
+                "max_diff": {},
+                "fa_fa2_rounds": {},
+            }
             results = {c: prepare_one(c, q, k, v, causal, flex, args, do) for c in args.contenders}
             for direction in directions:
                 timed = time_interleaved({c: res[direction] for c, res in results.items()}, args)
@@ -458,24 +528,30 @@ def main(argv=None):
                         failures[f"{c}.{direction}: {err}"] += 1
             if "fa" in results and "FA2" in results:
                 for direction in directions:
-                    row["fa_fa2_rounds"][direction] = round_ratio_range(results["fa"].get(f"{direction}_rounds"),
-                                                                        results["FA2"].get(f"{direction}_rounds"))
-            ref_name = next((c for c in ("FA2", "cuDNN", "efficient") if c in results and results[c]["out"] is not None),
-                            None)
+                    row["fa_fa2_rounds"][direction] = round_ratio_range(
+                        results["fa"].get(f"{direction}_rounds"), results["FA2"].get(f"{direction}_rounds")
+                    )
+            ref_name = next(
+                (c for c in ("FA2", "cuDNN", "efficient") if c in results and results[c]["out"] is not None), None
+            )
             if "fa" in results and ref_name is not None:
                 row["max_diff"]["fwd"] = max_diff(results["fa"]["out"], results[ref_name]["out"])
                 if results["fa"]["grads"] is not None and results[ref_name]["grads"] is not None:
-                    row["max_diff"]["bwd"] = max(max_diff(a, b_) for a, b_ in zip(results["fa"]["grads"],
-                                                                                   results[ref_name]["grads"]))
+                    row["max_diff"]["bwd"] = max(
+                        max_diff(a, b_) for a, b_ in zip(results["fa"]["grads"], results[ref_name]["grads"])
+                    )
                 row["diff_ref"] = ref_name
             for res in results.values():
                 res["out"] = res["grads"] = None
             rows.append(row)
             fa_fwd = row["tflops"]["fwd"].get("fa")
             fa2_fwd = row["tflops"]["fwd"].get("FA2")
-            print(f"[{time.time() - t_start:6.0f}s] {dt_name} {group} d={d} causal={int(causal)} b={b} h={h} "
-                  f"sq={sq} sk={sk}: fa {fmt(fa_fwd)} FA2 {fmt(fa2_fwd)} TF/s fwd, "
-                  f"max|fa-{ref_name}| {fmt(row['max_diff'].get('fwd'), 4)}", flush=True)
+            print(
+                f"[{time.time() - t_start:6.0f}s] {dt_name} {group} d={d} causal={int(causal)} b={b} h={h} "
+                f"sq={sq} sk={sk}: fa {fmt(fa_fwd)} FA2 {fmt(fa2_fwd)} TF/s fwd, "
+                f"max|fa-{ref_name}| {fmt(row['max_diff'].get('fwd'), 4)}",
+                flush=True,
+            )
             del q, k, v, do, results
             torch.cuda.empty_cache()
     print()
@@ -497,8 +573,10 @@ def main(argv=None):
                 overhead[c] = None
                 if args.verbose:
                     print(f"host overhead of {c}: {short(exc)}")
-    print("\nhost time per forward call, [1, 128, 4, 64] bf16 (launch path only): " +
-          ", ".join(f"{c} {fmt(us)} us" for c, us in overhead.items()))
+    print(
+        "\nhost time per forward call, [1, 128, 4, 64] bf16 (launch path only): "
+        + ", ".join(f"{c} {fmt(us)} us" for c, us in overhead.items())
+    )
     written = plots(rows, Path(args.out), directions)
     for path in written:
         print(f"wrote {path}")

@@ -21,6 +21,7 @@ def host_us(fn, n):
     """Host microseconds per call of fn over n calls enqueued back to back (the device drained before and after; the
     clock stops when the last call returns, before the device finishes)."""
     import torch
+
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(n):
@@ -76,25 +77,47 @@ def main() -> int:
     times = {"fa": [], "FA2": []}
     for r in range(args.rounds):
         order = (("fa", lambda n: host_us(run_fa, n)), ("FA2", timed_fa2))
-        for name, fn in (order if r % 2 == 0 else order[::-1]):
+        for name, fn in order if r % 2 == 0 else order[::-1]:
             times[name].append(fn(args.calls))
     med = {n: statistics.median(t) for n, t in times.items()}
     ok = med["fa"] <= med["FA2"]
-    print(f"host_overhead: torch {torch.__version__}, {torch.cuda.get_device_name()}, bf16 d128 causal b1 s64 h1, "
-          f"{args.rounds} interleaved rounds of {args.calls} calls each (max |fa - FA2| {err:.3g})")
+    print(
+        f"host_overhead: torch {torch.__version__}, {torch.cuda.get_device_name()}, bf16 d128 causal b1 s64 h1, "
+        f"{args.rounds} interleaved rounds of {args.calls} calls each (max |fa - FA2| {err:.3g})"
+    )
     for n in ("fa", "FA2"):
         label = "fa.attention" if n == "fa" else "SDPA FA2"
-        print(f"  {label:14s} {med[n]:7.2f} us/call enqueue, median of rounds (min {min(times[n]):.2f}, max "
-              f"{max(times[n]):.2f}; rounds {' '.join(f'{x:.1f}' for x in times[n])})")
-    print(f"  fa / FA2 host time {med['fa'] / med['FA2']:.2f}x (medians) -> {'PASS' if ok else 'FAIL'} (goal: fa <= FA2)")
+        print(
+            f"  {label:14s} {med[n]:7.2f} us/call enqueue, median of rounds (min {min(times[n]):.2f}, max "
+            f"{max(times[n]):.2f}; rounds {' '.join(f'{x:.1f}' for x in times[n])})"
+        )
+    print(
+        f"  fa / FA2 host time {med['fa'] / med['FA2']:.2f}x (medians) -> {'PASS' if ok else 'FAIL'} (goal: fa <= FA2)"
+    )
     if args.json:
         import result_schema  # bench/: the one result layout
-        rows = [{"contender": n, "dtype": "bf16", "d": 128, "causal": True, "b": 1, "sq": 64, "sk": 64, "h": 1,
-                 "us_per_call": med[n], "us_min": min(times[n]), "rounds_us": times[n]} for n in ("fa", "FA2")]
+
+        rows = [
+            {
+                "contender": n,
+                "dtype": "bf16",
+                "d": 128,
+                "causal": True,
+                "b": 1,
+                "sq": 64,
+                "sk": 64,
+                "h": 1,
+                "us_per_call": med[n],
+                "us_min": min(times[n]),
+                "rounds_us": times[n],
+            }
+            for n in ("fa", "FA2")
+        ]
         result_schema.write(args.json, result_schema.document("host_overhead", rows, args=vars(args)))
     if args.profile:
         import cProfile
         import pstats
+
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(args.calls):

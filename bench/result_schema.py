@@ -27,23 +27,23 @@ REPO = Path(__file__).resolve().parents[1]
 # field -> type; every result file holds these.
 REQUIRED = {
     "schema_version": int,  # SCHEMA_VERSION
-    "benchmark": str,       # the script or program: "bench_peers", "bench_decode", ...
-    "gpu": str,             # "NVIDIA H200"
-    "driver": str,          # NVIDIA driver version, "unknown" when nvidia-smi gives none
-    "versions": dict,       # torch, cuda, cudnn, triton, python and any peer library found (flash_attn, ...)
-    "fa_commit": str,       # the fa commit the run measured
-    "date": str,            # YYYY-MM-DD
-    "command": str,         # the command line, local paths reduced to their last component
-    "rows": list,           # the measurements: a list of objects, fields per benchmark (SCHEMA.md)
+    "benchmark": str,  # the script or program: "bench_peers", "bench_decode", ...
+    "gpu": str,  # "NVIDIA H200"
+    "driver": str,  # NVIDIA driver version, "unknown" when nvidia-smi gives none
+    "versions": dict,  # torch, cuda, cudnn, triton, python and any peer library found (flash_attn, ...)
+    "fa_commit": str,  # the fa commit the run measured
+    "date": str,  # YYYY-MM-DD
+    "command": str,  # the command line, local paths reduced to their last component
+    "rows": list,  # the measurements: a list of objects, fields per benchmark (SCHEMA.md)
 }
 # field -> type; present when they apply.
 OPTIONAL = {
-    "gpu_count": int,       # GPUs used together (default 1)
+    "gpu_count": int,  # GPUs used together (default 1)
     "fa_commit_note": str,  # how fa_commit was found when not by git at run time ("reconstructed from git: ...")
-    "env": dict,            # FA_* variables of the run (paths replaced by "(set)")
-    "args": dict,           # the benchmark's parsed options
-    "notes": str,           # what a reader must know to read the rows (printed under the summary table)
-    "extra": dict,          # run-level figures that are not rows (e.g. the copy bandwidth)
+    "env": dict,  # FA_* variables of the run (paths replaced by "(set)")
+    "args": dict,  # the benchmark's parsed options
+    "notes": str,  # what a reader must know to read the rows (printed under the summary table)
+    "extra": dict,  # run-level figures that are not rows (e.g. the copy bandwidth)
 }
 PEER_MODULES = ("flash_attn", "flashinfer", "flash_mla", "xformers")
 PATH_VARIABLES = ("FA_LIBRARY", "FA_CACHE_PATH")
@@ -76,6 +76,7 @@ def versions() -> dict:
     out = {"python": platform.python_version()}
     try:
         import torch
+
         out["torch"] = torch.__version__
         out["cuda"] = str(torch.version.cuda)
         out["cudnn"] = str(torch.backends.cudnn.version())
@@ -93,6 +94,7 @@ def versions() -> dict:
 def gpu_name() -> str:
     try:
         import torch
+
         if torch.cuda.is_available():
             return torch.cuda.get_device_name()
     except Exception:  # noqa: BLE001
@@ -125,17 +127,35 @@ def command_line(argv=None) -> str:
 
 
 def fa_env() -> dict:
-    return {k: ("(set)" if k in PATH_VARIABLES else v) for k, v in sorted(os.environ.items()) if k.startswith("FA_")
-            and k != "FA_BENCH_COMMIT"}
+    return {
+        k: ("(set)" if k in PATH_VARIABLES else v)
+        for k, v in sorted(os.environ.items())
+        if k.startswith("FA_") and k != "FA_BENCH_COMMIT"
+    }
 
 
-def document(benchmark: str, rows: list, *, args: dict | None = None, notes: str | None = None,
-             extra: dict | None = None, gpu_count: int = 1, argv=None) -> dict:
+def document(
+    benchmark: str,
+    rows: list,
+    *,
+    args: dict | None = None,
+    notes: str | None = None,
+    extra: dict | None = None,
+    gpu_count: int = 1,
+    argv=None,
+) -> dict:
     """A result document of this run: the header fields, then `rows`."""
     commit, note = fa_commit()
-    doc = {"schema_version": SCHEMA_VERSION, "benchmark": benchmark, "gpu": gpu_name(), "driver": driver_version(),
-           "versions": versions(), "fa_commit": commit, "date": time.strftime("%Y-%m-%d"),
-           "command": command_line(argv)}
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "benchmark": benchmark,
+        "gpu": gpu_name(),
+        "driver": driver_version(),
+        "versions": versions(),
+        "fa_commit": commit,
+        "date": time.strftime("%Y-%m-%d"),
+        "command": command_line(argv),
+    }
     if note:
         doc["fa_commit_note"] = note
     if gpu_count != 1:

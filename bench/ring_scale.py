@@ -20,9 +20,9 @@ FA_TUNE_POLICY should be `defaults` (no tuning inside the timings); FA_CACHE_PAT
   FA_TUNE_POLICY=defaults FA_LIBRARY=build/lib/libfa.so PYTHONPATH=python python3 bench/ring_scale.py \
       --worlds 2,4 --check-tokens 16384 --tokens 131072,524288 --json out.json
 """
+
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -43,22 +43,27 @@ def make_inputs(tokens, heads, kv_heads, dim, dtype, device, seed):
     sequence, which at 512k tokens would cost GBs per rank)."""
     g = torch.Generator(device=device).manual_seed(seed)
     shape_q, shape_kv = (1, tokens, heads, dim), (1, tokens, kv_heads, dim)
-    return tuple(torch.randn(sh, generator=g, device=device, dtype=torch.float32).to(dtype)
-                 for sh in (shape_q, shape_kv, shape_kv, shape_q))
+    return tuple(
+        torch.randn(sh, generator=g, device=device, dtype=torch.float32).to(dtype)
+        for sh in (shape_q, shape_kv, shape_kv, shape_q)
+    )
 
 
 def single_attention(cpu):
     """The one-GPU baseline: fa.attention (autograd), or plain torch on the CPU."""
     if not cpu:
         import fa
+
         return lambda q, k, v: fa.attention(q, k, v, causal=True)
 
     def ref(q, k, v):
         gq = q.shape[2] // k.shape[2]
         kk, vv = k.repeat_interleave(gq, dim=2), v.repeat_interleave(gq, dim=2)
-        o = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), kk.transpose(1, 2), vv.transpose(1, 2),
-                                                             is_causal=True)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), kk.transpose(1, 2), vv.transpose(1, 2), is_causal=True
+        )
         return o.transpose(1, 2)
+
     return ref
 
 
@@ -74,8 +79,9 @@ def reference32(q, k, v, dout):
     q, k, v = (t.detach().float().requires_grad_() for t in (q, k, v))
     gq = q.shape[2] // k.shape[2]
     kk, vv = k.repeat_interleave(gq, dim=2), v.repeat_interleave(gq, dim=2)
-    o = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), kk.transpose(1, 2), vv.transpose(1, 2),
-                                                         is_causal=True).transpose(1, 2)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), kk.transpose(1, 2), vv.transpose(1, 2), is_causal=True
+    ).transpose(1, 2)
     o.backward(dout.float())
     return o.detach(), q.grad, k.grad, v.grad
 
@@ -99,10 +105,12 @@ def run_rank(rank, world, work, args):
     cpu = args.cpu
     if not cpu:
         torch.cuda.set_device(rank)
-    dist.init_process_group("gloo" if cpu else "nccl", init_method=f"file://{work}/rendezvous_{world}", rank=rank,
-                            world_size=world)
+    dist.init_process_group(
+        "gloo" if cpu else "nccl", init_method=f"file://{work}/rendezvous_{world}", rank=rank, world_size=world
+    )
     try:
         from fa.ring import ring_attention, zigzag_shard
+
         device = "cpu" if cpu else f"cuda:{rank}"
         dtype = torch.float32 if cpu else torch.bfloat16
         sync = (lambda: None) if cpu else torch.cuda.synchronize
@@ -129,7 +137,7 @@ def run_rank(rank, world, work, args):
         for name, r, s, f in zip(("o", "dq", "dk", "dv"), ring, single, ref):
             s, f = shard(s).float(), shard(f).float()
             r = r.float()
-            ulp = f.abs().max().item() * (2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -20)
+            ulp = f.abs().max().item() * (2.0**-7 if dtype == torch.bfloat16 else 2.0**-20)
             e_ring = worst((r - f).abs().max().item())
             e_single = worst((s - f).abs().max().item())
             d_rs = worst((r - s).abs().max().item())
@@ -158,6 +166,7 @@ def run_rank(rank, world, work, args):
                 for t in (qs, ks, vs):
                     t.grad = None
                 ring_attention(qs, ks, vs, causal=True, reference=cpu).backward(ds)
+
             tf = statistics.median(timed(fwd, args.iters, sync, barrier))
             tt = statistics.median(timed(train, args.iters, sync, barrier))
             speed.append({"tokens": L, "fwd_s": worst(tf), "fwd_bwd_s": worst(tt)})
@@ -192,6 +201,7 @@ def one_gpu(args):
             for t in (q, k, v):
                 t.grad = None
             fn(q, k, v).backward(dout)
+
         tf = statistics.median(timed(fwd, args.iters, sync, lambda: None))
         tt = statistics.median(timed(train, args.iters, sync, lambda: None))
         out.append({"tokens": L, "fwd_s": tf, "fwd_bwd_s": tt})
@@ -223,9 +233,15 @@ def main():
         for L in args.tokens + [args.check_tokens]:
             if L % (2 * w) != 0:
                 sys.exit(f"ring_scale: {L} tokens do not split into {2 * w} zigzag chunks")
-    report = {"device": "cpu" if args.cpu else torch.cuda.get_device_name(0), "gpus": gpus,
-              "heads": args.heads, "dim": args.dim, "iters": args.iters,
-              "one_gpu": one_gpu(args), "worlds": []}
+    report = {
+        "device": "cpu" if args.cpu else torch.cuda.get_device_name(0),
+        "gpus": gpus,
+        "heads": args.heads,
+        "dim": args.dim,
+        "iters": args.iters,
+        "one_gpu": one_gpu(args),
+        "worlds": [],
+    }
     if not args.cpu:
         torch.cuda.empty_cache()
     with tempfile.TemporaryDirectory() as work:
@@ -237,27 +253,40 @@ def main():
             r["wall_s"] = time.perf_counter() - t0
             report["worlds"].append(r)
             for name, c in r["check"]["fields"].items():
-                print(f"[ring_scale] check world {w}, {r['check']['tokens']} tokens: {name} max|ring - single| "
-                      f"{c['ring_vs_single']:.3g}, against float32: ring {c['ring_vs_f32']:.3g}, single "
-                      f"{c['single_vs_f32']:.3g} -> {'ok' if c['ok'] else 'FAIL'}", flush=True)
+                print(
+                    f"[ring_scale] check world {w}, {r['check']['tokens']} tokens: {name} max|ring - single| "
+                    f"{c['ring_vs_single']:.3g}, against float32: ring {c['ring_vs_f32']:.3g}, single "
+                    f"{c['single_vs_f32']:.3g} -> {'ok' if c['ok'] else 'FAIL'}",
+                    flush=True,
+                )
     base = {s["tokens"]: s for s in report["one_gpu"]}
     print("\n| GPUs | tokens | fwd s | fwd+bwd s | fwd+bwd tokens/s per GPU | efficiency fwd | efficiency fwd+bwd |")
     print("|---|---|---|---|---|---|---|")
     for s in report["one_gpu"]:
-        print(f"| 1 | {s['tokens']} | {s['fwd_s']:.4f} | {s['fwd_bwd_s']:.4f} | {s['tokens'] / s['fwd_bwd_s']:.0f} | 1.00 "
-              f"| 1.00 |")
+        print(
+            f"| 1 | {s['tokens']} | {s['fwd_s']:.4f} | {s['fwd_bwd_s']:.4f} | "
+            f"{s['tokens'] / s['fwd_bwd_s']:.0f} | 1.00 | 1.00 |"
+        )
     for r in report["worlds"]:
         w = r["world"]
         for s in r["speed"]:
             b = base[s["tokens"]]
             s["eff_fwd"] = b["fwd_s"] / (w * s["fwd_s"])
             s["eff_fwd_bwd"] = b["fwd_bwd_s"] / (w * s["fwd_bwd_s"])
-            print(f"| {w} | {s['tokens']} | {s['fwd_s']:.4f} | {s['fwd_bwd_s']:.4f} | "
-                  f"{s['tokens'] / s['fwd_bwd_s'] / w:.0f} | {s['eff_fwd']:.2f} | {s['eff_fwd_bwd']:.2f} |")
+            print(
+                f"| {w} | {s['tokens']} | {s['fwd_s']:.4f} | {s['fwd_bwd_s']:.4f} | "
+                f"{s['tokens'] / s['fwd_bwd_s'] / w:.0f} | {s['eff_fwd']:.2f} | {s['eff_fwd_bwd']:.2f} |"
+            )
     fails = [(r["world"], n) for r in report["worlds"] for n, c in r["check"]["fields"].items() if not c["ok"]]
-    print(f"RING SUMMARY: checks {'all ok' if not fails else 'FAILED ' + str(fails)}; " + "; ".join(
-        f"{r['world']} GPUs at {s['tokens']}: efficiency fwd+bwd {s['eff_fwd_bwd']:.2f}, fwd {s['eff_fwd']:.2f}"
-        for r in report["worlds"] for s in r["speed"]), flush=True)
+    print(
+        f"RING SUMMARY: checks {'all ok' if not fails else 'FAILED ' + str(fails)}; "
+        + "; ".join(
+            f"{r['world']} GPUs at {s['tokens']}: efficiency fwd+bwd {s['eff_fwd_bwd']:.2f}, fwd {s['eff_fwd']:.2f}"
+            for r in report["worlds"]
+            for s in r["speed"]
+        ),
+        flush=True,
+    )
     if args.json:
         write_result(args, report)
     return 1 if fails else 0
@@ -267,11 +296,16 @@ def write_result(args, report):
     """bench/results/SCHEMA.md: a row per (GPUs, tokens) with its times and efficiencies; the checks in extra."""
     rows = [dict(gpus=1, **s, eff_fwd=1.0, eff_fwd_bwd=1.0) for s in report["one_gpu"]]
     rows += [dict(gpus=r["world"], **s) for r in report["worlds"] for s in r["speed"]]
-    extra = {"heads": args.heads, "dim": args.dim, "iters": args.iters,
-             "checks": [dict(world=r["world"], **r["check"]) for r in report["worlds"]],
-             "wall_s": {str(r["world"]): r["wall_s"] for r in report["worlds"]}}
-    doc = result_schema.document("ring_scale", rows, args=vars(args), extra=extra,
-                                 gpu_count=max(args.worlds) if not args.cpu else 1)
+    extra = {
+        "heads": args.heads,
+        "dim": args.dim,
+        "iters": args.iters,
+        "checks": [dict(world=r["world"], **r["check"]) for r in report["worlds"]],
+        "wall_s": {str(r["world"]): r["wall_s"] for r in report["worlds"]},
+    }
+    doc = result_schema.document(
+        "ring_scale", rows, args=vars(args), extra=extra, gpu_count=max(args.worlds) if not args.cpu else 1
+    )
     if args.cpu:
         doc["gpu"] = "cpu (gloo)"
     result_schema.write(args.json, doc)

@@ -8,6 +8,7 @@ For every cubin whose compile key contains one of the substrings (all when none 
 stack arrays), BAR/SYNCS counts, and the key. The last line counts kernels without HGMMA among those whose key
 names a Hopper family, and kernels with local-memory traffic. Needs cuobjdump on PATH (the CUDA toolkit).
 """
+
 import os
 import re
 import sqlite3

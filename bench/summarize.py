@@ -11,6 +11,7 @@ the median and range over the file's cells of peer time / fa time (above 1: fa i
 commit; then a row per figure that has no peer (decode bandwidth, ring attention scaling, tuning and host costs).
 The CPU test `bench_readme_table` runs --check (tests/CMakeLists.txt).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,11 +75,15 @@ def peers_bench_peers(doc):
         sh = shapes[key]
         what = {"fwd": "forward", "bwd": "backward"}[direction]
         mask = "causal and not" if len(sh["causal"]) == 2 else ("causal" if True in sh["causal"] else "no mask")
-        label = (f"{what}, {dtype}, d {'/'.join(map(str, sorted(sh['d'])))}, "
-                 f"{kilo(min(sh['s']))}–{kilo(max(sh['s']))} tokens, {mask}")
+        label = (
+            f"{what}, {dtype}, d {'/'.join(map(str, sorted(sh['d'])))}, "
+            f"{kilo(min(sh['s']))}–{kilo(max(sh['s']))} tokens, {mask}"
+        )
         if group == "decode":
-            label = f"{what}, {dtype}, one query, d {'/'.join(map(str, sorted(sh['d'])))}, " \
-                    f"{kilo(min(sh['s']))}–{kilo(max(sh['s']))} keys"
+            label = (
+                f"{what}, {dtype}, one query, d {'/'.join(map(str, sorted(sh['d'])))}, "
+                f"{kilo(min(sh['s']))}–{kilo(max(sh['s']))} keys"
+            )
         elif group == "odd":
             label += " (odd head dims)"
         out.append((label, dict(cells[key])))
@@ -99,23 +104,33 @@ def peers_bench_decode(doc):
     gqa = [r for r in doc["rows"] if r.get("kind", "gqa") == "gqa"]
     mla = [r for r in doc["rows"] if r.get("kind") == "mla"]
     peers, own = [], []
-    timing = "device time by graph replay" if "graph" in doc.get("extra", {}).get("timing", "") else \
-        "calls back to back"
+    timing = (
+        "device time by graph replay" if "graph" in doc.get("extra", {}).get("timing", "") else "calls back to back"
+    )
     for kind, rows in (("GQA", gqa), ("MLA", mla)):
         cells = decode_peer_ratios(rows)
         if cells:
             r0 = rows[0]
-            heads = f"{r0['heads_q']}/{r0['heads_kv']}" if kind == "GQA" else \
-                "/".join(str(h) for h in sorted({r["heads_q"] for r in rows}, reverse=True)) + " heads"
+            heads = (
+                f"{r0['heads_q']}/{r0['heads_kv']}"
+                if kind == "GQA"
+                else "/".join(str(h) for h in sorted({r["heads_q"] for r in rows}, reverse=True)) + " heads"
+            )
             dims = f"d {r0['head_dim']}" + (f"/{r0['head_dim_v']}" if r0.get("head_dim_v") else "")
-            peers.append((f"decode, {r0['dtype']}, {kind} {heads}, {dims}, batch {span([r['batch'] for r in rows])}, "
-                          f"{kilo(min(r['seqlen_k'] for r in rows))}–{kilo(max(r['seqlen_k'] for r in rows))} keys "
-                          f"({timing})", cells))
+            peers.append(
+                (
+                    f"decode, {r0['dtype']}, {kind} {heads}, {dims}, batch {span([r['batch'] for r in rows])}, "
+                    f"{kilo(min(r['seqlen_k'] for r in rows))}–{kilo(max(r['seqlen_k'] for r in rows))} keys "
+                    f"({timing})",
+                    cells,
+                )
+            )
     if gqa:
         copy = max(doc.get("extra", {}).get("copy_bandwidth_tbps", [0]) or [0])
         best = max(r["fa_kv_tbps"] for r in gqa)
-        eq = [r[f"paged{ps}_over_contiguous_eq"] for r in gqa for ps in (16, 64)
-              if r.get(f"paged{ps}_over_contiguous_eq")]
+        eq = [
+            r[f"paged{ps}_over_contiguous_eq"] for r in gqa for ps in (16, 64) if r.get(f"paged{ps}_over_contiguous_eq")
+        ]
         text = f"KV read rate up to {best:.2f} TB/s (a copy: {copy:.2f} TB/s)"
         if eq:
             text += f"; paged (pages of 16, 64) / contiguous at equal tunables {min(eq):.2f}–{max(eq):.2f}"
@@ -126,13 +141,16 @@ def peers_bench_decode(doc):
         for heads in sorted({r["heads_q"] for r in mla}, reverse=True):
             rs = [r for r in mla if r["heads_q"] == heads]
             best = max(rs, key=lambda r: r["fa_cache_tbps"])
-            parts.append(f"{heads} heads: up to {best['fa_cache_tbps']:.2f} TB/s"
-                         + (f" ({best['fa_cache_tbps'] / copy:.2f} of a copy)" if copy else "")
-                         + f", {max(r['fa_tflops'] for r in rs):.0f} TFLOP/s")
+            parts.append(
+                f"{heads} heads: up to {best['fa_cache_tbps']:.2f} TB/s"
+                + (f" ({best['fa_cache_tbps'] / copy:.2f} of a copy)" if copy else "")
+                + f", {max(r['fa_tflops'] for r in rs):.0f} TFLOP/s"
+            )
         r0 = mla[0]
         alone = "" if decode_peer_ratios(mla) else ", no peer"
-        own.append((f"MLA decode, d {r0['head_dim']}/{r0['head_dim_v']} latent cache{alone} ({timing})",
-                    "; ".join(parts)))
+        own.append(
+            (f"MLA decode, d {r0['head_dim']}/{r0['head_dim_v']} latent cache{alone} ({timing})", "; ".join(parts))
+        )
     return peers, own
 
 
@@ -144,8 +162,10 @@ def peers_bench_mods(doc):
     ratios = [r[flex_key] / r[fa_key] for r in rows if r.get(flex_key) and r.get(fa_key)]
     mods = {r["mod"] for r in rows}
     restated_mods = {m for m in mods if m.endswith("(mod)")}
-    label = f"user masks and scores ({len(mods) - len(restated_mods)} ready mods, {len(restated_mods)} built-ins " \
-            f"restated), {'backward' if bwd else 'forward'}, {seqs} tokens"
+    label = (
+        f"user masks and scores ({len(mods) - len(restated_mods)} ready mods, {len(restated_mods)} built-ins "
+        f"restated), {'backward' if bwd else 'forward'}, {seqs} tokens"
+    )
     restated = []
     for r in rows:
         built = r.get("builtin_fwd_bwd_ms" if bwd else "builtin_ms")
@@ -153,8 +173,12 @@ def peers_bench_mods(doc):
             restated.append((r["fa_fwd_bwd_ms"] if bwd else r["fa_ms"]) / built)
     own = []
     if restated:
-        own.append((f"user code restating a built-in mask, {'forward + backward' if bwd else 'forward'}",
-                    f"{min(restated):.2f}–{max(restated):.2f} of the built-in's time"))
+        own.append(
+            (
+                f"user code restating a built-in mask, {'forward + backward' if bwd else 'forward'}",
+                f"{min(restated):.2f}–{max(restated):.2f} of the built-in's time",
+            )
+        )
     return [(label, {"FlexAttention": ratios})], own
 
 
@@ -190,8 +214,11 @@ def own_tuning_figures(doc):
 
 def own_fa_tune_devices(doc):
     one = {r["masks"]: r["wall_s"] for r in doc["rows"] if r["gpus"] == 1}
-    parts = [f"{r['keys']} keys: {one[r['masks']] / r['wall_s']:.1f}x faster on {r['gpus']} GPUs"
-             for r in doc["rows"] if r["gpus"] > 1 and r["masks"] in one]
+    parts = [
+        f"{r['keys']} keys: {one[r['masks']] / r['wall_s']:.1f}x faster on {r['gpus']} GPUs"
+        for r in doc["rows"]
+        if r["gpus"] > 1 and r["masks"] in one
+    ]
     return [], [("fa-tune --devices all against one GPU", "; ".join(parts))]
 
 
@@ -200,19 +227,30 @@ def own_bwd_family_probe(doc):
     for r in doc["rows"]:
         if r.get("run", 1) == 1:
             by_shape[(r["d"], r["causal"], r["seqlen"])][r["family"]] = r
-    ratios = [f["bwd_mma"]["us"] / f["bwd_wgmma"]["us"] for f in by_shape.values() if "bwd_mma" in f and
-              "bwd_wgmma" in f]
+    ratios = [
+        f["bwd_mma"]["us"] / f["bwd_wgmma"]["us"] for f in by_shape.values() if "bwd_mma" in f and "bwd_wgmma" in f
+    ]
     tf = [f["bwd_wgmma"]["tflops"] for f in by_shape.values() if "bwd_wgmma" in f]
     if not ratios:
         return [], []
-    return [], [("backward: the Hopper bwd_wgmma against bwd_mma (no peer in the run)",
-                 f"{min(ratios):.2f}–{max(ratios):.2f}x faster, {min(tf):.0f}–{max(tf):.0f} TFLOP/s")]
+    return [], [
+        (
+            "backward: the Hopper bwd_wgmma against bwd_mma (no peer in the run)",
+            f"{min(ratios):.2f}–{max(ratios):.2f}x faster, {min(tf):.0f}–{max(tf):.0f} TFLOP/s",
+        )
+    ]
 
 
-ADAPTORS = {"bench_peers": peers_bench_peers, "bench_decode": peers_bench_decode, "bench_mods": peers_bench_mods,
-            "host_overhead": peers_host_overhead, "ring_scale": own_ring_scale,
-            "fa_tuning_figures": own_tuning_figures, "fa-tune --devices": own_fa_tune_devices,
-            "fa_bwd_family_probe": own_bwd_family_probe}
+ADAPTORS = {
+    "bench_peers": peers_bench_peers,
+    "bench_decode": peers_bench_decode,
+    "bench_mods": peers_bench_mods,
+    "host_overhead": peers_host_overhead,
+    "ring_scale": own_ring_scale,
+    "fa_tuning_figures": own_tuning_figures,
+    "fa-tune --devices": own_fa_tune_devices,
+    "fa_bwd_family_probe": own_bwd_family_probe,
+}
 
 
 # ---- the summary -----------------------------------------------------------------------------------------------
@@ -249,24 +287,40 @@ def summary(results_dir=RESULTS) -> str:
         own_rows += [(label, doc, name, text) for label, text in o]
     peer_rows.sort(key=lambda row: (category(row[0]), -int(row[1]["date"].replace("-", "")), row[2]))
     cols = [p for p in PEER_ORDER if p in peers] + sorted(peers - set(PEER_ORDER))
-    out = ["**fa against its peers.** Each cell: peer time / fa time, the median over the file's cells and their",
-           "range (above 1: fa is faster; — : not in that run). A commit marked * was reconstructed from git when",
-           "the result was converted to the schema.", "",
-           "| workload | GPU | fa commit (date) | " + " | ".join(f"vs {c}" for c in cols) + " | cells | file |",
-           "|---|---|---|" + "---|" * len(cols) + "---|---|"]
+    out = [
+        "**fa against its peers.** Each cell: peer time / fa time, the median over the file's cells and their",
+        "range (above 1: fa is faster; — : not in that run). A commit marked * was reconstructed from git when",
+        "the result was converted to the schema.",
+        "",
+        "| workload | GPU | fa commit (date) | " + " | ".join(f"vs {c}" for c in cols) + " | cells | file |",
+        "|---|---|---|" + "---|" * len(cols) + "---|---|",
+    ]
     for label, doc, name, cells in peer_rows:
         n = max(len(v) for v in cells.values()) if cells else 0
-        out.append(f"| {label} | {gpu_label(doc)} | {commit_label(doc)} | "
-                   + " | ".join(ratio_cell(cells.get(c)) for c in cols) + f" | {n} | `{name}` |")
-    out += ["", "**fa's own figures** (no peer in the run).", "", "| figure | GPU | fa commit (date) | value | file |",
-            "|---|---|---|---|---|"]
+        out.append(
+            f"| {label} | {gpu_label(doc)} | {commit_label(doc)} | "
+            + " | ".join(ratio_cell(cells.get(c)) for c in cols)
+            + f" | {n} | `{name}` |"
+        )
+    out += [
+        "",
+        "**fa's own figures** (no peer in the run).",
+        "",
+        "| figure | GPU | fa commit (date) | value | file |",
+        "|---|---|---|---|---|",
+    ]
     for label, doc, name, text in own_rows:
         out.append(f"| {label} | {gpu_label(doc)} | {commit_label(doc)} | {text} | `{name}` |")
     out += ["", "Notes per file:", ""]
     for name, doc in docs:
         if doc.get("notes"):
-            out += textwrap.wrap(f"- `{name}`: {doc['notes']}", width=120, subsequent_indent="  ",
-                                 break_long_words=False, break_on_hyphens=False)
+            out += textwrap.wrap(
+                f"- `{name}`: {doc['notes']}",
+                width=120,
+                subsequent_indent="  ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
     return "\n".join(out) + "\n"
 
 
@@ -300,8 +354,9 @@ def fmt(x):
 
 
 def details_bench_peers(doc):
-    contenders = doc.get("args", {}).get("contenders") or sorted({w for r in doc["rows"] for t in r["ms"].values()
-                                                                  for w in t})
+    contenders = doc.get("args", {}).get("contenders") or sorted(
+        {w for r in doc["rows"] for t in r["ms"].values() for w in t}
+    )
     groups = defaultdict(dict)
     for r in doc["rows"]:
         for direction in ("fwd", "bwd"):
@@ -315,8 +370,9 @@ def details_bench_peers(doc):
                 continue
             cols = sorted({c for k in keys for c in groups[k]})
             label = "seqlen_k (seqlen_q = 1)" if group == "decode" else "seqlen"
-            print(f"**{group} {direction}** — TFLOP/s {' / '.join(contenders)}; **fa÷FA2** (fa÷cuDNN); "
-                  f"columns: {label}\n")
+            print(
+                f"**{group} {direction}** — TFLOP/s {' / '.join(contenders)}; **fa÷FA2** (fa÷cuDNN); columns: {label}\n"
+            )
             print("| dtype | d | causal | " + " | ".join(str(c) for c in cols) + " |")
             print("|---|---|---|" + "---|" * len(cols))
             for k in keys:
@@ -346,14 +402,17 @@ def details_rows(doc):
     print("|" + "---|" * len(keys))
     for r in doc["rows"]:
         cells = [r.get(k) for k in keys]
-        print("| " + " | ".join("" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v) for v in cells)
-              + " |")
+        print(
+            "| " + " | ".join("" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v) for v in cells) + " |"
+        )
 
 
 def details(path):
     doc = result_schema.load(path)
-    print(f"> {doc['benchmark']} on {gpu_label(doc)}, driver {doc['driver']}, fa {doc['fa_commit']} ({doc['date']}); "
-          + ", ".join(f"{k} {v}" for k, v in doc["versions"].items()))
+    print(
+        f"> {doc['benchmark']} on {gpu_label(doc)}, driver {doc['driver']}, fa {doc['fa_commit']} ({doc['date']}); "
+        + ", ".join(f"{k} {v}" for k, v in doc["versions"].items())
+    )
     print(f"> `{doc['command']}`\n")
     if doc.get("notes"):
         print(doc["notes"] + "\n")
@@ -380,8 +439,11 @@ def main(argv=None):
             path.write_text(wanted)
             return 0
         if wanted != readme:
-            print(f"{path}: the generated block differs from what bench/results/ gives; run\n"
-                  f"  python3 bench/summarize.py --write {path}", file=sys.stderr)
+            print(
+                f"{path}: the generated block differs from what bench/results/ gives; run\n"
+                f"  python3 bench/summarize.py --write {path}",
+                file=sys.stderr,
+            )
             return 1
         print(f"{path}: the generated block matches bench/results/")
         return 0

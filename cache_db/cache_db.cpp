@@ -72,8 +72,7 @@ std::optional<CubinRow> Db::lookup_cubin(sqlite3* conn, bool may_delete, uint64_
       while ((rc = st.step()) == SQLITE_ROW) {
         std::vector<uint8_t> blob = st.col_blob(2);
         const uint64_t stored = st.col_u64(4);
-        if (static_cast<int64_t>(blob.size()) != st.col_int(3) ||
-            blob_checksum(blob.data(), blob.size()) != stored) {
+        if (static_cast<int64_t>(blob.size()) != st.col_int(3) || blob_checksum(blob.data(), blob.size()) != stored) {
           bad.emplace_back(st.col_int(0), stored);
           continue;
         }
@@ -88,9 +87,7 @@ std::optional<CubinRow> Db::lookup_cubin(sqlite3* conn, bool may_delete, uint64_
         found = std::move(row);
         break;
       }
-      if (!found && rc != SQLITE_DONE && rc != SQLITE_ROW) {
-        fail(describe(conn, rc, "cubin lookup"));
-      }
+      if (!found && rc != SQLITE_DONE && rc != SQLITE_ROW) { fail(describe(conn, rc, "cubin lookup")); }
     }
     for (const auto& [rowid, stored] : bad) {
       if (!may_delete) {
@@ -124,9 +121,7 @@ bool Db::put_cubin(const CubinRow& row) {
     if (rc == SQLITE_OK) rc = txn.commit();
     if (rc != SQLITE_OK) return fail(describe(db_, rc, "put_cubin " + row.compile_key));
     return true;
-  } catch (...) {
-    return fail("put_cubin: unexpected exception");
-  }
+  } catch (...) { return fail("put_cubin: unexpected exception"); }
 }
 
 bool Db::put_tune_results(const std::vector<TuneRow>& rows, bool replace_existing) {
@@ -170,9 +165,7 @@ bool Db::put_tune_results(const std::vector<TuneRow>& rows, bool replace_existin
     const int rc = txn.commit();
     if (rc != SQLITE_OK) return fail(describe(db_, rc, "put_tune_results: COMMIT"));
     return true;
-  } catch (...) {
-    return fail("put_tune_results: unexpected exception");
-  }
+  } catch (...) { return fail("put_tune_results: unexpected exception"); }
 }
 
 std::optional<TuneRow> Db::best(const std::string& semantic_key, const std::string& bucket) {
@@ -220,9 +213,7 @@ std::vector<TuneRow> Db::tune_rows(const std::string& semantic_key, const std::s
     int rc;
     while ((rc = st.step()) == SQLITE_ROW) out.push_back(read_tune_row(st));
     if (rc != SQLITE_DONE) fail(describe(conn, rc, "tune_rows"));
-  } catch (...) {
-    fail("tune_rows: unexpected exception");
-  }
+  } catch (...) { fail("tune_rows: unexpected exception"); }
   return out;
 }
 

@@ -64,31 +64,31 @@ enum class OpenMode { kReadWrite, kReadOnly };
 
 // The environment rows are written under and looked up for.
 struct Env {
-  std::string gpu_name;          // e.g. "NVIDIA H100 80GB HBM3"
+  std::string gpu_name;  // e.g. "NVIDIA H100 80GB HBM3"
   int sm_count = 0;
-  int driver_version = 0;        // cuDriverGetVersion()
-  std::string library_version;   // fa_version_string()
-  std::string nvrtc_version;     // e.g. "13.0"
-  uint64_t templates_hash = 0;   // hash of the templates every kernel includes (gen::shared_templates_hash)
-  int generator_version = 0;     // fa::gen::kGeneratorVersion
+  int driver_version = 0;       // cuDriverGetVersion()
+  std::string library_version;  // fa_version_string()
+  std::string nvrtc_version;    // e.g. "13.0"
+  uint64_t templates_hash = 0;  // hash of the templates every kernel includes (gen::shared_templates_hash)
+  int generator_version = 0;    // fa::gen::kGeneratorVersion
 };
 
 struct CubinRow {
   std::string compile_key;
   uint64_t compile_hash = 0;
-  int arch = 0;                  // e.g. 90 for sm_90
+  int arch = 0;  // e.g. 90 for sm_90
   std::vector<uint8_t> cubin;
-  int registers = -1;            // ptxas info; -1 = unknown
+  int registers = -1;  // ptxas info; -1 = unknown
   int spill_bytes = -1;
   int smem_bytes = -1;
 };
 
 struct TuneRow {
   std::string semantic_key;
-  std::string bucket;            // shape bucket text
-  std::string tunables;          // tunables key text
-  double median_ms = 0.0;        // NaN = not measured (stored as NULL)
-  std::string status;            // "ok", "compile_error", "spill", "invalid", ...
+  std::string bucket;      // shape bucket text
+  std::string tunables;    // tunables key text
+  double median_ms = 0.0;  // NaN = not measured (stored as NULL)
+  std::string status;      // "ok", "compile_error", "spill", "invalid", ...
 };
 
 // Listing rows (fa-tune --list): the row plus the environment it was written under.
@@ -102,7 +102,7 @@ struct CubinSummary {
   int64_t size_bytes = 0;
   int registers = -1, spill_bytes = -1, smem_bytes = -1;
   int64_t created_unix = 0;
-  bool stale = false;            // relative to this Db's Env
+  bool stale = false;  // relative to this Db's Env
 };
 
 struct TuneRecord {
@@ -115,7 +115,7 @@ struct TuneRecord {
   uint64_t templates_hash = 0;
   int generator_version = 0;
   int64_t created_unix = 0;
-  bool stale = false;            // relative to this Db's Env
+  bool stale = false;  // relative to this Db's Env
 };
 
 // What an export or import did with the valid rows it copied (cubins and tuning rows together).
@@ -173,8 +173,9 @@ class Db {
   // Deletes stale rows of both tables; returns how many, or -1 on failure (always when read_only()).
   int prune_stale();
   // Copies every valid (non-stale, checksum-correct) row into the fa cache at `path` (created or merged; an
-  // existing file that is not an fa cache of this schema (cache_file_problem) is a failure and left untouched). Returns false on failure; *counts (optional) says how
-  // many rows were new to the target, replaced one of its rows, or were there already.
+  // existing file that is not an fa cache of this schema (cache_file_problem) is a failure and left untouched). Returns
+  // false on failure; *counts (optional) says how many rows were new to the target, replaced one of its rows, or were
+  // there already.
   bool export_to(const std::string& path, TransferCounts* counts = nullptr);
   // Copies every valid row of the fa cache at `path` (opened read-only, never modified; its user_version must equal
   // kSchemaVersion) into this Db in one transaction. Rows stale for this Db's Env or with a bad checksum are

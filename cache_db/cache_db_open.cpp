@@ -71,8 +71,8 @@ int set_wal(sqlite3* db) {
 
 Attempt try_open_file(const std::string& path) {
   Attempt a;
-  int rc = sqlite3_open_v2(path.c_str(), &a.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &a.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
     a.have_id = true;
@@ -114,8 +114,8 @@ Attempt try_open_file(const std::string& path) {
   const detail::MigrateOutcome m = detail::migrate(a.db, detail::migrations(), kSchemaVersion);
   if (m.newer) {
     a.verdict = Verdict::kNewer;
-    a.message = path + " has cache schema version " + std::to_string(m.found_version) +
-                ", newer than this library's " + std::to_string(kSchemaVersion) + "; it is left untouched";
+    a.message = path + " has cache schema version " + std::to_string(m.found_version) + ", newer than this library's " +
+                std::to_string(kSchemaVersion) + "; it is left untouched";
     return a;
   }
   if (m.rc != SQLITE_OK) return failed(a, m.rc, "schema migration of " + path + " failed: " + m.error);
@@ -223,8 +223,7 @@ bool Db::setup_memory(const std::string& why) {
   in_memory_ = true;
   path_ = ":memory:";
   if (!why.empty()) warn(why + "; using an in-memory cache (nothing persists)");
-  int rc = sqlite3_open_v2(":memory:", &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc = sqlite3_open_v2(":memory:", &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     sqlite3_close_v2(db_);
     db_ = nullptr;
@@ -324,8 +323,7 @@ std::unique_ptr<Db> Db::open(const std::string& path, const Env& env, WarnFn war
   } catch (...) {
     try {
       self->setup_memory("unexpected failure while opening the cache");
-    } catch (...) {
-    }
+    } catch (...) {}
   }
   return self;
 }

@@ -36,9 +36,7 @@ std::vector<TuneRecord> Db::list_tune_rows(bool include_stale) {
       });
       if (rc != SQLITE_OK) fail(describe(conn, rc, "list_tune_rows"));
     }
-  } catch (...) {
-    fail("list_tune_rows: unexpected exception");
-  }
+  } catch (...) { fail("list_tune_rows: unexpected exception"); }
   return out;
 }
 
@@ -56,9 +54,7 @@ std::vector<CubinSummary> Db::list_cubins(bool include_stale) {
       });
       if (rc != SQLITE_OK) fail(describe(conn, rc, "list_cubins"));
     }
-  } catch (...) {
-    fail("list_cubins: unexpected exception");
-  }
+  } catch (...) { fail("list_cubins: unexpected exception"); }
   return out;
 }
 
@@ -220,9 +216,7 @@ bool Db::export_to(const std::string& path, TransferCounts* counts) {
     if (rc != SQLITE_OK) return report(describe(target->db_, rc, what + "COMMIT"));
     if (counts != nullptr) *counts = n;
     return true;
-  } catch (...) {
-    return report(what + "unexpected exception");
-  }
+  } catch (...) { return report(what + "unexpected exception"); }
 }
 
 int Db::import_from(const std::string& path, TransferCounts* counts) {

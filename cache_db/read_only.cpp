@@ -58,8 +58,8 @@ ReadOnlyFile try_open(const std::string& name, int flags, const std::string& pat
   if (rc != SQLITE_OK) {
     const int primary = rc & 0xff;
     // The -shm / -wal of a WAL file cannot be created, grown or locked (read-only directory, file size limit).
-    *retry_immutable = primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY || primary == SQLITE_BUSY ||
-                       primary == SQLITE_IOERR;
+    *retry_immutable =
+        primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY || primary == SQLITE_BUSY || primary == SQLITE_IOERR;
     return give_up(describe(f.db, rc, path + " cannot be read as a database"));
   }
   if (version != kSchemaVersion) {
@@ -114,9 +114,7 @@ std::string cache_file_problem(const std::string& path) {
   sqlite3_close_v2(f.db);
   if (f.db != nullptr) return "";
   std::string why = f.error;  // without the path where it leads ("F cannot be read as a database: ...")
-  if (why.rfind(path, 0) == 0) {
-    why = why.substr(path.size() + (why.compare(path.size(), 2, ": ") == 0 ? 2 : 1));
-  }
+  if (why.rfind(path, 0) == 0) { why = why.substr(path.size() + (why.compare(path.size(), 2, ": ") == 0 ? 2 : 1)); }
   return why;
 }
 

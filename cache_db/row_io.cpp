@@ -176,11 +176,14 @@ int cubin_fate(Stmt& find, const StoredCubin& c, RowFate* fate) {
   find.bind_text(4, c.info.nvrtc_version);
   find.bind_int(5, c.info.generator_version);
   find.bind_u64(6, c.info.templates_hash);
-  return fate_of(find, [&] {
-    return find.col_u64(0) == c.checksum && find.col_int(1) == c.info.size_bytes &&
-           find.col_int(2) == c.row.registers && find.col_int(3) == c.row.spill_bytes &&
-           find.col_int(4) == c.row.smem_bytes;
-  }, fate);
+  return fate_of(
+      find,
+      [&] {
+        return find.col_u64(0) == c.checksum && find.col_int(1) == c.info.size_bytes &&
+               find.col_int(2) == c.row.registers && find.col_int(3) == c.row.spill_bytes &&
+               find.col_int(4) == c.row.smem_bytes;
+      },
+      fate);
 }
 
 int tune_fate(Stmt& find, const TuneRecord& r, RowFate* fate) {
@@ -189,11 +192,14 @@ int tune_fate(Stmt& find, const TuneRecord& r, RowFate* fate) {
   find.bind_text(8, r.row.semantic_key);
   find.bind_text(9, r.row.bucket);
   find.bind_text(10, r.row.tunables);
-  return fate_of(find, [&] {
-    const double ms = find.col_real(0);
-    const bool same_ms = (std::isnan(ms) && std::isnan(r.row.median_ms)) || ms == r.row.median_ms;
-    return same_ms && find.col_text(1) == r.row.status;
-  }, fate);
+  return fate_of(
+      find,
+      [&] {
+        const double ms = find.col_real(0);
+        const bool same_ms = (std::isnan(ms) && std::isnan(r.row.median_ms)) || ms == r.row.median_ms;
+        return same_ms && find.col_text(1) == r.row.status;
+      },
+      fate);
 }
 
 int64_t now_unix() { return static_cast<int64_t>(std::time(nullptr)); }

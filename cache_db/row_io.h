@@ -39,7 +39,7 @@ enum class RowFate { kNew, kUpdated, kPresent };
 // A full cubin row as stored.
 struct StoredCubin {
   int64_t rowid = 0;
-  CubinRow row;        // cubin left empty when read without blobs
+  CubinRow row;  // cubin left empty when read without blobs
   CubinSummary info;
   uint64_t checksum = 0;
   bool checksum_ok = false;  // only computed when read with blobs

@@ -13,8 +13,8 @@ namespace {
 
 struct Column {
   const char* name;
-  const char* decl;   // type and constraints for CREATE TABLE / ALTER TABLE ADD COLUMN
-  bool required;      // key or data without which a row is useless: its absence rebuilds the table
+  const char* decl;  // type and constraints for CREATE TABLE / ALTER TABLE ADD COLUMN
+  bool required;     // key or data without which a row is useless: its absence rebuilds the table
 };
 
 struct Table {
@@ -177,8 +177,8 @@ MigrateOutcome migrate(sqlite3* db, const std::vector<Migration>& steps, int tar
     std::string err;
     out.rc = step->apply(db, &err);
     if (out.rc != SQLITE_OK) {
-      out.error = "migration " + std::to_string(from) + " -> " + std::to_string(from + 1) + " (" + step->what +
-                  "): " + err;
+      out.error =
+          "migration " + std::to_string(from) + " -> " + std::to_string(from + 1) + " (" + step->what + "): " + err;
       return out;
     }
   }

@@ -17,19 +17,19 @@ struct sqlite3;
 namespace fa::cache::detail {
 
 struct Migration {
-  int from;                                                  // migrates from `from` to `from + 1`
-  std::string what;                                          // for messages
-  std::function<int(sqlite3* db, std::string* err)> apply;   // SQLite result code; runs inside the transaction
+  int from;                                                 // migrates from `from` to `from + 1`
+  std::string what;                                         // for messages
+  std::function<int(sqlite3* db, std::string* err)> apply;  // SQLite result code; runs inside the transaction
 };
 
 // The library's steps: steps[i].from == i, steps.size() == kSchemaVersion.
 const std::vector<Migration>& migrations();
 
 struct MigrateOutcome {
-  int rc = 0;               // SQLite result code of the failing operation (0 = SQLITE_OK)
-  int found_version = 0;    // user_version seen inside the transaction
-  int version = 0;          // user_version afterwards
-  bool newer = false;       // found_version > target: nothing was touched
+  int rc = 0;             // SQLite result code of the failing operation (0 = SQLITE_OK)
+  int found_version = 0;  // user_version seen inside the transaction
+  int version = 0;        // user_version afterwards
+  bool newer = false;     // found_version > target: nothing was touched
   std::string error;
 };
 

@@ -21,8 +21,7 @@ int exec(sqlite3* db, const std::string& sql, std::string* err) {
   char* raw = nullptr;
   const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &raw);
   if (rc != SQLITE_OK && err != nullptr) {
-    *err = (raw != nullptr ? std::string(raw) : std::string(sqlite3_errstr(rc))) + " (code " + std::to_string(rc) +
-           ")";
+    *err = (raw != nullptr ? std::string(raw) : std::string(sqlite3_errstr(rc))) + " (code " + std::to_string(rc) + ")";
   }
   sqlite3_free(raw);
   return rc;
@@ -37,10 +36,8 @@ bool is_unwritable(int rc) {
     case SQLITE_PERM:
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
-    case SQLITE_NOLFS:
-      return true;
-    default:
-      return false;
+    case SQLITE_NOLFS: return true;
+    default: return false;
   }
 }
 

@@ -45,7 +45,7 @@ class Stmt {
   void bind_text(int idx, const std::string& v);
   void bind_blob(int idx, const std::vector<uint8_t>& v);
 
-  int step();   // SQLITE_ROW, SQLITE_DONE or an error code
+  int step();  // SQLITE_ROW, SQLITE_DONE or an error code
   void reset();
 
   int64_t col_int(int i) const;

@@ -37,9 +37,9 @@ const char* mask_name(int mask) {
 }
 
 std::string semantic_key(const Semantic& s) {
-  std::string key = fmt::format("{}.sm{}.{}.d{}.dv{}.{}.b{}a{}s{}v{}e{}l{}", family_name(s), s.arch, dtype_name(s.dtype),
-                     s.head_dim, s.head_dim_v, mask_name(s.mask), int(s.has_bias), int(s.has_alibi),
-                     int(s.has_softcap), int(s.varlen), int(s.even_k), int(s.has_lse));
+  std::string key = fmt::format("{}.sm{}.{}.d{}.dv{}.{}.b{}a{}s{}v{}e{}l{}", family_name(s), s.arch,
+                                dtype_name(s.dtype), s.head_dim, s.head_dim_v, mask_name(s.mask), int(s.has_bias),
+                                int(s.has_alibi), int(s.has_softcap), int(s.varlen), int(s.even_k), int(s.has_lse));
   if (s.paged) key += ".paged";
   if (s.mods != nullptr) key += fmt::format(".{}", user_mods_tag(*s.mods));
   return key;
@@ -86,7 +86,7 @@ bool parse_legacy(const Family& f, const std::string& text, Tunables* out) {
       consumed != static_cast<int>(text.size()))
     return false;
   if (fmt::format("m{}.n{}.w{}.s{}.qr{}.x{}", m, n, w, st, qr, x) != text) return false;  // canonical only
-  const std::pair<const char*, int> fields[] = {{"block_m", m}, {"block_n", n}, {"warps", w},
+  const std::pair<const char*, int> fields[] = {{"block_m", m}, {"block_n", n},    {"warps", w},
                                                 {"stages", st}, {"q_in_regs", qr}, {f.legacy_x, x}};
   Tunables t;
   std::vector<bool> set(f.knobs.size(), false);
@@ -127,8 +127,8 @@ bool parse_tunables_key(const Semantic& s, const std::string& text, Tunables* ou
 bool ConfigLess::operator()(const KernelConfig& a, const KernelConfig& b) const {
   auto tie = [](const KernelConfig& c) {
     const Semantic& s = c.s;
-    return std::tie(s.family, s.arch, s.dtype, s.head_dim, s.head_dim_v, s.mask, s.has_bias, s.has_alibi,
-                    s.has_softcap, s.varlen, s.even_k, s.has_lse, s.paged, s.mods, c.t.v);
+    return std::tie(s.family, s.arch, s.dtype, s.head_dim, s.head_dim_v, s.mask, s.has_bias, s.has_alibi, s.has_softcap,
+                    s.varlen, s.even_k, s.has_lse, s.paged, s.mods, c.t.v);
   };
   return tie(a) < tie(b);
 }

@@ -13,13 +13,13 @@
 
 namespace fa::gen {
 
-struct Family;     // family.h
-struct UserMods;   // user_mods.h
+struct Family;    // family.h
+struct UserMods;  // user_mods.h
 
 // Bumped whenever rendering or any template's meaning changes; part of every compile key.
 inline constexpr int kGeneratorVersion = 3;
 
-enum Dtype : int { kFp16 = 1, kBf16 = 2, kFp32 = 3 };  // values equal fa_dtype
+enum Dtype : int { kFp16 = 1, kBf16 = 2, kFp32 = 3 };                 // values equal fa_dtype
 enum Mask : int { kMaskNone = 0, kMaskCausal = 1, kMaskWindow = 2 };  // values equal fa_mask
 
 // Head dims a kernel may be asked for: multiples of 8 in [8, kMaxHeadDim] for q / k and [8, kMaxHeadDimV] for v / o
@@ -32,18 +32,18 @@ inline bool head_dim_ok(int d, int max = kMaxHeadDim) { return d >= 8 && d <= ma
 
 struct Semantic {
   const Family* family = nullptr;  // which kernel family (registered in family.h's registry)
-  int arch = 80;          // SM version: 80, 86, 89, 90, 100, 103, 120, 121 (runtime/arch.h; 90 compiles as sm_90a)
+  int arch = 80;  // SM version: 80, 86, 89, 90, 100, 103, 120, 121 (runtime/arch.h; 90 compiles as sm_90a)
   int dtype = kFp16;
-  int head_dim = 128;     // of q, k: multiple of 8 in [8, kMaxHeadDim] (head_dim_ok; families cover less)
-  int head_dim_v = 128;   // of v, o: multiple of 8 in [8, kMaxHeadDimV]
+  int head_dim = 128;    // of q, k: multiple of 8 in [8, kMaxHeadDim] (head_dim_ok; families cover less)
+  int head_dim_v = 128;  // of v, o: multiple of 8 in [8, kMaxHeadDimV]
   int mask = kMaskNone;
   bool has_bias = false;
   bool has_alibi = false;
   bool has_softcap = false;
   bool varlen = false;
-  bool even_k = false;    // fixed-length and seqlen_k % block_n == 0: no key-boundary predicates
-  bool has_lse = true;    // the kernel writes LSE (backward needs it; fa_run may pass lse == null)
-  bool paged = false;     // k / v read through a block table of pages (fa_params.block_table)
+  bool even_k = false;             // fixed-length and seqlen_k % block_n == 0: no key-boundary predicates
+  bool has_lse = true;             // the kernel writes LSE (backward needs it; fa_run may pass lse == null)
+  bool paged = false;              // k / v read through a block table of pages (fa_params.block_table)
   const UserMods* mods = nullptr;  // user code (fa_mods), interned; nullptr: none
   bool operator==(const Semantic&) const = default;
 };
@@ -70,8 +70,8 @@ struct ConfigLess {
 };
 
 const char* family_name(const Semantic& s);  // "fwd_ref", "fwd_mma", ... ("none" without a family)
-const char* dtype_name(int dtype);    // "fp16", "bf16", "fp32"
-const char* mask_name(int mask);      // "none", "causal", "window"
+const char* dtype_name(int dtype);           // "fp16", "bf16", "fp32"
+const char* mask_name(int mask);             // "none", "causal", "window"
 
 // "fwd_mma.sm90.bf16.d128.dv128.causal.b0a0s0v0e1l1|m128.n64.w4.s2.qr0.kj1" -- stable, human-readable, complete.
 std::string canonical_key(const KernelConfig& c);

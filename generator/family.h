@@ -35,27 +35,27 @@ struct LaunchShape {
   int max_seqlen_k = 0;
   int heads_q = 1;
   int heads_kv = 1;
-  int total_q = 0;       // varlen totals (fixed: batch * seqlen)
+  int total_q = 0;  // varlen totals (fixed: batch * seqlen)
   int total_k = 0;
-  int sm_count = 0;      // the device's SMs (persistent grids); 0: unknown
-  int num_splits = 1;    // split-KV: key splits per (batch, kv head), from the plan
-  int blk_shared = 0;    // block classification (mask_blocks): 1 shared over batch entries, 2 over heads; from the plan
+  int sm_count = 0;    // the device's SMs (persistent grids); 0: unknown
+  int num_splits = 1;  // split-KV: key splits per (batch, kv head), from the plan
+  int blk_shared = 0;  // block classification (mask_blocks): 1 shared over batch entries, 2 over heads; from the plan
 };
 
 struct Launch {
   unsigned grid[3] = {1, 1, 1};
   unsigned block = 32;
-  unsigned smem = 0;                 // dynamic shared memory bytes
-  unsigned cluster[3] = {1, 1, 1};   // thread-block cluster (sm_90+); {1, 1, 1}: no cluster
-  bool dependent = false;            // programmatic dependent launch (sm_90+, templates/common/pdl.cuh): may start
-                                     // before the stream's previous kernel ends; the kernel waits before any access
+  unsigned smem = 0;                // dynamic shared memory bytes
+  unsigned cluster[3] = {1, 1, 1};  // thread-block cluster (sm_90+); {1, 1, 1}: no cluster
+  bool dependent = false;           // programmatic dependent launch (sm_90+, templates/common/pdl.cuh): may start
+                                    // before the stream's previous kernel ends; the kernel waits before any access
 };
 
 struct DeviceLimits {
   int arch = 80;
   int max_smem_optin = 163 * 1024;  // bytes per block (opt-in)
   int max_regs_per_thread = 255;
-  int max_threads_per_sm = 2048;    // resident threads per SM (occupancy: bwd_mma's CTA order)
+  int max_threads_per_sm = 2048;  // resident threads per SM (occupancy: bwd_mma's CTA order)
   int sm_count = 108;
 };
 DeviceLimits limits_for_arch(int arch);  // per-arch defaults (used on the CPU; a context with a GPU reads its own)
@@ -63,11 +63,11 @@ DeviceLimits limits_for_arch(int arch);  // per-arch defaults (used on the CPU; 
 // One tunable: a named integer with its allowed values. The tuner's space is the product of a family's knobs'
 // values (or the family's own space()), pruned by the validity predicate.
 struct Knob {
-  const char* name;        // "block_m": how code, logs and docs refer to it
-  const char* tag;         // "m": its prefix in tunables_key ("m128")
-  const char* cname;       // "kBlockM": its constexpr name in the rendered prelude
-  std::vector<int> values; // allowed values
-  bool boolean = false;    // rendered as constexpr bool (values 0 / 1)
+  const char* name;         // "block_m": how code, logs and docs refer to it
+  const char* tag;          // "m": its prefix in tunables_key ("m128")
+  const char* cname;        // "kBlockM": its constexpr name in the rendered prelude
+  std::vector<int> values;  // allowed values
+  bool boolean = false;     // rendered as constexpr bool (values 0 / 1)
 };
 
 // The workspace and launches of one call. Offsets into the workspace are SIZE_MAX where a region is absent; the
@@ -79,7 +79,9 @@ struct Plan {
   // What the workspace size query reports: enough for the plan of every tunable point of the call (a caller sizes
   // its buffer before tuning may swap another winner in), >= workspace_bytes. 0: workspace_bytes.
   size_t workspace_reserve_bytes = 0;
-  size_t reported_workspace() const { return workspace_reserve_bytes > workspace_bytes ? workspace_reserve_bytes : workspace_bytes; }
+  size_t reported_workspace() const {
+    return workspace_reserve_bytes > workspace_bytes ? workspace_reserve_bytes : workspace_bytes;
+  }
   size_t off_delta = SIZE_MAX, off_dq_accum = SIZE_MAX, off_dk_accum = SIZE_MAX, off_dv_accum = SIZE_MAX;
   long long accum_q_stride_row = 0, accum_kv_stride_row = 0;
   // Split-KV forward plans: the key splits per (batch, kv head) and the float32 partial-output regions
@@ -127,8 +129,10 @@ struct KernelParams {
   bool add(const void* data, size_t size, size_t align);
   void* ptrs[kMax] = {};
   int count = 0;
+
  private:
-  alignas(64) unsigned char storage_[2048];  // written by add() before any pointer refers to it (no 2 KB clear per launch)
+  alignas(
+      64) unsigned char storage_[2048];  // written by add() before any pointer refers to it (no 2 KB clear per launch)
   size_t used_ = 0;
 };
 
@@ -136,13 +140,13 @@ struct KernelParams {
 // FaBwdArgs for backward ones: the role says which), the user code's values (kernels with fa_mods), the launch, the
 // device, the loaded kernel's registers, and the runtime's tensor-map encoder.
 struct BindInput {
-  void* args = nullptr;        // FaFwdArgs* or FaBwdArgs*; a family may adjust fields before they are copied
+  void* args = nullptr;  // FaFwdArgs* or FaBwdArgs*; a family may adjust fields before they are copied
   size_t args_size = 0;
   const void* user = nullptr;  // FaUser* (fa_args.cuh): the second parameter of kernels with user code (Semantic::mods)
   LaunchShape shape;
   Launch launch;
   DeviceLimits limits;
-  int registers = 0;           // per thread, from ptxas (0: unknown)
+  int registers = 0;  // per thread, from ptxas (0: unknown)
   void* encoder_ctx = nullptr;
   bool (*encode_tensor_map)(void* ctx, const TensorMapDesc& d, void* out128, std::string* why) = nullptr;
 };
@@ -158,11 +162,11 @@ struct Family {
   const char* template_name = nullptr;  // "fwd_mma.cuh" (embedded, templates/)
   Role role = Role::Step;
   int arch_min = 80, arch_max = INT_MAX;
-  int priority = 0;                     // among covering families of a role, the highest wins
-  bool reference = false;               // the always-correct fallback (FA_FORCE_REFERENCE picks these)
-  bool tuned_on_first_use = true;       // false: the chooser keeps the defaults (no timing)
-  std::vector<Knob> knobs;              // the tunable schema
-  const char* legacy_x = nullptr;       // the knob that pre-schema keys called `x` (parse_tunables_key)
+  int priority = 0;                // among covering families of a role, the highest wins
+  bool reference = false;          // the always-correct fallback (FA_FORCE_REFERENCE picks these)
+  bool tuned_on_first_use = true;  // false: the chooser keeps the defaults (no timing)
+  std::vector<Knob> knobs;         // the tunable schema
+  const char* legacy_x = nullptr;  // the knob that pre-schema keys called `x` (parse_tunables_key)
 
   // Whether the family serves problem p on arch (beyond the arch range); the reason when not. null: always.
   bool (*covers)(const ProblemDesc& p, int arch, std::string* why) = nullptr;

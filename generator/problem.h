@@ -27,11 +27,11 @@ struct ProblemDesc {
   bool backward = false;
   bool deterministic = false;
   // KV cache (fa_params version 2)
-  bool seqused = false;    // seqused_k given: the keys each sequence uses are read on the device
-  bool paged = false;      // block_table given: k / v are page pools
-  int page_size = 0;       // rows per page (paged)
-  int num_splits = 0;      // split-KV count forced by the caller (0: the family's heuristic; 1: no split)
-  int sm_count = 0;        // the device's SMs, for plans that size work by the device (split-KV); 0: unknown
+  bool seqused = false;            // seqused_k given: the keys each sequence uses are read on the device
+  bool paged = false;              // block_table given: k / v are page pools
+  int page_size = 0;               // rows per page (paged)
+  int num_splits = 0;              // split-KV count forced by the caller (0: the family's heuristic; 1: no split)
+  int sm_count = 0;                // the device's SMs, for plans that size work by the device (split-KV); 0: unknown
   const UserMods* mods = nullptr;  // user code (fa_mods), interned (user_mods.h); nullptr: none
   int mask_mod_depends = 3;        // FA_MOD_DEPENDS_* bits of fa_mods (a value: the block classification's sharing)
 };

@@ -106,11 +106,11 @@ DeviceLimits limits_for_arch(int arch) {
   struct Row {
     int arch, smem_kb, threads, sms;
   };
-  static constexpr Row kRows[] = {
-      {80, 163, 2048, 108},  {86, 99, 1536, 84},   {87, 163, 1536, 16},  // A100; RTX 30xx class; Jetson AGX Orin
-      {89, 99, 1536, 84},    {90, 227, 2048, 132},                        // RTX 40xx class; H100 / H200
-      {100, 227, 2048, 148}, {103, 227, 2048, 148},                       // B200 (sm_103: B200's count)
-      {120, 99, 1536, 170},  {121, 99, 1536, 48}};                        // RTX 5090; DGX Spark (GB10)
+  static constexpr Row kRows[] = {{80, 163, 2048, 108},  {86, 99, 1536, 84},
+                                  {87, 163, 1536, 16},                          // A100; RTX 30xx class; Jetson AGX Orin
+                                  {89, 99, 1536, 84},    {90, 227, 2048, 132},  // RTX 40xx class; H100 / H200
+                                  {100, 227, 2048, 148}, {103, 227, 2048, 148},  // B200 (sm_103: B200's count)
+                                  {120, 99, 1536, 170},  {121, 99, 1536, 48}};   // RTX 5090; DGX Spark (GB10)
   Row r{arch, 99, 1536, 84};  // an arch fa does not know: the smallest figures of those it does
   for (const Row& k : kRows)
     if (k.arch == arch) r = k;
@@ -134,12 +134,14 @@ bool is_valid(const KernelConfig& c, const DeviceLimits& lim, std::string* why) 
   if (s.arch < f.arch_min || s.arch > f.arch_max)
     return fail(why, fmt::format("arch: family {} runs on sm_{}..sm_{}, got sm_{}", f.name, f.arch_min,
                                  f.arch_max == INT_MAX ? 999 : f.arch_max, s.arch));
-  if (s.arch != lim.arch) return fail(why, fmt::format("arch: config is sm_{} but device limits are sm_{}", s.arch, lim.arch));
+  if (s.arch != lim.arch)
+    return fail(why, fmt::format("arch: config is sm_{} but device limits are sm_{}", s.arch, lim.arch));
   if (s.dtype < kFp16 || s.dtype > kFp32) return fail(why, fmt::format("dtype: expected 1..3, got {}", s.dtype));
   if (!head_dim_ok(s.head_dim))
     return fail(why, fmt::format("head_dim: expected a multiple of 8 in [8, {}], got {}", kMaxHeadDim, s.head_dim));
   if (!head_dim_ok(s.head_dim_v, kMaxHeadDimV))
-    return fail(why, fmt::format("head_dim_v: expected a multiple of 8 in [8, {}], got {}", kMaxHeadDimV, s.head_dim_v));
+    return fail(why,
+                fmt::format("head_dim_v: expected a multiple of 8 in [8, {}], got {}", kMaxHeadDimV, s.head_dim_v));
   if (s.mask < kMaskNone || s.mask > kMaskWindow) return fail(why, fmt::format("mask: expected 0..2, got {}", s.mask));
   if (s.varlen && s.even_k) return fail(why, "even_k: expected false in varlen mode, got true");
   for (size_t i = 0; i < f.knobs.size(); ++i) {
@@ -153,11 +155,13 @@ bool is_valid(const KernelConfig& c, const DeviceLimits& lim, std::string* why) 
     }
   }
   for (size_t i = f.knobs.size(); i < static_cast<size_t>(Tunables::kMaxKnobs); ++i)
-    if (c.t[static_cast<int>(i)] != 0) return fail(why, fmt::format("tunables: {} has {} knobs, slot {} is set", f.name, f.knobs.size(), i));
+    if (c.t[static_cast<int>(i)] != 0)
+      return fail(why, fmt::format("tunables: {} has {} knobs, slot {} is set", f.name, f.knobs.size(), i));
   if (f.valid != nullptr && !f.valid(c, why)) return false;
   const unsigned smem = smem_of(c);
   if (smem > static_cast<unsigned>(lim.max_smem_optin))
-    return fail(why, fmt::format("shared memory: expected <= {} bytes on sm_{}, got {}", lim.max_smem_optin, lim.arch, smem));
+    return fail(
+        why, fmt::format("shared memory: expected <= {} bytes on sm_{}, got {}", lim.max_smem_optin, lim.arch, smem));
   return true;
 }
 

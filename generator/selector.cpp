@@ -58,7 +58,8 @@ Semantic select(Role role, const ProblemDesc& p, int arch, std::string* why) {
   // per call: the tests compare the two paths) every backward: field switches for suspected kernel bugs; results
   // are the same by construction, only slower.
   static const bool force_ref_fwd = env_on("FA_FORCE_REFERENCE");
-  const bool force_ref = role == Role::Forward ? force_ref_fwd : role == Role::Backward && env_on("FA_FORCE_REFERENCE_BWD");
+  const bool force_ref =
+      role == Role::Forward ? force_ref_fwd : role == Role::Backward && env_on("FA_FORCE_REFERENCE_BWD");
   const Family* fallback = nullptr;
   for (const Family* f : ranked_families(role, arch)) {
     if (f->reference) fallback = fallback ? fallback : f;

@@ -43,7 +43,8 @@ uint64_t content_hash(std::string_view mask_mod, std::string_view score_mod, std
 
 // Whether record m holds exactly these contents.
 bool holds(const UserMods& m, std::string_view mask_mod, std::string_view score_mod, std::string_view grad,
-           int num_buffers, const std::array<int, kMaxUserBuffers>& dtype, const std::array<int, kMaxUserBuffers>& rank) {
+           int num_buffers, const std::array<int, kMaxUserBuffers>& dtype,
+           const std::array<int, kMaxUserBuffers>& rank) {
   return m.mask_mod == mask_mod && m.score_mod == score_mod && m.score_mod_grad == grad &&
          m.num_buffers == num_buffers && m.buf_dtype == dtype && m.buf_rank == rank;
 }
@@ -124,7 +125,8 @@ std::string render_user_mods(const UserMods* m) {
                         "#define FA_USER_ARGS fa_user_args\n"
                       : "#define FA_USER_PARAM\n#define FA_USER_ARGS FaUser{}\n";
   for (int n = 0; n < kMaxUserBuffers; ++n) {
-    const char* t = m != nullptr && n < m->num_buffers ? user_dtype_ctype(m->buf_dtype[static_cast<size_t>(n)]) : nullptr;
+    const char* t =
+        m != nullptr && n < m->num_buffers ? user_dtype_ctype(m->buf_dtype[static_cast<size_t>(n)]) : nullptr;
     src += fmt::format("typedef {} fa_buf{}_t;\n", t != nullptr ? t : "unsigned char", n);
   }
   src += "FA_DEVICE bool fa_user_mask(int b, int h, int i, int j, const FaUser& u) {\n";

@@ -17,13 +17,13 @@ namespace fa::gen {
 inline constexpr int kMaxUserBuffers = 4;
 
 struct UserMods {
-  std::string mask_mod;   // body, or empty
-  std::string score_mod;  // body, or empty
+  std::string mask_mod;        // body, or empty
+  std::string score_mod;       // body, or empty
   std::string score_mod_grad;  // body of d score_mod / d s (backward records), or empty
   int num_buffers = 0;
   std::array<int, kMaxUserBuffers> buf_dtype{};  // fa_user_dtype values
   std::array<int, kMaxUserBuffers> buf_rank{};
-  uint64_t hash = 0;      // of everything above: the key's ".mod<hash>" part
+  uint64_t hash = 0;  // of everything above: the key's ".mod<hash>" part
 };
 
 // Whether m (nullptr: no user code) has a mask_mod / a score_mod: what kHasMaskMod / kHasScoreMod render, and

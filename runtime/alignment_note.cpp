@@ -17,8 +17,8 @@ void note_alignment_fallback(fa_context c, gen::Role role, const gen::ProblemDes
   // Still a reference family when aligned: not the alignment's doing (FA_FORCE_REFERENCE, an uncovered feature).
   if (fast.family == nullptr || fast.family->reference) return;
   const bool backward = role == gen::Role::Backward;
-  const std::string tensors = std::string(backward ? "q, k, v, o, dout, dq, dk, dv" : "q, k, v, o") +
-                              (d.has_bias ? " and bias" : "");
+  const std::string tensors =
+      std::string(backward ? "q, k, v, o, dout, dq, dk, dv" : "q, k, v, o") + (d.has_bias ? " and bias" : "");
   gen::Semantic shown = chosen;
   shown.even_k = false;  // a property of the call's seqlen_k, not of the problem class: one message for both
   const std::string key = gen::semantic_key(shown);

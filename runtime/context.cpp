@@ -74,7 +74,8 @@ Status bind_device(fa_context c) {
     return Status::Ok();
   }
   if (c->device_ordinal >= count) {
-    c->no_device_reason = fmt::format("device_ordinal: expected < {} (devices present), got {}", count, c->device_ordinal);
+    c->no_device_reason =
+        fmt::format("device_ordinal: expected < {} (devices present), got {}", count, c->device_ordinal);
     return count == 0 ? Status::Ok() : invalid("device_ordinal", fmt::format("0..{}", count - 1), c->device_ordinal);
   }
   r = d.cuDeviceGet(&c->dev, c->device_ordinal);

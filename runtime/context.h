@@ -15,11 +15,11 @@
 #include "generator/problem.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
-#include "runtime/serial_worker.h"
 #include "runtime/log.h"
 #include "runtime/mask_cache.h"
 #include "runtime/pinned_tunables.h"
 #include "runtime/plan_cache.h"
+#include "runtime/serial_worker.h"
 #include "runtime/status.h"
 
 namespace fa::rt {
@@ -69,7 +69,7 @@ struct fa_context_s {
   std::string no_device_reason;
   CUdevice dev = 0;
   CUcontext cuctx = nullptr;
-  int arch = 90;                     // the device's, else $FA_ARCH, else rt::kDefaultArchWithoutDevice
+  int arch = 90;  // the device's, else $FA_ARCH, else rt::kDefaultArchWithoutDevice
   fa::gen::DeviceLimits limits;
   std::string gpu_name;
   int sm_count = 0;
@@ -77,7 +77,7 @@ struct fa_context_s {
   std::unique_ptr<fa::rt::CubinStore> store;
   std::unique_ptr<fa::rt::KernelCache> kernels;
   std::unique_ptr<fa::rt::TunableChooser> chooser;
-  fa::rt::PlanCache plans;           // fa_run's fast path: validated shape -> resolved plan (runtime/plan_cache.h)
+  fa::rt::PlanCache plans;  // fa_run's fast path: validated shape -> resolved plan (runtime/plan_cache.h)
   // Block classifications kept across calls (runtime/mask_cache.h; $FA_MASK_CACHE_MB bytes at most, 0: none).
   size_t mask_cache_bytes = size_t{64} << 20;
   std::unique_ptr<fa::rt::MaskCache> mask_cache;
@@ -90,8 +90,8 @@ struct fa_context_s {
   // fa_context_create's own cost, split (bench/tuning_figures [2]): binding the device (driver table, cuInit,
   // primary context: the part any CUDA process pays once) and opening the cache store (SQLite open, checks).
   double create_bind_ms = 0, create_store_ms = 0;
-  std::mutex mu;                     // guards the maps below
-  std::set<std::string> untuned;     // keys that ran on defaults while capturing (or by policy)
+  std::mutex mu;                  // guards the maps below
+  std::set<std::string> untuned;  // keys that ran on defaults while capturing (or by policy)
   // Messages on stderr at the context's log level, each once per process (runtime/log.h).
   void warn(const std::string& msg) const;
   void info(const std::string& msg, const std::string& once_key = {}) const;
@@ -106,6 +106,7 @@ class CtxGuard {
   explicit CtxGuard(fa_context c);
   ~CtxGuard();
   Status status() const { return st_; }
+
  private:
   fa_context c_;
   bool pushed_ = false;

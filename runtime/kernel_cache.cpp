@@ -28,7 +28,8 @@ Status KernelCache::get(const gen::KernelConfig& c, bool allow_compile, std::sha
       return Status::Ok();
     }
     if (!s.busy) break;
-    if (!allow_compile) return error(FA_ERROR_STREAM_CAPTURING, "kernel " + key + " is being compiled by another thread");
+    if (!allow_compile)
+      return error(FA_ERROR_STREAM_CAPTURING, "kernel " + key + " is being compiled by another thread");
     cv_.wait(lock);
   }
   slots_[h].busy = true;
@@ -48,13 +49,15 @@ Status KernelCache::get(const gen::KernelConfig& c, bool allow_compile, std::sha
   if (!k->from_store) {
     if (!allow_compile) {
       st = error(FA_ERROR_STREAM_CAPTURING,
-                 "kernel " + key + " is not compiled yet and compiling is not allowed now (stream capture or policy); "
-                 "call fa_prepare before capturing");
+                 "kernel " + key +
+                     " is not compiled yet and compiling is not allowed now (stream capture or policy); "
+                     "call fa_prepare before capturing");
     } else {
       CompileResult r = compile(c);
       k->compile_seconds = r.seconds;
       if (!r.ok) {
-        st = error(FA_ERROR_COMPILE, "NVRTC failed to compile kernel " + key + " (hash " + gen::hex64(h) + "):\n" + r.log);
+        st = error(FA_ERROR_COMPILE,
+                   "NVRTC failed to compile kernel " + key + " (hash " + gen::hex64(h) + "):\n" + r.log);
       } else {
         k->cubin = std::move(r.cubin);
         k->ptxas = r.ptxas;
@@ -67,7 +70,8 @@ Status KernelCache::get(const gen::KernelConfig& c, bool allow_compile, std::sha
   Slot& s = slots_[h];
   s.busy = false;
   if (st.ok()) {
-    if (k->from_store) ++stats_.store_hits; else ++stats_.compiles;
+    if (k->from_store) ++stats_.store_hits;
+    else ++stats_.compiles;
     s.kernel = k;
     *out = k;
   } else if (st.code == FA_ERROR_STREAM_CAPTURING) {

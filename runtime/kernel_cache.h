@@ -38,7 +38,7 @@ struct Kernel {
   uint64_t hash = 0;
   std::vector<char> cubin;
   PtxasInfo ptxas;
-  bool from_store = false;   // came from the persistent cache (no NVRTC call)
+  bool from_store = false;  // came from the persistent cache (no NVRTC call)
   double compile_seconds = 0;
   // Loaded state (guarded by the cache's mutex).
   CUmodule module = nullptr;
@@ -46,10 +46,10 @@ struct Kernel {
 };
 
 struct KernelCacheStats {
-  long long compiles = 0;       // NVRTC invocations
-  long long store_hits = 0;     // cubins taken from the persistent store
+  long long compiles = 0;    // NVRTC invocations
+  long long store_hits = 0;  // cubins taken from the persistent store
   long long memory_hits = 0;
-  long long loads = 0;          // modules loaded
+  long long loads = 0;  // modules loaded
 };
 
 class KernelCache {

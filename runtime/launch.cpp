@@ -20,13 +20,27 @@ Status launch_pushed(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelP
 
 FaFwdArgs make_fwd_args(const fa_params& p, const gen::ProblemDesc& d) {
   FaFwdArgs a{};
-  a.q = p.q; a.k = p.k; a.v = p.v; a.o = p.o;
-  a.q_sb = p.q_stride_batch; a.q_ss = p.q_stride_seq; a.q_sh = p.q_stride_head;
-  a.k_sb = p.k_stride_batch; a.k_ss = p.k_stride_seq; a.k_sh = p.k_stride_head;
-  a.v_sb = p.v_stride_batch; a.v_ss = p.v_stride_seq; a.v_sh = p.v_stride_head;
-  a.o_sb = p.o_stride_batch; a.o_ss = p.o_stride_seq; a.o_sh = p.o_stride_head;
+  a.q = p.q;
+  a.k = p.k;
+  a.v = p.v;
+  a.o = p.o;
+  a.q_sb = p.q_stride_batch;
+  a.q_ss = p.q_stride_seq;
+  a.q_sh = p.q_stride_head;
+  a.k_sb = p.k_stride_batch;
+  a.k_ss = p.k_stride_seq;
+  a.k_sh = p.k_stride_head;
+  a.v_sb = p.v_stride_batch;
+  a.v_ss = p.v_stride_seq;
+  a.v_sh = p.v_stride_head;
+  a.o_sb = p.o_stride_batch;
+  a.o_ss = p.o_stride_seq;
+  a.o_sh = p.o_stride_head;
   a.bias = p.bias;
-  a.bias_sb = p.bias_stride_batch; a.bias_sh = p.bias_stride_head; a.bias_sq = p.bias_stride_q; a.bias_sk = p.bias_stride_k;
+  a.bias_sb = p.bias_stride_batch;
+  a.bias_sh = p.bias_stride_head;
+  a.bias_sq = p.bias_stride_q;
+  a.bias_sk = p.bias_stride_k;
   a.alibi = p.alibi_slopes;
   a.lse = p.lse;
   if (d.varlen) {
@@ -106,9 +120,11 @@ void bind_block_workspace(const gen::Plan& plan, FaFwdArgs* args, char* ws) {
 void bind_block_classes(const gen::Plan& plan, FaFwdArgs* args, char* span) {
   if (plan.off_blk_cls == SIZE_MAX) return;
   args->blk_cls = reinterpret_cast<unsigned char*>(span);
-  if (plan.off_blk_cls_t != SIZE_MAX) args->blk_cls_t = reinterpret_cast<unsigned char*>(span + (plan.off_blk_cls_t - plan.off_blk_cls));
+  if (plan.off_blk_cls_t != SIZE_MAX)
+    args->blk_cls_t = reinterpret_cast<unsigned char*>(span + (plan.off_blk_cls_t - plan.off_blk_cls));
   // the sub-tile codes (fwd_wgmma's plans) sit in the same span, so a cached classification keeps them too
-  if (plan.off_blk_sub != SIZE_MAX) args->blk_sub = reinterpret_cast<unsigned*>(span + (plan.off_blk_sub - plan.off_blk_cls));
+  if (plan.off_blk_sub != SIZE_MAX)
+    args->blk_sub = reinterpret_cast<unsigned*>(span + (plan.off_blk_sub - plan.off_blk_cls));
   if (plan.off_blk_bits != SIZE_MAX) {
     args->blk_bits = reinterpret_cast<unsigned*>(span + (plan.off_blk_bits - plan.off_blk_cls));
     args->blk_bits_cap = plan.blk_bits_cap;
@@ -199,7 +215,8 @@ namespace {
 bool same_desc(const gen::TensorMapDesc& a, const gen::TensorMapDesc& b) {
   if (a.dtype != b.dtype || a.rank != b.rank || a.base != b.base || a.swizzle != b.swizzle) return false;
   for (int i = 0; i < a.rank; ++i)
-    if (a.dims[i] != b.dims[i] || a.box[i] != b.box[i] || (i + 1 < a.rank && a.strides[i] != b.strides[i])) return false;
+    if (a.dims[i] != b.dims[i] || a.box[i] != b.box[i] || (i + 1 < a.rank && a.strides[i] != b.strides[i]))
+      return false;
   return true;
 }
 
@@ -236,10 +253,10 @@ bool encode_tensor_map(void* ctx, const gen::TensorMapDesc& t, void* out128, std
     elem[i] = 1;
     if (i + 1 < t.rank) strides[i] = t.strides[i];
   }
-  CUresult r = drv.cuTensorMapEncodeTiled(static_cast<CUtensorMap*>(out128), type, static_cast<cuuint32_t>(t.rank),
-                                          const_cast<void*>(t.base), dims, strides, box, elem,
-                                          CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CUresult r =
+      drv.cuTensorMapEncodeTiled(static_cast<CUtensorMap*>(out128), type, static_cast<cuuint32_t>(t.rank),
+                                 const_cast<void*>(t.base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r == CUDA_SUCCESS) {
     EncodedMap& e = t_encoded[t_encoded_next++ % 8];
     e.desc = t;
@@ -294,9 +311,9 @@ Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std:
   CtxGuard g(c);
   if (!g.status().ok()) return g.status();
   if (ws_in != nullptr && ws_size < plan.workspace_bytes)
-    return invalid("workspace_size", fmt::format(">= {} bytes ({})", plan.workspace_bytes,
-                                                 plan.off_delta != SIZE_MAX ? "fa_backward_workspace_size"
-                                                                            : "fa_forward_workspace_size"),
+    return invalid("workspace_size",
+                   fmt::format(">= {} bytes ({})", plan.workspace_bytes,
+                               plan.off_delta != SIZE_MAX ? "fa_backward_workspace_size" : "fa_forward_workspace_size"),
                    ws_size);
   const MaskCache::Lease lease = a.cache_classes ? classes_lease(c, plan, a, stream) : MaskCache::Lease{};
   const bool hit = lease.use == MaskCache::Use::kHit;
@@ -308,7 +325,8 @@ Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std:
     CUresult r = c->drv->cuMemAllocAsync(&ws, plan.workspace_bytes, stream);
     if (r != CUDA_SUCCESS) {
       c->mask_cache->release(lease, false);
-      if (r == CUDA_ERROR_OUT_OF_MEMORY) return error(FA_ERROR_OUT_OF_MEMORY, driver_error(*c->drv, "cuMemAllocAsync", r));
+      if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return error(FA_ERROR_OUT_OF_MEMORY, driver_error(*c->drv, "cuMemAllocAsync", r));
       return error(FA_ERROR_DRIVER, driver_error(*c->drv, "cuMemAllocAsync", r));
     }
     owned = true;
@@ -347,7 +365,8 @@ Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std:
         st = error(FA_ERROR_INTERNAL, "binding the arguments of " + kernels[i]->key + ": " + why);
     } else if (!params.add(a.args, a.size, 16) ||
                (step.s.mods != nullptr && (a.user == nullptr || !params.add(a.user, sizeof(FaUser), 16)))) {
-      st = error(FA_ERROR_INTERNAL, "the arguments of " + kernels[i]->key + " do not fit (or its user code's are missing)");
+      st = error(FA_ERROR_INTERNAL,
+                 "the arguments of " + kernels[i]->key + " do not fit (or its user code's are missing)");
     }
     if (st.ok() && classify && a.fwd != nullptr && a.fwd->blk_bits != nullptr) {  // mask_blocks takes slots from 0
       CUresult r = c->drv->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(a.fwd->blk_bits), 0u, 1, stream);
@@ -367,8 +386,8 @@ Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std:
   return st;
 }
 
-Status launch_config(fa_context c, const gen::KernelConfig& cfg, const gen::LaunchShape& shape, void* args,
-                     size_t size, CUstream stream) {
+Status launch_config(fa_context c, const gen::KernelConfig& cfg, const gen::LaunchShape& shape, void* args, size_t size,
+                     CUstream stream) {
   gen::Plan plan;
   plan.steps.push_back(cfg);
   return enqueue_plan(c, plan, shape, PlanArgs{args, size, {}}, true, stream, nullptr, 0);
@@ -401,7 +420,9 @@ double half_value(int dtype, const unsigned char* b) {
     return f;
   }
   const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  const double v = e == 0 ? std::ldexp(double(m), -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(double(m | 0x400u), int(e) - 25);
+  const double v = e == 0    ? std::ldexp(double(m), -24)
+                   : e == 31 ? (m ? NAN : INFINITY)
+                             : std::ldexp(double(m | 0x400u), int(e) - 25);
   return (h & 0x8000u) ? -v : v;
 }
 
@@ -444,7 +465,8 @@ Status verify_against_reference(fa_context c, const gen::KernelConfig& cfg, cons
   if (r == CUDA_SUCCESS) r = drv.cuEventCreate(&ready, CU_EVENT_DISABLE_TIMING);
   if (r == CUDA_SUCCESS) r = drv.cuEventRecord(ready, stream);
   if (r == CUDA_SUCCESS) r = drv.cuStreamWaitEvent(own, ready, 0);
-  Status st = r == CUDA_SUCCESS ? Status::Ok() : error(FA_ERROR_DRIVER, driver_error(drv, "verifying a tuned kernel", r));
+  Status st =
+      r == CUDA_SUCCESS ? Status::Ok() : error(FA_ERROR_DRIVER, driver_error(drv, "verifying a tuned kernel", r));
   if (st.ok()) st = launch_config(c, cfg, pa, d, own);
   if (st.ok()) st = launch_config(c, rc, pb, d, own);
   std::vector<unsigned char> ha(elems * es), hb(elems * es);
@@ -500,9 +522,10 @@ Status launch_pushed(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelP
   CUresult r;
   const bool cluster = l.cluster[0] * l.cluster[1] * l.cluster[2] != 1;
   if (!cluster && !l.dependent) {
-    r = c->drv->cuLaunchKernel(k.function, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.smem, stream,
-                               params.ptrs, nullptr);
-    if (r != CUDA_SUCCESS) return error(FA_ERROR_LAUNCH, driver_error(*c->drv, "cuLaunchKernel", r) + " for kernel " + k.key);
+    r = c->drv->cuLaunchKernel(k.function, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.smem, stream, params.ptrs,
+                               nullptr);
+    if (r != CUDA_SUCCESS)
+      return error(FA_ERROR_LAUNCH, driver_error(*c->drv, "cuLaunchKernel", r) + " for kernel " + k.key);
     return Status::Ok();
   }
   CUlaunchAttribute attrs[2]{};
@@ -531,7 +554,8 @@ Status launch_pushed(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelP
   cfg.attrs = attrs;
   cfg.numAttrs = n_attrs;
   r = c->drv->cuLaunchKernelEx(&cfg, k.function, params.ptrs, nullptr);
-  if (r != CUDA_SUCCESS) return error(FA_ERROR_LAUNCH, driver_error(*c->drv, "cuLaunchKernelEx", r) + " for kernel " + k.key);
+  if (r != CUDA_SUCCESS)
+    return error(FA_ERROR_LAUNCH, driver_error(*c->drv, "cuLaunchKernelEx", r) + " for kernel " + k.key);
   return Status::Ok();
 }
 

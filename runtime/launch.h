@@ -74,15 +74,16 @@ Status enqueue_plan(fa_context c, const gen::Plan& plan, const gen::LaunchShape&
                     bool allow_compile, CUstream stream, void* ws, size_t ws_size);
 
 // The kernels of every step of `plan` (kernel_for each, allow_compile as there), in step order.
-Status resolve_kernels(fa_context c, const gen::Plan& plan, bool allow_compile, std::vector<std::shared_ptr<Kernel>>* out);
+Status resolve_kernels(fa_context c, const gen::Plan& plan, bool allow_compile,
+                       std::vector<std::shared_ptr<Kernel>>* out);
 
 // enqueue_plan with the kernels already resolved (fa_run's fast path: a CachedPlan's kernels).
 Status enqueue_steps(fa_context c, const gen::Plan& plan, const std::vector<std::shared_ptr<Kernel>>& kernels,
                      const gen::LaunchShape& shape, const PlanArgs& a, CUstream stream, void* ws, size_t ws_size);
 
 // One config as a plan of one step (tests and tools that launch a given kernel with the common args).
-Status launch_config(fa_context c, const gen::KernelConfig& cfg, const gen::LaunchShape& shape, void* args,
-                     size_t size, CUstream stream);
+Status launch_config(fa_context c, const gen::KernelConfig& cfg, const gen::LaunchShape& shape, void* args, size_t size,
+                     CUstream stream);
 
 // Launches kernel k (loaded) with its bound parameters. No synchronization.
 Status launch_kernel(fa_context c, Kernel& k, const gen::Launch& l, gen::KernelParams& params, CUstream stream);

@@ -7,7 +7,9 @@ namespace fa::rt {
 
 namespace {
 
-uint64_t pack2(int64_t a, int64_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+uint64_t pack2(int64_t a, int64_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
 uint64_t word(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
 
 }  // namespace

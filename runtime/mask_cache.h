@@ -104,13 +104,13 @@ class MaskCache {
  private:
   struct Entry {
     MaskCacheKey key;
-    bool valid = false;      // filled and enqueued: hits may take it
+    bool valid = false;  // filled and enqueued: hits may take it
     CUdeviceptr ptr = 0;
     size_t capacity = 0;
-    uint64_t owner = 0;      // stream id of the last fill
-    bool pinned = false;     // read on another stream: never refilled
-    int users = 0;           // host threads between acquire and release
-    uint64_t last_use = 0;   // LRU tick
+    uint64_t owner = 0;     // stream id of the last fill
+    bool pinned = false;    // read on another stream: never refilled
+    int users = 0;          // host threads between acquire and release
+    uint64_t last_use = 0;  // LRU tick
     CUevent ready = nullptr;
   };
   Device dev_;

@@ -34,8 +34,12 @@ std::string nvrtc_version() {
 }
 
 std::vector<std::string> nvrtc_options(int arch) {
-  return {"--gpu-architecture=" + arch_option(arch), "--std=c++17", "--device-as-default-execution-space",
-          "--ptxas-options=-v", "--extra-device-vectorization", "--diag-suppress=177"};
+  return {"--gpu-architecture=" + arch_option(arch),
+          "--std=c++17",
+          "--device-as-default-execution-space",
+          "--ptxas-options=-v",
+          "--extra-device-vectorization",
+          "--diag-suppress=177"};
 }
 
 uint64_t compile_hash_for(const gen::KernelConfig& c) {
@@ -113,9 +117,10 @@ CompileResult compile(const gen::KernelConfig& c) {
   } else {
     R.log = fmt::format("{}\n{}", nvrtcGetErrorString(r), R.log);
     if (!nvrtc_supports_arch(c.s.arch))
-      R.log = fmt::format("NVRTC {} does not compile for sm_{} (sm_100 / sm_120 need CUDA 12.8 or newer, sm_103 / "
-                          "sm_121 CUDA 12.9)\n{}",
-                          nvrtc_version(), c.s.arch, R.log);
+      R.log = fmt::format(
+          "NVRTC {} does not compile for sm_{} (sm_100 / sm_120 need CUDA 12.8 or newer, sm_103 / "
+          "sm_121 CUDA 12.9)\n{}",
+          nvrtc_version(), c.s.arch, R.log);
   }
   nvrtcDestroyProgram(&prog);
   R.ptxas = parse_ptxas(R.log);

@@ -11,8 +11,8 @@ namespace fa::rt {
 
 struct PtxasInfo {
   int registers = -1;
-  int spill_stores = 0;   // bytes
-  int spill_loads = 0;    // bytes
+  int spill_stores = 0;  // bytes
+  int spill_loads = 0;   // bytes
   int stack_bytes = 0;
   int smem_static = 0;
   // ptxas "(C75xx) Potential Performance Loss: wgmma.mma_async instructions are serialized ...": the Hopper kernel
@@ -23,10 +23,10 @@ struct PtxasInfo {
 struct CompileResult {
   bool ok = false;
   std::vector<char> cubin;
-  std::string log;        // NVRTC + ptxas log
-  std::string source;     // the rendered translation unit
-  std::string key;        // canonical key
-  uint64_t hash = 0;      // compile hash (source, templates, generator version, NVRTC version, options)
+  std::string log;     // NVRTC + ptxas log
+  std::string source;  // the rendered translation unit
+  std::string key;     // canonical key
+  uint64_t hash = 0;   // compile hash (source, templates, generator version, NVRTC version, options)
   PtxasInfo ptxas;
   double seconds = 0.0;
 };

@@ -84,8 +84,7 @@ Status parse_pinned_tunables(const char* text, PinnedTunables* out) {
     std::pair<const gen::Family*, gen::Tunables> pin;
     Status st = parse_entry(parsed.text.substr(pos, end - pos), &pin);
     if (!st.ok()) return st;
-    if (parsed.find(pin.first) != nullptr)
-      return bad("each family pinned once", parsed.text);
+    if (parsed.find(pin.first) != nullptr) return bad("each family pinned once", parsed.text);
     parsed.pins.push_back(pin);
     pos = end + 1;
     if (end + 1 == parsed.text.size()) return bad("no empty entry after the last ','", parsed.text);
@@ -104,8 +103,7 @@ Status pinned_for_call(const PinnedTunables& pins, const gen::Semantic& s, const
   if (!gen::is_valid(cfg, lim, &why))
     return invalid(kPinTunablesVar,
                    "tunables valid for this call, " + gen::semantic_key(cfg.s) + " (the predicate: " + why + ")",
-                   std::string("'") + s.family->name + ":" + gen::tunables_key(s, *pin) + "' (of '" + pins.text +
-                       "')");
+                   std::string("'") + s.family->name + ":" + gen::tunables_key(s, *pin) + "' (of '" + pins.text + "')");
   *out = *pin;
   return Status::Ok();
 }

@@ -17,4 +17,3 @@ fa_status finish(const Status& s) {
 }
 
 }  // namespace fa::rt
-

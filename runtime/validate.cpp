@@ -26,8 +26,8 @@ std::string ptr_str(const void* p) { return fmt::format("{}", p); }
 
 // A tensor [d0, d1, d2, inner] (element strides, inner contiguous). Checks strides >= 0, offsets without overflow,
 // and that no two elements alias (dims of extent 1 ignored). Returns the element span [0, span).
-Status check_tensor(const char* name, const void* ptr, size_t esize, std::initializer_list<std::pair<const char*, Dim>> dims,
-                    int64_t inner, int64_t* span_out) {
+Status check_tensor(const char* name, const void* ptr, size_t esize,
+                    std::initializer_list<std::pair<const char*, Dim>> dims, int64_t inner, int64_t* span_out) {
   if (ptr == nullptr) return invalid(name, "a device pointer", "NULL");
   if (reinterpret_cast<uintptr_t>(ptr) % esize != 0)
     return invalid(name, fmt::format("a pointer aligned to {} bytes", esize), ptr_str(ptr));
@@ -45,7 +45,9 @@ Status check_tensor(const char* name, const void* ptr, size_t esize, std::initia
     if (d.stride < 0) return invalid(field, ">= 0", d.stride);
     if (d.extent > 1) {
       if (d.stride != 0 && (d.extent - 1) > (kMaxOffset - span) / d.stride)
-        return invalid(field, fmt::format("a stride whose largest offset fits in 2^60 elements ({} x {})", d.extent, d.stride), d.stride);
+        return invalid(field,
+                       fmt::format("a stride whose largest offset fits in 2^60 elements ({} x {})", d.extent, d.stride),
+                       d.stride);
       span += (d.extent - 1) * d.stride;
       if (nds < 4) ds[nds++] = d;
       if (d.stride == 0)
@@ -86,8 +88,8 @@ bool tma_stride(int64_t stride, int64_t extent, size_t elem_bytes) {
 
 Status validate_mods(const fa_mods& m, bool backward, const gen::UserMods** out, int* depends) {
   if (m.version < 1 || m.version > FA_MODS_VERSION)
-    return error(FA_ERROR_INVALID_VERSION, fmt::format("mods.version: expected 1..{} (call fa_mods_init), got {}",
-                                                       FA_MODS_VERSION, m.version));
+    return error(FA_ERROR_INVALID_VERSION,
+                 fmt::format("mods.version: expected 1..{} (call fa_mods_init), got {}", FA_MODS_VERSION, m.version));
   // Each version's struct ends where the next one's fields begin; fields past it are never read.
   const size_t expected = m.version == 1   ? offsetof(fa_mods, mask_mod_depends)
                           : m.version == 2 ? offsetof(fa_mods, score_mod_grad)
@@ -129,15 +131,16 @@ Status validate_mods(const fa_mods& m, bool backward, const gen::UserMods** out,
   const char* mask = m.mask_mod != nullptr ? m.mask_mod : "";
   const char* score = m.score_mod != nullptr ? m.score_mod : "";
   const char* grad = m.version >= 3 && m.score_mod_grad != nullptr ? m.score_mod_grad : "";
-  for (auto [f, body] : {std::pair{"mods.mask_mod", mask}, std::pair{"mods.score_mod", score},
-                         std::pair{"mods.score_mod_grad", grad}})
+  for (auto [f, body] :
+       {std::pair{"mods.mask_mod", mask}, std::pair{"mods.score_mod", score}, std::pair{"mods.score_mod_grad", grad}})
     if (std::strlen(body) > 65536) return invalid(f, "at most 64 KiB of source", std::strlen(body));
   if (*grad != '\0' && *score == '\0')
     return invalid("mods.score_mod_grad", "NULL without a score_mod (it is score_mod's derivative)", "a body");
   if (backward && *score != '\0' && *grad == '\0')
     return invalid("mods.score_mod_grad",
-                   m.version >= 3 ? "the body of d score_mod / d s for the backward (fa.h: fa_mods), as score_mod is set"
-                                  : "the body of d score_mod / d s for the backward (fa_mods version 3), as score_mod is set",
+                   m.version >= 3
+                       ? "the body of d score_mod / d s for the backward (fa.h: fa_mods), as score_mod is set"
+                       : "the body of d score_mod / d s for the backward (fa_mods version 3), as score_mod is set",
                    m.version >= 3 ? "NULL" : fmt::format("absent (fa_mods version {})", m.version));
   // The forward never reads the derivative: its kernels' keys hold the mask and score code alone.
   *out = gen::intern_user_mods(mask, score, m.num_buffers, dtypes, ranks, backward ? grad : "");
@@ -154,8 +157,9 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   // Version 1 ended before the KV-cache fields: its struct is read as far as it goes, the rest stays zero.
   const size_t expected_size = in->version == 1 ? offsetof(fa_params, seqused_k) : sizeof(fa_params);
   if (in->struct_size != expected_size)
-    return error(FA_ERROR_INVALID_VERSION, fmt::format("params.struct_size: expected {} for version {} (call fa_params_init), got {}",
-                                                       expected_size, in->version, in->struct_size));
+    return error(FA_ERROR_INVALID_VERSION,
+                 fmt::format("params.struct_size: expected {} for version {} (call fa_params_init), got {}",
+                             expected_size, in->version, in->struct_size));
   fa_params p;
   std::memset(&p, 0, sizeof p);
   std::memcpy(&p, in, expected_size);
@@ -175,33 +179,45 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
 
   const bool varlen = p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr;
   if (varlen) {
-    if (p.cu_seqlens_q == nullptr) return invalid("cu_seqlens_q", "non-NULL when cu_seqlens_k is set (varlen mode)", "NULL");
-    if (p.cu_seqlens_k == nullptr) return invalid("cu_seqlens_k", "non-NULL when cu_seqlens_q is set (varlen mode)", "NULL");
-    if (reinterpret_cast<uintptr_t>(p.cu_seqlens_q) % 4) return invalid("cu_seqlens_q", "4-byte aligned", ptr_str(p.cu_seqlens_q));
-    if (reinterpret_cast<uintptr_t>(p.cu_seqlens_k) % 4) return invalid("cu_seqlens_k", "4-byte aligned", ptr_str(p.cu_seqlens_k));
+    if (p.cu_seqlens_q == nullptr)
+      return invalid("cu_seqlens_q", "non-NULL when cu_seqlens_k is set (varlen mode)", "NULL");
+    if (p.cu_seqlens_k == nullptr)
+      return invalid("cu_seqlens_k", "non-NULL when cu_seqlens_q is set (varlen mode)", "NULL");
+    if (reinterpret_cast<uintptr_t>(p.cu_seqlens_q) % 4)
+      return invalid("cu_seqlens_q", "4-byte aligned", ptr_str(p.cu_seqlens_q));
+    if (reinterpret_cast<uintptr_t>(p.cu_seqlens_k) % 4)
+      return invalid("cu_seqlens_k", "4-byte aligned", ptr_str(p.cu_seqlens_k));
     if (p.max_seqlen_q < 0) return invalid("max_seqlen_q", ">= 0", p.max_seqlen_q);
     if (p.max_seqlen_k < 0) return invalid("max_seqlen_k", ">= 0", p.max_seqlen_k);
-    if (p.total_q < p.max_seqlen_q) return invalid("total_q", fmt::format(">= max_seqlen_q ({})", p.max_seqlen_q), p.total_q);
-    if (p.total_k < p.max_seqlen_k) return invalid("total_k", fmt::format(">= max_seqlen_k ({})", p.max_seqlen_k), p.total_k);
+    if (p.total_q < p.max_seqlen_q)
+      return invalid("total_q", fmt::format(">= max_seqlen_q ({})", p.max_seqlen_q), p.total_q);
+    if (p.total_k < p.max_seqlen_k)
+      return invalid("total_k", fmt::format(">= max_seqlen_k ({})", p.max_seqlen_k), p.total_k);
   } else {
     if (p.seqlen_q < 1) return invalid("seqlen_q", ">= 1", p.seqlen_q);
     if (p.seqlen_k < 0) return invalid("seqlen_k", ">= 0", p.seqlen_k);
   }
   const bool paged = p.block_table != nullptr;
   if (p.reserved1 != 0) return invalid("reserved1", "0", p.reserved1);
-  if (p.num_splits < 0 || p.num_splits > 256) return invalid("num_splits", "0 (automatic), 1 (off) or 2..256", p.num_splits);
+  if (p.num_splits < 0 || p.num_splits > 256)
+    return invalid("num_splits", "0 (automatic), 1 (off) or 2..256", p.num_splits);
   if (p.seqused_k != nullptr && reinterpret_cast<uintptr_t>(p.seqused_k) % 4)
     return invalid("seqused_k", "4-byte aligned", ptr_str(p.seqused_k));
   if (paged) {
-    if (varlen) return invalid("block_table", "NULL in varlen mode (a paged cache takes fixed-length batches)", ptr_str(p.block_table));
-    if (reinterpret_cast<uintptr_t>(p.block_table) % 4) return invalid("block_table", "4-byte aligned", ptr_str(p.block_table));
+    if (varlen)
+      return invalid("block_table", "NULL in varlen mode (a paged cache takes fixed-length batches)",
+                     ptr_str(p.block_table));
+    if (reinterpret_cast<uintptr_t>(p.block_table) % 4)
+      return invalid("block_table", "4-byte aligned", ptr_str(p.block_table));
     if (p.page_size < 1 || p.page_size > 512 || (p.page_size & (p.page_size - 1)) != 0)
       return invalid("page_size", "a power of two in [1, 512]", p.page_size);
     if (p.num_pages < 1) return invalid("num_pages", ">= 1 (pages in the k / v pools)", p.num_pages);
     const int64_t pages_needed = (int64_t(p.seqlen_k) + p.page_size - 1) / p.page_size;
     if (p.block_table_stride < pages_needed || p.block_table_stride > (int64_t(1) << 31))
-      return invalid("block_table_stride", fmt::format(">= {} (seqlen_k {} in pages of {}) and <= 2^31", pages_needed,
-                                                       p.seqlen_k, p.page_size), p.block_table_stride);
+      return invalid(
+          "block_table_stride",
+          fmt::format(">= {} (seqlen_k {} in pages of {}) and <= 2^31", pages_needed, p.seqlen_k, p.page_size),
+          p.block_table_stride);
   } else {
     if (p.page_size != 0) return invalid("page_size", "0 without block_table", p.page_size);
     if (p.num_pages != 0) return invalid("num_pages", "0 without block_table", p.num_pages);
@@ -232,36 +248,55 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
     if (p.window_right < -1) return invalid("window_right", ">= 0 or -1 (unbounded)", p.window_right);
   } else {
     if (p.window_left != -1) return invalid("window_left", "-1 unless mask is FA_MASK_SLIDING_WINDOW", p.window_left);
-    if (p.window_right != -1) return invalid("window_right", "-1 unless mask is FA_MASK_SLIDING_WINDOW", p.window_right);
+    if (p.window_right != -1)
+      return invalid("window_right", "-1 unless mask is FA_MASK_SLIDING_WINDOW", p.window_right);
   }
-  if (!(p.softcap >= 0.0f) || std::isinf(p.softcap)) return invalid("softcap", "a finite value >= 0 (0 = off)", p.softcap);
+  if (!(p.softcap >= 0.0f) || std::isinf(p.softcap))
+    return invalid("softcap", "a finite value >= 0 (0 = off)", p.softcap);
   if (!(p.softmax_scale >= 0.0f) || std::isinf(p.softmax_scale))
     return invalid("softmax_scale", "a finite value >= 0 (0 = 1/sqrt(head_dim))", p.softmax_scale);
 
   const size_t es = dtype_size(p.dtype);
   int64_t span_q = 0, span_k = 0, span_v = 0, span_o = 0;
   Status st;
-  st = check_tensor("q", p.q, es, {{"q_stride_batch", {nb, p.q_stride_batch}}, {"q_stride_seq", {tq, p.q_stride_seq}},
-                                   {"q_stride_head", {p.heads_q, p.q_stride_head}}}, p.head_dim, &span_q);
+  st = check_tensor("q", p.q, es,
+                    {{"q_stride_batch", {nb, p.q_stride_batch}},
+                     {"q_stride_seq", {tq, p.q_stride_seq}},
+                     {"q_stride_head", {p.heads_q, p.q_stride_head}}},
+                    p.head_dim, &span_q);
   if (!st.ok()) return st;
-  st = check_tensor("k", p.k, es, {{"k_stride_batch", {nbk, p.k_stride_batch}}, {"k_stride_seq", {tk, p.k_stride_seq}},
-                                   {"k_stride_head", {p.heads_kv, p.k_stride_head}}}, p.head_dim, &span_k);
+  st = check_tensor("k", p.k, es,
+                    {{"k_stride_batch", {nbk, p.k_stride_batch}},
+                     {"k_stride_seq", {tk, p.k_stride_seq}},
+                     {"k_stride_head", {p.heads_kv, p.k_stride_head}}},
+                    p.head_dim, &span_k);
   if (!st.ok()) return st;
-  st = check_tensor("v", p.v, es, {{"v_stride_batch", {nbk, p.v_stride_batch}}, {"v_stride_seq", {tk, p.v_stride_seq}},
-                                   {"v_stride_head", {p.heads_kv, p.v_stride_head}}}, p.head_dim_v, &span_v);
+  st = check_tensor("v", p.v, es,
+                    {{"v_stride_batch", {nbk, p.v_stride_batch}},
+                     {"v_stride_seq", {tk, p.v_stride_seq}},
+                     {"v_stride_head", {p.heads_kv, p.v_stride_head}}},
+                    p.head_dim_v, &span_v);
   if (!st.ok()) return st;
-  st = check_tensor("o", p.o, es, {{"o_stride_batch", {nb, p.o_stride_batch}}, {"o_stride_seq", {tq, p.o_stride_seq}},
-                                   {"o_stride_head", {p.heads_q, p.o_stride_head}}}, p.head_dim_v, &span_o);
+  st = check_tensor("o", p.o, es,
+                    {{"o_stride_batch", {nb, p.o_stride_batch}},
+                     {"o_stride_seq", {tq, p.o_stride_seq}},
+                     {"o_stride_head", {p.heads_q, p.o_stride_head}}},
+                    p.head_dim_v, &span_o);
   if (!st.ok()) return st;
   const int64_t bo = span_o * static_cast<int64_t>(es);
-  if (overlaps(p.o, bo, p.q, span_q * static_cast<int64_t>(es))) return invalid("o", "memory not overlapping q", ptr_str(p.o));
-  if (overlaps(p.o, bo, p.k, span_k * static_cast<int64_t>(es))) return invalid("o", "memory not overlapping k", ptr_str(p.o));
-  if (overlaps(p.o, bo, p.v, span_v * static_cast<int64_t>(es))) return invalid("o", "memory not overlapping v", ptr_str(p.o));
+  if (overlaps(p.o, bo, p.q, span_q * static_cast<int64_t>(es)))
+    return invalid("o", "memory not overlapping q", ptr_str(p.o));
+  if (overlaps(p.o, bo, p.k, span_k * static_cast<int64_t>(es)))
+    return invalid("o", "memory not overlapping k", ptr_str(p.o));
+  if (overlaps(p.o, bo, p.v, span_v * static_cast<int64_t>(es)))
+    return invalid("o", "memory not overlapping v", ptr_str(p.o));
 
   if (p.bias != nullptr) {
-    if (reinterpret_cast<uintptr_t>(p.bias) % es) return invalid("bias", fmt::format("a pointer aligned to {} bytes", es), ptr_str(p.bias));
-    for (auto [f, s] : {std::pair{"bias_stride_batch", p.bias_stride_batch}, std::pair{"bias_stride_head", p.bias_stride_head},
-                        std::pair{"bias_stride_q", p.bias_stride_q}, std::pair{"bias_stride_k", p.bias_stride_k}})
+    if (reinterpret_cast<uintptr_t>(p.bias) % es)
+      return invalid("bias", fmt::format("a pointer aligned to {} bytes", es), ptr_str(p.bias));
+    for (auto [f, s] :
+         {std::pair{"bias_stride_batch", p.bias_stride_batch}, std::pair{"bias_stride_head", p.bias_stride_head},
+          std::pair{"bias_stride_q", p.bias_stride_q}, std::pair{"bias_stride_k", p.bias_stride_k}})
       if (s < 0 || s > kMaxOffset / 65536) return invalid(f, "in [0, 2^44] (0 broadcasts)", s);
   } else if (p.bias_stride_batch || p.bias_stride_head || p.bias_stride_q || p.bias_stride_k) {
     return invalid("bias", "non-NULL when bias strides are set", "NULL");
@@ -301,10 +336,9 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   d.mask_mod_depends = mods_depends;
   const int64_t v16 = static_cast<int64_t>(16 / es);
   auto s16 = [&](int64_t s) { return s % v16 == 0; };
-  d.aligned16 = aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o) &&
-                s16(p.q_stride_batch) && s16(p.q_stride_seq) && s16(p.q_stride_head) &&
-                s16(p.k_stride_batch) && s16(p.k_stride_seq) && s16(p.k_stride_head) &&
-                s16(p.v_stride_batch) && s16(p.v_stride_seq) && s16(p.v_stride_head) &&
+  d.aligned16 = aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o) && s16(p.q_stride_batch) &&
+                s16(p.q_stride_seq) && s16(p.q_stride_head) && s16(p.k_stride_batch) && s16(p.k_stride_seq) &&
+                s16(p.k_stride_head) && s16(p.v_stride_batch) && s16(p.v_stride_seq) && s16(p.v_stride_head) &&
                 s16(p.o_stride_batch) && s16(p.o_stride_seq) && s16(p.o_stride_head);
   if (p.bias != nullptr)
     d.aligned16 = d.aligned16 && aligned16(p.bias) && p.bias_stride_k == 1 && s16(p.bias_stride_batch) &&
@@ -333,8 +367,9 @@ Status validate_merge(const fa_merge_params* in, fa_merge_params* out, gen::Prob
     return error(FA_ERROR_INVALID_VERSION, fmt::format("merge.version: expected {} (call fa_merge_params_init), got {}",
                                                        FA_MERGE_PARAMS_VERSION, in->version));
   if (in->struct_size != sizeof(fa_merge_params))
-    return error(FA_ERROR_INVALID_VERSION, fmt::format("merge.struct_size: expected {} (call fa_merge_params_init), got {}",
-                                                       sizeof(fa_merge_params), in->struct_size));
+    return error(FA_ERROR_INVALID_VERSION,
+                 fmt::format("merge.struct_size: expected {} (call fa_merge_params_init), got {}",
+                             sizeof(fa_merge_params), in->struct_size));
   const fa_merge_params& p = *in;
   if (p.dtype != FA_DTYPE_FP16 && p.dtype != FA_DTYPE_BF16 && p.dtype != FA_DTYPE_FP32)
     return invalid("dtype", "FA_DTYPE_FP16 (1), FA_DTYPE_BF16 (2) or FA_DTYPE_FP32 (3)", p.dtype);
@@ -358,13 +393,16 @@ Status validate_merge(const fa_merge_params* in, fa_merge_params* out, gen::Prob
     return invalid("part_lse", "memory not overlapping part_o", ptr_str(p.part_lse));
   const size_t es = dtype_size(p.dtype);
   int64_t span_o = 0;
-  Status st = check_tensor("o", p.o, es, {{"o_stride_batch", {p.batch, p.o_stride_batch}},
-                                          {"o_stride_seq", {p.seqlen, p.o_stride_seq}},
-                                          {"o_stride_head", {p.heads, p.o_stride_head}}}, p.head_dim, &span_o);
+  Status st = check_tensor("o", p.o, es,
+                           {{"o_stride_batch", {p.batch, p.o_stride_batch}},
+                            {"o_stride_seq", {p.seqlen, p.o_stride_seq}},
+                            {"o_stride_head", {p.heads, p.o_stride_head}}},
+                           p.head_dim, &span_o);
   if (!st.ok()) return st;
   const int64_t bo = span_o * static_cast<int64_t>(es);
   if (overlaps(p.o, bo, p.part_o, part_o_bytes)) return invalid("o", "memory not overlapping part_o", ptr_str(p.o));
-  if (overlaps(p.o, bo, p.part_lse, part_lse_bytes)) return invalid("o", "memory not overlapping part_lse", ptr_str(p.o));
+  if (overlaps(p.o, bo, p.part_lse, part_lse_bytes))
+    return invalid("o", "memory not overlapping part_lse", ptr_str(p.o));
   if (p.lse != nullptr) {
     if (reinterpret_cast<uintptr_t>(p.lse) % 4) return invalid("lse", "4-byte aligned", ptr_str(p.lse));
     const int64_t lse_bytes = rows * 4;
@@ -404,16 +442,19 @@ Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc
   v.bwd = *in;
   const fa_params& p = v.fwd;
   if (p.lse == nullptr) return invalid("fwd.lse", "the forward's LSE (non-NULL) for the backward", "NULL");
-  if (d.paged) return error(FA_ERROR_NOT_SUPPORTED, "fwd.block_table: the backward takes no paged cache (expected NULL)");
-  if (d.seqused) return error(FA_ERROR_NOT_SUPPORTED, "fwd.seqused_k: the backward takes no used lengths (expected NULL)");
+  if (d.paged)
+    return error(FA_ERROR_NOT_SUPPORTED, "fwd.block_table: the backward takes no paged cache (expected NULL)");
+  if (d.seqused)
+    return error(FA_ERROR_NOT_SUPPORTED, "fwd.seqused_k: the backward takes no used lengths (expected NULL)");
   if (d.mods != nullptr) {  // again with the derivative of score_mod, which the backward's kernels run
     int depends = 0;
     st = validate_mods(*p.mods, true, &d.mods, &depends);
     if (!st.ok()) return st;
   }
   if (p.head_dim > gen::kMaxHeadDimFast || p.head_dim_v > gen::kMaxHeadDimFast)
-    return error(FA_ERROR_NOT_SUPPORTED, fmt::format("fwd.head_dim / head_dim_v: the backward takes head dims up to {}, got {} / {}",
-                                                     gen::kMaxHeadDimFast, p.head_dim, p.head_dim_v));
+    return error(FA_ERROR_NOT_SUPPORTED,
+                 fmt::format("fwd.head_dim / head_dim_v: the backward takes head dims up to {}, got {} / {}",
+                             gen::kMaxHeadDimFast, p.head_dim, p.head_dim_v));
   const bool varlen = d.varlen;
   const int64_t nb = varlen ? 1 : p.batch;
   const int64_t tq = varlen ? p.total_q : d.seqlen_q;
@@ -421,20 +462,36 @@ Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc
   const size_t es = dtype_size(p.dtype);
   const fa_bwd_params& b = v.bwd;
   int64_t span_do = 0, span_dq = 0, span_dk = 0, span_dv = 0;
-  st = check_tensor("dout", b.dout, es, {{"dout_stride_batch", {nb, b.dout_stride_batch}}, {"dout_stride_seq", {tq, b.dout_stride_seq}},
-                                         {"dout_stride_head", {p.heads_q, b.dout_stride_head}}}, p.head_dim_v, &span_do);
+  st = check_tensor("dout", b.dout, es,
+                    {{"dout_stride_batch", {nb, b.dout_stride_batch}},
+                     {"dout_stride_seq", {tq, b.dout_stride_seq}},
+                     {"dout_stride_head", {p.heads_q, b.dout_stride_head}}},
+                    p.head_dim_v, &span_do);
   if (!st.ok()) return st;
-  st = check_tensor("dq", b.dq, es, {{"dq_stride_batch", {nb, b.dq_stride_batch}}, {"dq_stride_seq", {tq, b.dq_stride_seq}},
-                                     {"dq_stride_head", {p.heads_q, b.dq_stride_head}}}, p.head_dim, &span_dq);
+  st = check_tensor("dq", b.dq, es,
+                    {{"dq_stride_batch", {nb, b.dq_stride_batch}},
+                     {"dq_stride_seq", {tq, b.dq_stride_seq}},
+                     {"dq_stride_head", {p.heads_q, b.dq_stride_head}}},
+                    p.head_dim, &span_dq);
   if (!st.ok()) return st;
-  st = check_tensor("dk", b.dk, es, {{"dk_stride_batch", {nb, b.dk_stride_batch}}, {"dk_stride_seq", {tk, b.dk_stride_seq}},
-                                     {"dk_stride_head", {p.heads_kv, b.dk_stride_head}}}, p.head_dim, &span_dk);
+  st = check_tensor("dk", b.dk, es,
+                    {{"dk_stride_batch", {nb, b.dk_stride_batch}},
+                     {"dk_stride_seq", {tk, b.dk_stride_seq}},
+                     {"dk_stride_head", {p.heads_kv, b.dk_stride_head}}},
+                    p.head_dim, &span_dk);
   if (!st.ok()) return st;
-  st = check_tensor("dv", b.dv, es, {{"dv_stride_batch", {nb, b.dv_stride_batch}}, {"dv_stride_seq", {tk, b.dv_stride_seq}},
-                                     {"dv_stride_head", {p.heads_kv, b.dv_stride_head}}}, p.head_dim_v, &span_dv);
+  st = check_tensor("dv", b.dv, es,
+                    {{"dv_stride_batch", {nb, b.dv_stride_batch}},
+                     {"dv_stride_seq", {tk, b.dv_stride_seq}},
+                     {"dv_stride_head", {p.heads_kv, b.dv_stride_head}}},
+                    p.head_dim_v, &span_dv);
   if (!st.ok()) return st;
   const int64_t e = static_cast<int64_t>(es);
-  struct R { const char* n; const void* p; int64_t bytes; };
+  struct R {
+    const char* n;
+    const void* p;
+    int64_t bytes;
+  };
   const R outs[] = {{"dq", b.dq, span_dq * e}, {"dk", b.dk, span_dk * e}, {"dv", b.dv, span_dv * e}};
   const R ins[] = {{"q", p.q, 1}, {"k", p.k, 1}, {"v", p.v, 1}, {"o", p.o, 1}, {"dout", b.dout, span_do * e}};
   for (int i = 0; i < 3; ++i) {
@@ -455,9 +512,9 @@ Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc
   auto s16 = [&](int64_t s) { return s % static_cast<int64_t>(16 / es) == 0; };
   d.aligned16 = d.aligned16 && aligned16(b.dout) && aligned16(b.dq) && aligned16(b.dk) && aligned16(b.dv) &&
                 s16(b.dout_stride_batch) && s16(b.dout_stride_seq) && s16(b.dout_stride_head) &&
-                s16(b.dq_stride_batch) && s16(b.dq_stride_seq) && s16(b.dq_stride_head) &&
-                s16(b.dk_stride_batch) && s16(b.dk_stride_seq) && s16(b.dk_stride_head) &&
-                s16(b.dv_stride_batch) && s16(b.dv_stride_seq) && s16(b.dv_stride_head);
+                s16(b.dq_stride_batch) && s16(b.dq_stride_seq) && s16(b.dq_stride_head) && s16(b.dk_stride_batch) &&
+                s16(b.dk_stride_seq) && s16(b.dk_stride_head) && s16(b.dv_stride_batch) && s16(b.dv_stride_seq) &&
+                s16(b.dv_stride_head);
   // The Hopper backward (bwd_wgmma) reads dout by TMA too (tma_stride, as q, k, v).
   d.tma_ok = d.tma_ok && d.aligned16 && tma_stride(b.dout_stride_seq, tq, es) &&
              tma_stride(b.dout_stride_head, p.heads_q, es) && tma_stride(b.dout_stride_batch, nb, es);

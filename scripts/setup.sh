@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # setup.sh -- installs the build and test dependencies from Debian's packages (and pytest and flit_core, the Python
-# package's build backend, from PyPI when the python3 on PATH is not Debian's). Needs root or sudo; skips what is
+# package's build backend, from PyPI when the python3 on PATH is not Debian's; ruff, the Python formatter, from PyPI). Needs root or sudo; skips what is
 # already there.
 set -euo pipefail
 need=()
-for pkg in cmake ninja-build g++ libfmt-dev libsqlite3-dev libgtest-dev; do
+for pkg in cmake ninja-build g++ libfmt-dev libsqlite3-dev libgtest-dev clang-format; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 SUDO=""
@@ -22,6 +22,10 @@ if ! python3 -c "import flit_core" 2>/dev/null; then  # python/tests/test_packag
   echo "setup: installing flit_core"
   python3 -m pip install -q flit_core 2>/dev/null || $SUDO apt-get install -y -qq flit >/dev/null ||
     echo "setup: flit_core could not be installed (python/tests/test_packaging.py skips its pip test)"
+fi
+if ! command -v ruff >/dev/null; then  # scripts/format_check.sh (ctest format_check) formats Python with it
+  echo "setup: installing ruff"
+  python3 -m pip install -q ruff 2>/dev/null || echo "setup: ruff could not be installed (format_check skips Python)"
 fi
 if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: the CUDA toolkit (NVRTC) is required: install it (e.g. Debian's nvidia-cuda-toolkit or NVIDIA's packages)" >&2

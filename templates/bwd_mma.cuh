@@ -251,9 +251,9 @@ struct GemmDk {  // GEMM 2: dK_n += dS'^T Q_m (keys x head columns of k, k = que
   static constexpr bool kTransA = false, kTransB = true, kEven = kDkPairs * kColWarps2 * 16 == kDPad;
   static constexpr bool kPipe = kPipe2, kZero = false;
 };
-// The CTA's (key block, kv head, batch). Causal or a mask_mod (fa_bwd_cta_order): decoded once from the block index (fa_bwd_cta)
-// and kept in a shared-memory mailbox of 4 ints after Delta (every thread writes the same values before its first
-// read, so no barrier is needed); the tile loop and the epilogue re-read it (volatile: one shared load per
+// The CTA's (key block, kv head, batch). Causal or a mask_mod (fa_bwd_cta_order): decoded once from the block index
+// (fa_bwd_cta) and kept in a shared-memory mailbox of 4 ints after Delta (every thread writes the same values before
+// its first read, so no barrier is needed); the tile loop and the epilogue re-read it (volatile: one shared load per
 // coordinate used) instead of holding it: the decoded values held in registers tipped 4-24 byte spills at the
 // tightest points, where the plain order's blockIdx reads cost nothing (ptxas re-reads them). Other masks: blockIdx.
 constexpr bool kCtaMailbox = fa_bwd_cta_order(fa_cfg::kMask, fa_cfg::kHasMaskMod, kBlockM, kBlockN);
@@ -278,8 +278,9 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   float* sDelta = sLse + kStages * kBlockM;
   const FaFwdArgs& a = args.f;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  // Causal / mask_mod grids: the last args.lpt_tail pairs key-block-major (fa_bwd_cta); other masks keep the plain order (their
-  // key blocks carry even work). Used in the prologue; the loop and the epilogue read cta_coord(mailbox, i).
+  // Causal / mask_mod grids: the last args.lpt_tail pairs key-block-major (fa_bwd_cta); other masks keep the plain
+  // order (their key blocks carry even work). Used in the prologue; the loop and the epilogue read cta_coord(mailbox,
+  // i).
   int* mailbox = reinterpret_cast<int*>(sDelta + kStages * kBlockM);
   FaBwdCta cta{(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
   if constexpr (kCtaMailbox) {
@@ -602,9 +603,9 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       // kDPad * 8), which keeps 64-bit per-lane values out of the registers that live across the tile loop.
       const long long rb = row0 + i0;
       const int G = (int)(args.accum_q_stride_row << 3);  // floats per 8-row group (heads * head_dim * 8)
-      float* dqa = args.dq_accum + fa_dq_accum_off<long long>(rb & ~7ll, (long long)h * kD, G) +
-                   fa_dq_accum_off<int>((int)(rb & 7) + g3_query0 + (lane >> 2),
-                                        g3_colblk * kDqPairs * 16 + (lane & 3) * 2, G);
+      float* dqa =
+          args.dq_accum + fa_dq_accum_off<long long>(rb & ~7ll, (long long)h * kD, G) +
+          fa_dq_accum_off<int>((int)(rb & 7) + g3_query0 + (lane >> 2), g3_colblk * kDqPairs * 16 + (lane & 3) * 2, G);
       constexpr bool kFullCols = kDqPairs * kColWarps3 * 16 == kD && kD == kDPad;
       // The red.adds of chunk c of nc (all when nc == 1); rows past seqlen_q are skipped when kGuarded (only the
       // last query block has any).
@@ -623,8 +624,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
               const int q = (mt * 2 + hf) * 2 * kDqPairs + t;
               if (q * nc / kReds != c) continue;
               const int col = (g3_colblk * kDqPairs + t / 2) * 16 + (t & 1) * 8 + (lane & 3) * 2;
-              if (kFullCols || col < kD)
-                red_add2(row + t * 64, dq[mt][t][hf * 2], dq[mt][t][hf * 2 + 1]);
+              if (kFullCols || col < kD) red_add2(row + t * 64, dq[mt][t][hf * 2], dq[mt][t][hf * 2 + 1]);
             }
           }
       };
@@ -632,8 +632,14 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       if (kInterleave && !args.deterministic && i0 + kBlockM <= seq.sq) {
         // __syncwarp orders each chunk of red.adds after the ldmatrix of the step that precedes it; without it
         // ptxas hoists every red.add to the front of GEMM 2 and the burst comes back.
-        auto red_dv = [&](int kk) { __syncwarp(); reduce(Bool<false>{}, kk, 2 * kSteps2); };
-        auto red_dk = [&](int kk) { __syncwarp(); reduce(Bool<false>{}, kSteps2 + kk, 2 * kSteps2); };
+        auto red_dv = [&](int kk) {
+          __syncwarp();
+          reduce(Bool<false>{}, kk, 2 * kSteps2);
+        };
+        auto red_dk = [&](int kk) {
+          __syncwarp();
+          reduce(Bool<false>{}, kSteps2 + kk, 2 * kSteps2);
+        };
         warp_mma<GemmDv>(acc_dv, sP, g2_key0, sDo, g2_colblk * kDvPairs * 16, lane, red_dv);
         warp_mma<GemmDk>(acc_dk, sDs, g2_key0, sQ, g2_colblk * kDkPairs * 16, lane, red_dk);
       } else {
@@ -653,8 +659,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
             ticket = fa_blk_count(row, 0, cta_coord(mailbox, 0));
           }
           if (tid == 0)
-            while (ld_acquire(sem) != ticket) {
-            }
+            while (ld_acquire(sem) != ticket) {}
           __syncthreads();
         }
         if (i0 + kBlockM <= seq.sq) reduce(Bool<false>{}, 0, 1);
@@ -700,7 +705,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         for (int t = 0; t < 2 * kDvPairs; ++t) {
           const int col = (g2_colblk * kDvPairs + t / 2) * 16 + (t & 1) * 8 + (lane & 3) * 2;
           if (col < kDV)
-            *reinterpret_cast<unsigned*>(dvg + r * args.dv_ss + col) = pack2(acc_dv[mt][t][hf * 2], acc_dv[mt][t][hf * 2 + 1]);
+            *reinterpret_cast<unsigned*>(dvg + r * args.dv_ss + col) =
+                pack2(acc_dv[mt][t][hf * 2], acc_dv[mt][t][hf * 2 + 1]);
         }
       }
   }

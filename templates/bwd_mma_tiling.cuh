@@ -31,10 +31,10 @@ constexpr FaWarpSplit fa_warp_split(int w, int a16, int b16, bool exact_b) {
 
 struct FaBwdLayout {
   bool ok;
-  int dp, dvp;                   // head dims padded to 16
-  int wk1, wq1, mt1, nt1;        // GEMM 1: warps along keys / queries; m16 tiles, n8 tiles per warp
-  int wk2, wd2, mt2, npk, npv;   // GEMM 2: warps along keys / columns; m16 tiles; n16 column pairs of dK, dV
-  int wq3, wd3, mt3, np3;        // GEMM 3: warps along queries / columns; m16 tiles; n16 column pairs of dQ'
+  int dp, dvp;                  // head dims padded to 16
+  int wk1, wq1, mt1, nt1;       // GEMM 1: warps along keys / queries; m16 tiles, n8 tiles per warp
+  int wk2, wd2, mt2, npk, npv;  // GEMM 2: warps along keys / columns; m16 tiles; n16 column pairs of dK, dV
+  int wq3, wd3, mt3, np3;       // GEMM 3: warps along queries / columns; m16 tiles; n16 column pairs of dQ'
 };
 
 constexpr int fa_ceil_div(int x, int y) { return (x + y - 1) / y; }
@@ -90,9 +90,7 @@ constexpr bool fa_bwd_even_cols(const FaBwdLayout& L) {
 // with ptxas -v like the host's register rule (bwd_mma.cpp).
 constexpr int fa_bwd_pipe_g1(const FaBwdLayout& L) { return 2 * L.mt1 * L.nt1 * 4 + 2 * (L.mt1 * 4 + L.nt1 * 2); }
 constexpr int fa_bwd_pipe_g3(const FaBwdLayout& L) { return L.mt3 * L.np3 * 8 + 2 * (L.mt3 * 4 + L.np3 * 4); }
-constexpr int fa_bwd_pipe_g2(const FaBwdLayout& L) {
-  return 2 * (L.mt2 * 4 + (L.npk > L.npv ? L.npk : L.npv) * 4);
-}
+constexpr int fa_bwd_pipe_g2(const FaBwdLayout& L) { return 2 * (L.mt2 * 4 + (L.npk > L.npv ? L.npk : L.npv) * 4); }
 constexpr int fa_bwd_pipe_budget() { return 224; }
 
 // Whether the dQ' red.adds of a tile are spread over GEMM 2's k steps (the kernel does so only where GEMM 2 is

@@ -107,7 +107,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
     }
   }
   if (a.deterministic && a.dk_accum)
-    for (int r = tid; r < rows; r += kThreads) reinterpret_cast<int*>(a.dk_accum)[(row0 + i0 + r) * a.f.heads_q + h] = 0;
+    for (int r = tid; r < rows; r += kThreads)
+      reinterpret_cast<int*>(a.dk_accum)[(row0 + i0 + r) * a.f.heads_q + h] = 0;
 }
 
 #endif  // FA_BWD_PRE_CUH

@@ -1,11 +1,11 @@
 // bwd_ref.cuh -- the reference backward kernels: simple, exact to the API semantics for every feature and dtype.
 //
 // Recomputation backward (seed 003, step 2) with the forward's LSE and bwd_pre's Delta, per (query i, key j):
-//   s1 = scale * q_i.k_j;  t = tanh(s1 / c);  s2 = c * t (softcap c, else s2 = s1);  s = s2 + bias_ij - slope_h|i+Sk-Sq-j|
-//   s' = score_mod(s) (user code, kHasScoreMod; else s)
-//   p  = exp(s' - lse_i)                   (0 when j is hidden from i by the mask or mask_mod, or when lse_i = -inf)
-//   dp = dO_i.v_j;   ds = p (dp - Delta_i) (1 - t^2 under softcap, else 1) score_mod_grad(s) (user code, else 1)
-//   dQ_i = scale * sum_j ds k_j,   dK_j = scale * sum_{h in group, i} ds q_i,   dV_j = sum_{h in group, i} p dO_i
+//   s1 = scale * q_i.k_j;  t = tanh(s1 / c);  s2 = c * t (softcap c, else s2 = s1);  s = s2 + bias_ij -
+//   slope_h|i+Sk-Sq-j| s' = score_mod(s) (user code, kHasScoreMod; else s) p  = exp(s' - lse_i)                   (0
+//   when j is hidden from i by the mask or mask_mod, or when lse_i = -inf) dp = dO_i.v_j;   ds = p (dp - Delta_i) (1 -
+//   t^2 under softcap, else 1) score_mod_grad(s) (user code, else 1) dQ_i = scale * sum_j ds k_j,   dK_j = scale *
+//   sum_{h in group, i} ds q_i,   dV_j = sum_{h in group, i} p dO_i
 // kDkDv false (bwd_ref_dq): one warp per query row i of (b = blockIdx.z, query head h = blockIdx.y), looping over its
 // visible keys. kDkDv true (bwd_ref_dkdv): one warp per key row j of (b, kv head g = blockIdx.y), looping over the
 // query heads of its GQA group and their query rows that see j. Deterministic by construction (fixed loop order,

@@ -2,14 +2,14 @@
 //
 // One CTA per (key block n of kBlockN = 64 * kConsumers keys, kv head g, batch b), in bwd_mma's order (causal: the
 // grid's last args.lpt_tail pairs key-block-major, fa_bwd_cta; with a mask_mod every pair). Warpgroup 0 is the
-// producer (setmaxnreg.dec): its first warp loads K_n and V_n once by TMA (before the first tile; none without tiles), then, for every tile (query
-// head h of g's group, query block m of kBlockM = 64 rows meeting the mask band; heads outer, blocks cyclically from
-// one rotated by n, as bwd_mma), Q_m and
-// dO_m by TMA into a kStages-deep ring of 128-byte-swizzled slots, and LSE_m (base 2; +inf hides rows past seqlen_q
-// and fully masked rows) and Delta_m (bwd_pre) by plain loads into the slot's float arrays; each slot has a full
-// mbarrier (transaction bytes + the warp's 32 arrivals) and an empty one (one arrival per consumer warp).
-// Warpgroups 1..kConsumers are consumers (setmaxnreg.inc); consumer c owns keys 64 c .. 64 c + 63 of the block and
-// keeps dK, dV (64 x head_dim, fp32) in registers. Per tile (wgmma m64, fp32 accumulators):
+// producer (setmaxnreg.dec): its first warp loads K_n and V_n once by TMA (before the first tile; none without tiles),
+// then, for every tile (query head h of g's group, query block m of kBlockM = 64 rows meeting the mask band; heads
+// outer, blocks cyclically from one rotated by n, as bwd_mma), Q_m and dO_m by TMA into a kStages-deep ring of
+// 128-byte-swizzled slots, and LSE_m (base 2; +inf hides rows past seqlen_q and fully masked rows) and Delta_m
+// (bwd_pre) by plain loads into the slot's float arrays; each slot has a full mbarrier (transaction bytes + the warp's
+// 32 arrivals) and an empty one (one arrival per consumer warp). Warpgroups 1..kConsumers are consumers
+// (setmaxnreg.inc); consumer c owns keys 64 c .. 64 c + 63 of the block and keeps dK, dV (64 x head_dim, fp32) in
+// registers. Per tile (wgmma m64, fp32 accumulators):
 //   S^T  = K_c Q_m^T          SS, A = K (K-major), B = Q (K-major)              64 keys x 64 queries
 //   dP^T = V_c dO_m^T         SS, A = V, B = dO
 //   P^T  = exp2(S^T * scale_log2 - lse2_i)   (0 where the band, the end of the keys or the LSE hide the pair)
@@ -20,25 +20,24 @@
 //   dQ'_m = dS K              SS, A = dS read MN-major from dS^T, B = K (MN-major)
 // split over the consumers by head-dim columns (kDqCols: all kBlockN keys, kHeadDim / kConsumers columns), or by
 // keys (each consumer its own 64 keys, every column); each consumer then adds its dQ' part into args.dq_accum with
-// float32 red.add.v2 (8 x 8 tiled, common/dq_accum.cuh; rows past seqlen_q skipped). bwd_pre zeroes dq_accum and writes Delta; bwd_post writes dq = scale * dQ'. At the end dK =
-// scale * dK and dV are written in the dtype (rows past seqlen_k skipped). GQA: the heads of the group are summed in
-// the CTA. Keys past seqlen_k come from TMA zero fill and are masked; query rows past seqlen_q are zero-filled and
-// hidden by their LSE. Masks are bottom-right aligned windows (causal = (-1, 0)); masking code runs only on tiles
-// whose consumer key range crosses the band edge or the end of the keys. Fixed length only, no bias / ALiBi /
-// softcap, no deterministic mode (the host predicate leaves those to bwd_mma).
-// User code (fa_mods; fa_user_* rendered by generator/user_mods.cpp): with a score_mod (kHasScoreMod) both GEMMs of
-// S^T and dP^T complete first, then per pair s = score_mod(scale S^T), g = score_mod_grad at the same raw value,
-// P^T = exp2(s log2e - lse2), dS^T = P^T (dP^T - Delta) g (0 where P^T is). With a mask_mod (kHasMaskMod) the CTA
-// visits, for each head of its group, the query blocks that the plan's mask_blocks step did not hide wholly (its
+// float32 red.add.v2 (8 x 8 tiled, common/dq_accum.cuh; rows past seqlen_q skipped). bwd_pre zeroes dq_accum and writes
+// Delta; bwd_post writes dq = scale * dQ'. At the end dK = scale * dK and dV are written in the dtype (rows past
+// seqlen_k skipped). GQA: the heads of the group are summed in the CTA. Keys past seqlen_k come from TMA zero fill and
+// are masked; query rows past seqlen_q are zero-filled and hidden by their LSE. Masks are bottom-right aligned windows
+// (causal = (-1, 0)); masking code runs only on tiles whose consumer key range crosses the band edge or the end of the
+// keys. Fixed length only, no bias / ALiBi / softcap, no deterministic mode (the host predicate leaves those to
+// bwd_mma). User code (fa_mods; fa_user_* rendered by generator/user_mods.cpp): with a score_mod (kHasScoreMod) both
+// GEMMs of S^T and dP^T complete first, then per pair s = score_mod(scale S^T), g = score_mod_grad at the same raw
+// value, P^T = exp2(s log2e - lse2), dS^T = P^T (dP^T - Delta) g (0 where P^T is). With a mask_mod (kHasMaskMod) the
+// CTA visits, for each head of its group, the query blocks that the plan's mask_blocks step did not hide wholly (its
 // column of args.f.blk_cls_t at 64 x kBlockN, walked by common/blk_visit.cuh's cursor in the producer warp and in
 // every consumer warp alike, last block first); tiles the mask hides nowhere skip every mask, the others evaluate
 // mask_mod per pair in a rolled loop. Without classes every tile of the band is visited and masked.
-// Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim (= kHeadDimV, 64 or 128), kMask (1: the CTA order of fa_bwd_cta, as with kHasMaskMod),
-// kHasMaskMod, kHasScoreMod, and the tunables kConsumers (1, 2), kStages (2, 3), kDqCols (the dQ' split; with one
-// consumer it has every column anyway).
-// Parameters: (FaBwdArgs, FaUser with user code (FA_USER_PARAM), FaBwdTma). Launch (host): block = 128 *
-// (kConsumers + 1); grid = (ceil(seqlen_k / kBlockN), heads_kv, batch); dynamic shared memory = fa_bwg::kSmemBytes
-// (the kernel traps with less).
+// Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim (= kHeadDimV, 64 or 128), kMask (1: the CTA order of fa_bwd_cta, as
+// with kHasMaskMod), kHasMaskMod, kHasScoreMod, and the tunables kConsumers (1, 2), kStages (2, 3), kDqCols (the dQ'
+// split; with one consumer it has every column anyway). Parameters: (FaBwdArgs, FaUser with user code (FA_USER_PARAM),
+// FaBwdTma). Launch (host): block = 128 * (kConsumers + 1); grid = (ceil(seqlen_k / kBlockN), heads_kv, batch); dynamic
+// shared memory = fa_bwg::kSmemBytes (the kernel traps with less).
 #ifndef FA_BWD_WGMMA_CUH
 #define FA_BWD_WGMMA_CUH
 
@@ -148,8 +147,8 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
       for (int hl = 0; hl < a.group; ++hl) {
         const int h = g * a.group + hl;
         const unsigned char* col = a.blk_cls_t != nullptr ? a.blk_cls_t + (long long)b * a.blk_cls_sb +
-                                                                 (long long)h * a.blk_cls_sh + (long long)nb * a.blk_nmb
-                                                           : nullptr;
+                                                                (long long)h * a.blk_cls_sh + (long long)nb * a.blk_nmb
+                                                          : nullptr;
         FaBlkCursor cur;
         cur.start(col, m_lo, m_hi);
         for (int e = cur.next(); e >= 0; e = cur.next()) visit(it++, h, e >> 1, (e & 1) != 0);
@@ -180,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
   if (tid == 0) {
     fa_mbar_init(kv_full, 1);
     for (int s = 0; s < kStages; ++s) {
-      fa_mbar_init(full(s), 33);      // lane 0's expect_tx arrival + the producer warp's 32 after LSE / Delta
+      fa_mbar_init(full(s), 33);       // lane 0's expect_tx arrival + the producer warp's 32 after LSE / Delta
       fa_mbar_init(empty(s), 4 * kC);  // one arrival per consumer warp
     }
     fa_mbar_init_fence();
@@ -231,7 +230,10 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
           st_shared_f32(sDl + (unsigned)((st * kBM + r) * 4), dl);
         }
         fa_mbar_arrive(full(st));
-        if (++st == kStages) { st = 0; ph ^= 1u; }
+        if (++st == kStages) {
+          st = 0;
+          ph ^= 1u;
+        }
       });
     }
   } else {
@@ -263,7 +265,7 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
       const long long G = args.accum_q_stride_row << 3;  // floats per 8-row group of dq_accum
       const int kc0 = n0 + cw * 64;                      // this consumer's first key
       const int krow = kc0 + warp * 16 + gq;             // key of accumulator rows hh = 0 (+8: hh = 1)
-      int st = 0;  // ring slot and phase, advanced per tile
+      int st = 0;                                        // ring slot and phase, advanced per tile
       unsigned ph = 0;
       for_each_tile([&](int it, int h, int m, bool full_tile) {
         if (it == 0) fa_mbar_wait(kv_full, 0);
@@ -335,7 +337,7 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
         };
         const unsigned sLst = sL + (unsigned)(st * kBM * 4), sDlst = sDl + (unsigned)(st * kBM * 4);
         unsigned pp[4][4], pd[4][4];
-        auto pack_frag = [&](unsigned (&f)[4][4], const float (&x)[32]) {  // accumulator -> A fragments
+        auto pack_frag = [&](unsigned(&f)[4][4], const float(&x)[32]) {  // accumulator -> A fragments
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
             f[kk][0] = pack2(x[kk * 8 + 0], x[kk * 8 + 1]);
@@ -464,7 +466,10 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
         fa_wg_fence_regs(dk);
         fa_wg_fence_regs(dv);
         if (lane == 0) fa_mbar_arrive(empty(st));  // Q / dO of this slot are no longer read
-        if (++st == kStages) { st = 0; ph ^= 1u; }
+        if (++st == kStages) {
+          st = 0;
+          ph ^= 1u;
+        }
         // ---- dQ' into dq_accum (float32 red.add, rows past seqlen_q skipped)
         const int col0 = kDqCols ? cw * kDqN : 0;
 #pragma unroll

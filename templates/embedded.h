@@ -6,8 +6,8 @@
 namespace fa::templates {
 
 struct Template {
-  const char* name;     // path below templates/, e.g. "fwd_ref.cuh", "common/sm80.cuh": the name #included
-  const char* source;   // file contents
+  const char* name;    // path below templates/, e.g. "fwd_ref.cuh", "common/sm80.cuh": the name #included
+  const char* source;  // file contents
 };
 extern const Template kAll[];
 extern const int kCount;

@@ -33,15 +33,20 @@ struct FaUser {
 };
 
 struct FaFwdArgs {
-  const void* q; const void* k; const void* v; void* o;
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
   long long q_sb, q_ss, q_sh;
   long long k_sb, k_ss, k_sh;
   long long v_sb, v_ss, v_sh;
   long long o_sb, o_ss, o_sh;
-  const void* bias; long long bias_sb, bias_sh, bias_sq, bias_sk;
-  const float* alibi;             // [heads_q] or null
-  float* lse; long long lse_sb, lse_sh;  // null: not written
-  const int* cu_seqlens_q;        // null in fixed-length mode
+  const void* bias;
+  long long bias_sb, bias_sh, bias_sq, bias_sk;
+  const float* alibi;  // [heads_q] or null
+  float* lse;
+  long long lse_sb, lse_sh;  // null: not written
+  const int* cu_seqlens_q;   // null in fixed-length mode
   const int* cu_seqlens_k;
   int batch, seqlen_q, seqlen_k;  // varlen: seqlen_q/k are the maxima (grid sizing only)
   int heads_q, heads_kv, group;   // group = heads_q / heads_kv
@@ -51,14 +56,14 @@ struct FaFwdArgs {
   float softcap;                  // 0: off
   float inv_softcap;              // 1 / softcap
   // KV cache (version 2 of fa_params): used lengths, pages, split-KV. Zero / null when absent.
-  const int* seqused_k;           // [batch] keys used per sequence (clamped to [0, seqlen_k]), or null
-  const int* block_table;         // [batch, bt_stride] page indices in order, or null (contiguous k / v)
-  long long bt_stride;            // elements between sequences of block_table
-  int page_size, page_shift;      // rows per page (a power of two) and its log2; 0 when not paged
-  int num_pages;                  // pages in the k / v pools
-  int num_splits;                 // key splits per (batch, kv head); 1: no split (o written directly)
-  float* part_o;                  // workspace (num_splits > 1): [num_splits, batch, heads_q, seqlen_q, head_dim_v]
-  float* part_lse;                // workspace (num_splits > 1): [num_splits, batch, heads_q, seqlen_q]
+  const int* seqused_k;       // [batch] keys used per sequence (clamped to [0, seqlen_k]), or null
+  const int* block_table;     // [batch, bt_stride] page indices in order, or null (contiguous k / v)
+  long long bt_stride;        // elements between sequences of block_table
+  int page_size, page_shift;  // rows per page (a power of two) and its log2; 0 when not paged
+  int num_pages;              // pages in the k / v pools
+  int num_splits;             // key splits per (batch, kv head); 1: no split (o written directly)
+  float* part_o;              // workspace (num_splits > 1): [num_splits, batch, heads_q, seqlen_q, head_dim_v]
+  float* part_lse;            // workspace (num_splits > 1): [num_splits, batch, heads_q, seqlen_q]
   // Block skipping (fa_mods with a mask_mod; workspace, bound by the runtime; null: none, every block masked):
   // blk_cls[bb*blk_cls_sb + hh*blk_cls_sh + m_block*blk_nkb + n_block] classifies the (query block of blk_m rows,
   // key block of blk_n keys) tile: 0 the mask hides every pair, 1 some, 2 none (bb, hh: b, h, or 0 where the mask
@@ -67,7 +72,7 @@ struct FaFwdArgs {
   unsigned char* blk_cls;
   int* blk_list;
   long long blk_cls_sb, blk_cls_sh;
-  int blk_nkb;                    // key blocks per query block row (the maximum over the batch)
+  int blk_nkb;  // key blocks per query block row (the maximum over the batch)
   int blk_pad;
   // Backward plans (bwd_mma with a mask_mod) also get the classes transposed, for their key-block-major CTAs:
   // blk_cls_t[bb*blk_cls_sb + hh*blk_cls_sh + n_block*blk_nmb + m_block] (blk_nmb query blocks per key block, the
@@ -94,21 +99,25 @@ struct FaFwdArgs {
 };
 
 struct FaBwdArgs {
-  FaFwdArgs f;                    // forward problem: o and lse are inputs here
-  const void* dout; long long do_sb, do_ss, do_sh;
-  void* dq; long long dq_sb, dq_ss, dq_sh;
-  void* dk; long long dk_sb, dk_ss, dk_sh;
-  void* dv; long long dv_sb, dv_ss, dv_sh;
-  float* delta;                   // workspace: [batch, heads_q, seqlen_q] like lse (varlen: [heads_q, total_q])
-  float* dq_accum;                // workspace: float32 dQ accumulators, layout chosen by the kernel family
-  float* dk_accum;                // workspace: float32 dK/dV accumulators for GQA (summed over the group), or null
+  FaFwdArgs f;  // forward problem: o and lse are inputs here
+  const void* dout;
+  long long do_sb, do_ss, do_sh;
+  void* dq;
+  long long dq_sb, dq_ss, dq_sh;
+  void* dk;
+  long long dk_sb, dk_ss, dk_sh;
+  void* dv;
+  long long dv_sb, dv_ss, dv_sh;
+  float* delta;     // workspace: [batch, heads_q, seqlen_q] like lse (varlen: [heads_q, total_q])
+  float* dq_accum;  // workspace: float32 dQ accumulators, layout chosen by the kernel family
+  float* dk_accum;  // workspace: float32 dK/dV accumulators for GQA (summed over the group), or null
   float* dv_accum;
-  long long accum_q_stride_row;   // helper strides for the accumulators (elements)
+  long long accum_q_stride_row;  // helper strides for the accumulators (elements)
   long long accum_kv_stride_row;
-  int total_q, total_k;           // varlen totals (fixed: batch*seqlen)
+  int total_q, total_k;  // varlen totals (fixed: batch*seqlen)
   int deterministic;
-  int lpt_tail;                   // bwd_mma: the last lpt_tail (kv head, batch) pairs run key-block-major (fa_bwd_cta)
-  unsigned lpt_magic_tail;        // fa_div_magic(lpt_tail), fa_div_magic(heads_kv)
+  int lpt_tail;             // bwd_mma: the last lpt_tail (kv head, batch) pairs run key-block-major (fa_bwd_cta)
+  unsigned lpt_magic_tail;  // fa_div_magic(lpt_tail), fa_div_magic(heads_kv)
   unsigned lpt_magic_heads;
 };
 

@@ -6,7 +6,9 @@
 #ifndef FA_TMA_ARGS_CUH
 #define FA_TMA_ARGS_CUH
 
-struct alignas(64) FaTensorMap { unsigned long long opaque[16]; };
+struct alignas(64) FaTensorMap {
+  unsigned long long opaque[16];
+};
 struct FaFwdTma {
   FaTensorMap q, k, v;  // 4D (head_dim, seq, heads, batch) bf16/fp16, box (64, rows, 1, 1), 128-byte swizzle
   FaTensorMap o;        // 4D (head_dim_v, seqlen_q, heads_q, batch), box (64, 64, 1, 1): the epilogue's TMA stores

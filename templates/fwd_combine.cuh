@@ -21,9 +21,9 @@
 namespace fa_combine {
 constexpr int kWarps = fa_cfg::kWarps;
 constexpr int kDV = fa_cfg::kHeadDimV;
-constexpr int kQuads = kDV / 4;                 // 4-column groups of a row
+constexpr int kQuads = kDV / 4;  // 4-column groups of a row
 constexpr int kQuadsPerLane = (kQuads + 31) / 32;
-constexpr int kMaxSplits = 256;                 // fa.h: num_splits <= 256
+constexpr int kMaxSplits = 256;  // fa.h: num_splits <= 256
 }  // namespace fa_combine
 
 extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(const FaFwdArgs a) {
@@ -109,7 +109,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
 #pragma unroll
       for (int w = 1; w < kWarps; ++w) {
         const float4 y = s_sum[w - 1][c4];
-        v.x += y.x; v.y += y.y; v.z += y.z; v.w += y.w;
+        v.x += y.x;
+        v.y += y.y;
+        v.z += y.z;
+        v.w += y.w;
       }
       o[c4 * 4 + 0] = E::from_float(v.x);
       o[c4 * 4 + 1] = E::from_float(v.y);

@@ -58,14 +58,14 @@ using namespace fa_sm80;
 
 constexpr int kD = fa_cfg::kHeadDim;
 constexpr int kDV = fa_cfg::kHeadDimV;
-constexpr int kDc = fa_mla_chunks(kD);       // 64-column chunks of a q / k row
-constexpr int kR = kFaMlaRows;               // 64 packed rows
-constexpr int kBN = fa_cfg::kBlockN;         // keys per block (64)
-constexpr int kSt = fa_cfg::kStages;         // K stages (2)
-constexpr int kL2 = fa_cfg::kL2Ahead;        // L2 prefetch distance in blocks (0: off)
-constexpr int kHalf = kBN / 2;               // keys of S per consumer
-constexpr int kCols = kDV / 2;               // output columns per consumer (256)
-constexpr int kChunk = kFaMlaChunk;          // 8 KB
+constexpr int kDc = fa_mla_chunks(kD);  // 64-column chunks of a q / k row
+constexpr int kR = kFaMlaRows;          // 64 packed rows
+constexpr int kBN = fa_cfg::kBlockN;    // keys per block (64)
+constexpr int kSt = fa_cfg::kStages;    // K stages (2)
+constexpr int kL2 = fa_cfg::kL2Ahead;   // L2 prefetch distance in blocks (0: off)
+constexpr int kHalf = kBN / 2;          // keys of S per consumer
+constexpr int kCols = kDV / 2;          // output columns per consumer (256)
+constexpr int kChunk = kFaMlaChunk;     // 8 KB
 constexpr int kStage = fa_mla_stage_bytes(kD, kBN);
 constexpr int kOffK = fa_mla_off_k(kD);
 constexpr int kOffP = fa_mla_off_p(kD, kBN, kSt);
@@ -75,8 +75,8 @@ constexpr int kOffValid = fa_mla_off_valid(kD, kBN, kSt);
 constexpr int kOffBad = fa_mla_off_bad(kD, kBN, kSt);
 constexpr int kOffBar = fa_mla_off_bar(kD, kBN, kSt);
 constexpr int kSmemBytes = fa_mla_smem_bytes(kD, kBN, kSt, fa_cfg::kSched);
-constexpr int kSets = 1;                     // independent accumulator sets of S (wgmma chains)
-constexpr int kRegP = 40;                    // producer / consumer registers (128 x 40 + 256 x 232 <= 64K)
+constexpr int kSets = 1;   // independent accumulator sets of S (wgmma chains)
+constexpr int kRegP = 40;  // producer / consumer registers (128 x 40 + 256 x 232 <= 64K)
 constexpr int kRegC = 232;
 #define FA_MLA_NEG_INF __int_as_float(0xff800000)
 
@@ -99,10 +99,10 @@ struct Cta {
   unsigned char* gbase;
   FA_DEVICE unsigned full(int s) const { return base + (unsigned)kOffBar + 8u * (unsigned)s; }
   FA_DEVICE unsigned empty(int s) const { return base + (unsigned)(kOffBar + 8 * kSt) + 8u * (unsigned)s; }
-  FA_DEVICE float* smax() const { return (float*)(gbase + kOffMax); }        // [2][64] the consumers' row maxima
-  FA_DEVICE float* ssum() const { return (float*)(gbase + kOffSum); }        // [2][64] the consumers' row sums
-  FA_DEVICE unsigned char* svalid() const { return gbase + kOffValid; }      // [kSt][kBN] key read (1) or not
-  FA_DEVICE int* sbad() const { return (int*)(gbase + kOffBad); }            // [kSt] a key of the block not read
+  FA_DEVICE float* smax() const { return (float*)(gbase + kOffMax); }    // [2][64] the consumers' row maxima
+  FA_DEVICE float* ssum() const { return (float*)(gbase + kOffSum); }    // [2][64] the consumers' row sums
+  FA_DEVICE unsigned char* svalid() const { return gbase + kOffValid; }  // [kSt][kBN] key read (1) or not
+  FA_DEVICE int* sbad() const { return (int*)(gbase + kOffBad); }        // [kSt] a key of the block not read
 };
 
 // ---------------- producer warpgroup: cp.async of K blocks (any page size), zero fill and key flags ----------------
@@ -445,7 +445,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) fa_kernel(const FaFwdArgs a
   c.r0 = (int)blockIdx.x * kR;
   c.w = fa_split_work<kR, kBN>(a, c.b, c.r0, c.split, ns);
   if (c.w.rows <= 0) return;  // uniform: the whole CTA leaves
-  {  // the host launches with fa_mla_smem_bytes (fwd_mla_layout.cuh)
+  {                           // the host launches with fa_mla_smem_bytes (fwd_mla_layout.cuh)
     unsigned dyn;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
     if (dyn < (unsigned)kSmemBytes) __trap();

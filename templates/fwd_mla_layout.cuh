@@ -12,8 +12,8 @@
 #ifndef FA_FWD_MLA_LAYOUT_CUH
 #define FA_FWD_MLA_LAYOUT_CUH
 
-constexpr int kFaMlaRows = 64;                      // packed (query token, query head) rows per CTA
-constexpr int kFaMlaChunk = kFaMlaRows * 128;       // one 64-column chunk of 64 rows (8 KB)
+constexpr int kFaMlaRows = 64;                 // packed (query token, query head) rows per CTA
+constexpr int kFaMlaChunk = kFaMlaRows * 128;  // one 64-column chunk of 64 rows (8 KB)
 constexpr int fa_mla_chunks(int d) { return (d + 63) / 64; }
 constexpr int fa_mla_q_bytes(int d) { return fa_mla_chunks(d) * kFaMlaChunk; }
 constexpr int fa_mla_stage_bytes(int d, int bn) { return fa_mla_chunks(d) * bn * 128; }

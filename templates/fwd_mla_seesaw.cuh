@@ -35,7 +35,7 @@
 
 namespace fa_mla {
 
-constexpr int kSsLast = kDc - 1;                       // the Q chunk held in registers (its tile: P_1)
+constexpr int kSsLast = kDc - 1;  // the Q chunk held in registers (its tile: P_1)
 constexpr int kSsOffBuf0 = fa_mla_ss_off_buf(kD, 0);
 constexpr int kSsBufBytes = fa_mla_ss_off_buf(kD, 1) - kSsOffBuf0;
 constexpr int kSsOffP0 = fa_mla_ss_off_p0(kD);
@@ -46,7 +46,7 @@ constexpr int kSsOffSum = fa_mla_ss_off_sum(kD);
 constexpr int kSsOffValid = fa_mla_ss_off_valid(kD);
 constexpr int kSsOffBad = fa_mla_ss_off_bad(kD);
 constexpr int kSsOffBar = fa_mla_ss_off_bar(kD);
-constexpr int kSsHalf = 4;                             // chunks of the first half (V columns 0-255)
+constexpr int kSsHalf = 4;  // chunks of the first half (V columns 0-255)
 static_assert(kDc > kSsHalf + 4 - 1 && kDV == 512, "fwd_mla seesaw: four V chunks a consumer, one Q chunk more");
 static_assert(fa_mla_seesaw_smem_bytes(kD) <= 232448, "fwd_mla seesaw: shared memory above 227 KB");
 enum { kBarScale0 = 6, kBarScale1 = 7, kBarP0 = 8, kBarP1 = 9 };
@@ -168,8 +168,7 @@ struct SeesawConsumer : ConsumerBase {
 #pragma unroll
       for (int k4 = 0; k4 < 4; ++k4) {
         const int acc = FIRST && ch == C0 && k4 == 0 ? 0 : 1;
-        if (ch == kSsLast)
-          FaWg<kBN>::rs_k<fa_cfg::kDtype>(s, qr[k4], dk + (unsigned)(k4 * 2), acc);
+        if (ch == kSsLast) FaWg<kBN>::rs_k<fa_cfg::kDtype>(s, qr[k4], dk + (unsigned)(k4 * 2), acc);
         else
           FaWg<kBN>::ss<fa_cfg::kDtype>(s, dqz + (unsigned)((ch * kChunk) >> 4) + (unsigned)(k4 * 2),
                                         dk + (unsigned)(k4 * 2), acc);
@@ -259,8 +258,7 @@ struct SeesawConsumer : ConsumerBase {
     fa_wg_fence_regs(o);
     fa_wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      FaWg<kCols>::rs<fa_cfg::kDtype>(o, pa[kk], dv_own + (unsigned)(kk * 128), 1);
+    for (int kk = 0; kk < 4; ++kk) FaWg<kCols>::rs<fa_cfg::kDtype>(o, pa[kk], dv_own + (unsigned)(kk * 128), 1);
     fa_wg_commit();
   }
   FA_DEVICE static void keep(unsigned (&pa)[4][4]) {

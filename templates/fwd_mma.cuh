@@ -76,7 +76,7 @@ constexpr int kKSlot = kBlockN * kPitchK * 2;
 constexpr int kVSlot = kBlockN * kPitchV * 2;
 static_assert(kRegion0 % 128 == 0 && kKSlot % 128 == 0 && kVSlot % 128 == 0, "fwd_mma: tiles 128-byte aligned");
 constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap || fa_cfg::kHasScoreMod;
-constexpr bool kJoint = fa_cfg::kKvJoint;  // wait for K and V together, one barrier per block
+constexpr bool kJoint = fa_cfg::kKvJoint;           // wait for K and V together, one barrier per block
 constexpr bool kBlockSparse = fa_cfg::kHasMaskMod;  // visit the classified key blocks only (mask_blocks)
 #define FA_MMA_NEG_INF __int_as_float(0xff800000)
 
@@ -155,10 +155,13 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     const int q0 = args.cu_seqlens_q[b], k0 = args.cu_seqlens_k[b];
     sq = args.cu_seqlens_q[b + 1] - q0;
     sk = args.cu_seqlens_k[b + 1] - k0;
-    base_q = q0; base_k = k0;
+    base_q = q0;
+    base_k = k0;
   } else {
-    sq = args.seqlen_q; sk = args.seqlen_k;
-    base_q = 0; base_k = 0;
+    sq = args.seqlen_q;
+    sk = args.seqlen_k;
+    base_q = 0;
+    base_k = 0;
   }
   if (m0 >= sq) return;
   const int g = h / args.group;
@@ -169,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   const int q_rows = min(kBlockM, sq - m0);
 
   // Key range of the whole block; whole K/V blocks outside it are skipped.
-  const int diag0 = m0 + sk - sq;             // diagonal offset of the block's first row
+  const int diag0 = m0 + sk - sq;  // diagonal offset of the block's first row
   const int last_row = m0 + q_rows - 1;
   int key_lo = 0, key_hi = sk;
   if constexpr (fa_cfg::kMask != 0) {
@@ -197,8 +200,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   const unsigned sK = sQ + (unsigned)kRegion0;
   const unsigned sV = sK + (unsigned)(kStages * kKSlot);
 
-  const int gq = lane >> 2, tq = lane & 3;    // mma fragment coordinates
-  const int wrow0 = warp * kRowsPerWarp;      // first row of this warp inside the block
+  const int gq = lane >> 2, tq = lane & 3;  // mma fragment coordinates
+  const int wrow0 = warp * kRowsPerWarp;    // first row of this warp inside the block
 
   float o_acc[kQueryTiles][kColTiles][4];
   float row_m[kQueryTiles][2], row_l[kQueryTiles][2];
@@ -239,7 +242,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     const float mul = kFeat ? 1.f : args.scale_log2;  // feature path scores are already in log2 units
     const float* alibi_p = nullptr;
     float slope = 0.f;
-    if constexpr (fa_cfg::kHasAlibi) { alibi_p = args.alibi; slope = alibi_p[h] * 1.4426950408889634f; }
+    if constexpr (fa_cfg::kHasAlibi) {
+      alibi_p = args.alibi;
+      slope = alibi_p[h] * 1.4426950408889634f;
+    }
     const T* bias_g = nullptr;
     if constexpr (fa_cfg::kHasBias)
       bias_g = (const T*)args.bias + (long long)b * args.bias_sb + (long long)h * args.bias_sh;
@@ -269,9 +275,11 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       if constexpr (kStages == 1) {
         __syncthreads();  // everyone is done with the single slot
         issue(it);
-        if constexpr (kJoint) cp_wait<0>(); else cp_wait<1>();
+        if constexpr (kJoint) cp_wait<0>();
+        else cp_wait<1>();
       } else {
-        if constexpr (kJoint) cp_wait<2 * kStages - 4>(); else cp_wait<2 * kStages - 3>();
+        if constexpr (kJoint) cp_wait<2 * kStages - 4>();
+        else cp_wait<2 * kStages - 3>();
       }
       __syncthreads();
       if constexpr (kStages >= 2) issue(it + kStages - 1);
@@ -288,8 +296,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
 #pragma unroll
         for (int mt = 0; mt < kQueryTiles; ++mt) {
           if constexpr (fa_cfg::kQInRegs) {
-            a[mt][0] = q_frag[mt][ks][0]; a[mt][1] = q_frag[mt][ks][1];
-            a[mt][2] = q_frag[mt][ks][2]; a[mt][3] = q_frag[mt][ks][3];
+            a[mt][0] = q_frag[mt][ks][0];
+            a[mt][1] = q_frag[mt][ks][1];
+            a[mt][2] = q_frag[mt][ks][2];
+            a[mt][3] = q_frag[mt][ks][3];
           } else {
             ldsm_x4(fa_smem_at<kPitchQ>(q_lane, mt * 16, ks * 16), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
           }
@@ -350,14 +360,15 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
               for (int e = 0; e < 2; ++e) {
                 const int j = kn + n * 8 + tq * 2 + e;
                 // user code for in-range (i, j) only (j < hi <= sk once the band test passed)
-                if (j < lo || j >= hi || fa_user_hides(b, h, i, j, sq, FA_USER_ARGS)) s[mt][n][hh * 2 + e] = FA_MMA_NEG_INF;
+                if (j < lo || j >= hi || fa_user_hides(b, h, i, j, sq, FA_USER_ARGS))
+                  s[mt][n][hh * 2 + e] = FA_MMA_NEG_INF;
               }
           }
       }
 
       // ---- online softmax (base 2) ----
       unsigned pk[kBigTile ? kQueryTiles : 1][kBigTile ? kBlockN / 16 : 1][4];  // P as A fragments (kBigTile)
-      float corr_b[kBigTile ? kQueryTiles : 1][2];                           // rescale factors (kBigTile)
+      float corr_b[kBigTile ? kQueryTiles : 1][2];                              // rescale factors (kBigTile)
 #pragma unroll
       for (int mt = 0; mt < kQueryTiles; ++mt)
 #pragma unroll
@@ -377,7 +388,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
             if constexpr (kBigTile) {
               pk[mt][n / 2][hh + 2 * (n & 1)] = pack2(p0, p1);
             } else {
-              s[mt][n][hh * 2] = p0; s[mt][n][hh * 2 + 1] = p1;
+              s[mt][n][hh * 2] = p0;
+              s[mt][n][hh * 2 + 1] = p1;
             }
             sum += p0 + p1;
           }
@@ -386,7 +398,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
             corr_b[mt][hh] = corr;
           } else {
 #pragma unroll
-            for (int n = 0; n < kColTiles; ++n) { o_acc[mt][n][hh * 2] *= corr; o_acc[mt][n][hh * 2 + 1] *= corr; }
+            for (int n = 0; n < kColTiles; ++n) {
+              o_acc[mt][n][hh * 2] *= corr;
+              o_acc[mt][n][hh * 2 + 1] *= corr;
+            }
           }
         }
       if constexpr (kBigTile) {
@@ -398,15 +413,18 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
           for (int mt = 0; mt < kQueryTiles; ++mt)
 #pragma unroll
             for (int n = 0; n < kColTiles; ++n) {
-              o_acc[mt][n][0] *= corr_b[mt][0]; o_acc[mt][n][1] *= corr_b[mt][0];
-              o_acc[mt][n][2] *= corr_b[mt][1]; o_acc[mt][n][3] *= corr_b[mt][1];
+              o_acc[mt][n][0] *= corr_b[mt][0];
+              o_acc[mt][n][1] *= corr_b[mt][0];
+              o_acc[mt][n][2] *= corr_b[mt][1];
+              o_acc[mt][n][3] *= corr_b[mt][1];
             }
         }
       }
 
       // ---- wait for V, then O += P V ----
       if constexpr (!kJoint) {
-        if constexpr (kStages == 1) cp_wait<0>(); else cp_wait<2 * kStages - 2>();
+        if constexpr (kStages == 1) cp_wait<0>();
+        else cp_wait<2 * kStages - 2>();
         __syncthreads();
       }
       const unsigned vbase = sV + (unsigned)(slot * kVSlot) + v_lane;
@@ -416,7 +434,10 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
 #pragma unroll
         for (int mt = 0; mt < kQueryTiles; ++mt) {
           if constexpr (kBigTile) {
-            p[mt][0] = pk[mt][kk][0]; p[mt][1] = pk[mt][kk][1]; p[mt][2] = pk[mt][kk][2]; p[mt][3] = pk[mt][kk][3];
+            p[mt][0] = pk[mt][kk][0];
+            p[mt][1] = pk[mt][kk][1];
+            p[mt][2] = pk[mt][kk][2];
+            p[mt][3] = pk[mt][kk][3];
           } else {
             p[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
             p[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
@@ -452,7 +473,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
         if (args.lse != nullptr && tq == 0 && r < q_rows) {
           const float mul = kFeat ? 1.f : args.scale_log2;  // feature path scores are already in log2 units
           const float mx = row_m[mt][hh];
-          const float lse = (l > 0.f && mx != FA_MMA_NEG_INF) ? (mx * mul + __log2f(l)) * 0.6931471805599453f : FA_MMA_NEG_INF;
+          const float lse =
+              (l > 0.f && mx != FA_MMA_NEG_INF) ? (mx * mul + __log2f(l)) * 0.6931471805599453f : FA_MMA_NEG_INF;
           args.lse[(long long)b * args.lse_sb + (long long)h * args.lse_sh + (long long)(base_q + m0 + r)] = lse;
         }
       }

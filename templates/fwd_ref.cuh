@@ -11,8 +11,8 @@
 // from query i when fa_user_mask(b, h, i, j, u) is false (kHasMaskMod), on top of the built-in mask.
 // KV cache: the keys of sequence b are min(seqlen_k, seqused_k[b]) when seqused_k is given (fa_seq_used); with
 // kPaged, key j is row j % page_size of page block_table[b][j / page_size] (a page outside the pool masks the key).
-// Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasLse, kPaged, kHasMaskMod, kHasScoreMod,
-// kWarps (rows per CTA; kBlockM == kWarps, kBlockN == 32).
+// Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasLse, kPaged,
+// kHasMaskMod, kHasScoreMod, kWarps (rows per CTA; kBlockM == kWarps, kBlockN == 32).
 #ifndef FA_FWD_REF_CUH
 #define FA_FWD_REF_CUH
 
@@ -62,7 +62,8 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   const float slope = fa_cfg::kHasAlibi ? a.alibi[h] : 0.0f;
   const T* bias_row = nullptr;
   if (fa_cfg::kHasBias)
-    bias_row = static_cast<const T*>(a.bias) + (long long)b * a.bias_sb + (long long)h * a.bias_sh + (long long)i * a.bias_sq;
+    bias_row =
+        static_cast<const T*>(a.bias) + (long long)b * a.bias_sb + (long long)h * a.bias_sh + (long long)i * a.bias_sq;
 
   float m = -INFINITY, l = 0.0f;
   float acc[kDVSlots] = {};
@@ -73,19 +74,19 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
     if (j < hi) {
       const T* kr = key_row(a, a.k, k, a.k_sb, a.k_ss, a.k_sh, b, g, j);
       if (kr != nullptr) {
-      float dot = 0.0f;
+        float dot = 0.0f;
 #pragma unroll 8
-      for (int d = 0; d < fa_cfg::kHeadDim; ++d) dot = fmaf(qs[d], E::to_float(kr[d]), dot);
-      s = dot * a.scale;
-      if (fa_cfg::kHasSoftcap) s = a.softcap * fa_tanh(s * a.inv_softcap);
-      if (fa_cfg::kHasBias) s += E::to_float(bias_row[(long long)j * a.bias_sk]);
-      if (fa_cfg::kHasAlibi) s -= slope * fabsf((float)(i + seq.sk - seq.sq - j));
-      if (fa_cfg::kHasScoreMod) s = fa_user_score(s, b, h, i, j, FA_USER_ARGS);
-      if (fa_cfg::kHasMaskMod && !fa_user_mask(b, h, i, j, FA_USER_ARGS)) s = -INFINITY;
+        for (int d = 0; d < fa_cfg::kHeadDim; ++d) dot = fmaf(qs[d], E::to_float(kr[d]), dot);
+        s = dot * a.scale;
+        if (fa_cfg::kHasSoftcap) s = a.softcap * fa_tanh(s * a.inv_softcap);
+        if (fa_cfg::kHasBias) s += E::to_float(bias_row[(long long)j * a.bias_sk]);
+        if (fa_cfg::kHasAlibi) s -= slope * fabsf((float)(i + seq.sk - seq.sq - j));
+        if (fa_cfg::kHasScoreMod) s = fa_user_score(s, b, h, i, j, FA_USER_ARGS);
+        if (fa_cfg::kHasMaskMod && !fa_user_mask(b, h, i, j, FA_USER_ARGS)) s = -INFINITY;
       }
     }
     const float m_new = fmaxf(m, fa_warp_max(s));
-    if (m_new == -INFINITY) continue;  // every score so far is -inf (e.g. a -inf bias): nothing to add
+    if (m_new == -INFINITY) continue;    // every score so far is -inf (e.g. a -inf bias): nothing to add
     const float corr = expf(m - m_new);  // m == -inf gives 0
     const float p = (s == -INFINITY) ? 0.0f : expf(s - m_new);
     l = l * corr + fa_warp_sum(p);

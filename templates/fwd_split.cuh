@@ -56,11 +56,11 @@ constexpr int kBlockN = fa_cfg::kBlockN;
 constexpr int kWarps = fa_cfg::kWarps;
 constexpr int kThreads = kWarps * 32;
 constexpr int kStages = fa_cfg::kStages;
-constexpr int kWN = kBlockN / kWarps;     // keys per warp per block
-constexpr int kKeyTiles = kWN / 8;        // n8 tiles of S per warp
-constexpr int kColTiles = kDVPad / 8;     // n8 tiles of O
+constexpr int kWN = kBlockN / kWarps;  // keys per warp per block
+constexpr int kKeyTiles = kWN / 8;     // n8 tiles of S per warp
+constexpr int kColTiles = kDVPad / 8;  // n8 tiles of O
 constexpr int kKSteps = kDPad / 16;
-constexpr bool kQRegs = kDPad <= 128;     // Q fragments held in registers
+constexpr bool kQRegs = kDPad <= 128;  // Q fragments held in registers
 constexpr int kPitchQ = fa_smem_pitch(kDPad);
 constexpr int kPitchK = fa_smem_pitch(kDPad);
 constexpr int kPitchV = fa_smem_pitch(kDVPad);
@@ -69,7 +69,7 @@ constexpr int kQBytes = fa_split_q_bytes(kD);
 constexpr int kKSlot = fa_split_kslot_bytes(kD, kBlockN);
 constexpr int kVSlot = fa_split_vslot_bytes(kDV, kBlockN);
 constexpr int kSlots = fa_split_slots_bytes(kD, kDV, kBlockN, kWarps, kStages);
-constexpr int kRing = 2 * kStages;        // page ring entries (blocks): blocks it .. it + 2 kStages - 1 live
+constexpr int kRing = 2 * kStages;  // page ring entries (blocks): blocks it .. it + 2 kStages - 1 live
 constexpr bool kFeat = fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap;
 #define FA_SPLIT_NEG_INF __int_as_float(0xff800000)
 
@@ -161,10 +161,8 @@ FA_DEVICE void ring_load(const FaFwdArgs& a, int* ring, const int* bt, int tid, 
     const int r = tid + t * kThreads;
     const int j = (blk0 + blk) * kBlockN + r;
     if (r < kBlockN && j < key_hi) {
-      if constexpr (ASYNC)
-        cp_async4(smem_u32(pw + r), bt + (j >> a.page_shift), 4);
-      else
-        pw[r] = bt[j >> a.page_shift];
+      if constexpr (ASYNC) cp_async4(smem_u32(pw + r), bt + (j >> a.page_shift), 4);
+      else pw[r] = bt[j >> a.page_shift];
     }
   }
 }
@@ -347,7 +345,8 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
         if (it == 0) {
 #pragma unroll
           for (int ks = 0; ks < kKSteps; ++ks)
-            ldsm_x4(fa_smem_at<kPitchQ>(q_lane, 0, ks * 16), q_frag[ks][0], q_frag[ks][1], q_frag[ks][2], q_frag[ks][3]);
+            ldsm_x4(fa_smem_at<kPitchQ>(q_lane, 0, ks * 16), q_frag[ks][0], q_frag[ks][1], q_frag[ks][2],
+                    q_frag[ks][3]);
         }
       }
       // ---- S = Q K_w^T ----
@@ -437,7 +436,10 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
         }
         row_l[hh] = row_l[hh] * corr + sum;
 #pragma unroll
-        for (int n = 0; n < kColTiles; ++n) { o_acc[n][hh * 2] *= corr; o_acc[n][hh * 2 + 1] *= corr; }
+        for (int n = 0; n < kColTiles; ++n) {
+          o_acc[n][hh * 2] *= corr;
+          o_acc[n][hh * 2 + 1] *= corr;
+        }
       }
       // ---- O += P V_w ----
       const unsigned vb = sV + (unsigned)(slot * kVSlot) + v_lane;
@@ -494,11 +496,17 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
         const float f = fa_exp2(sM[w * kRows + r] - m);
         const float4 x = *(const float4*)(sO + (w * kRows + r) * kPitchO + c4 * 4);
         l += sL[w * kRows + r] * f;
-        o0 += x.x * f; o1 += x.y * f; o2 += x.z * f; o3 += x.w * f;
+        o0 += x.x * f;
+        o1 += x.y * f;
+        o2 += x.z * f;
+        o3 += x.w * f;
       }
     }
     const float inv = l > 0.f ? 1.f / l : 0.f;
-    o0 *= inv; o1 *= inv; o2 *= inv; o3 *= inv;
+    o0 *= inv;
+    o1 *= inv;
+    o2 *= inv;
+    o3 *= inv;
     const float lse = (l > 0.f && m != FA_SPLIT_NEG_INF) ? (m + __log2f(l)) * 0.6931471805599453f : FA_SPLIT_NEG_INF;
     const int R = r0 + r;
     const int i = R / group, h = g * group + (R - i * group);
@@ -536,8 +544,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       }
     }
     fa_split::wide_kernel<0, false>(a);
-  } else
-    fa_split::narrow_kernel<0>(a);
+  } else fa_split::narrow_kernel<0>(a);
 }
 
 #endif  // FA_FWD_SPLIT_CUH

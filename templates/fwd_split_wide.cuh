@@ -24,13 +24,13 @@ template <int kUnused, bool kAlias>
 FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
   constexpr int kSt = kAlias ? kFaSplitWideAliasStages : kStages;  // pipeline depth
   constexpr int kRingW = 2 * kSt;
-  constexpr int kVSlotW = kAlias ? kKSlot : kVSlot;                // V tiles: inside the K tiles when aliased
+  constexpr int kVSlotW = kAlias ? kKSlot : kVSlot;  // V tiles: inside the K tiles when aliased
   constexpr int kPitchVW = kAlias ? kPitchK : kPitchV;
   constexpr int kSlotsW = fa_split_wide_slots_bytes(kD, kDV, kBlockN, kStages);
-  constexpr int kR = kFaSplitRowsWide;           // 64 packed rows
+  constexpr int kR = kFaSplitRowsWide;             // 64 packed rows
   constexpr int kPitchP = fa_smem_pitch(kBlockN);  // P tile pitch (elements)
-  constexpr int kColsW = kDVPad / kWarps;        // O columns per warp
-  constexpr int kNT = kColsW / 8;                // n8 tiles of O per warp
+  constexpr int kColsW = kDVPad / kWarps;          // O columns per warp
+  constexpr int kNT = kColsW / 8;                  // n8 tiles of O per warp
   constexpr int kQW = fa_split_wide_q_bytes(kD);
   static_assert(kUnused == 0 && kWarps == 8 && kBlockN == 32, "fwd_split wide: 8 warps, 32-key blocks");
   static_assert(kUnused == 0 && kColsW % 16 == 0, "fwd_split wide: head_dim_v / 8 a multiple of 16");
@@ -55,11 +55,11 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
   const unsigned sV = kAlias ? sK : sK + (unsigned)(kSt * kKSlot);
   const unsigned sP = sK + (unsigned)kSlotsW;
   float* stat = (float*)(fa_smem + kQW + kSlotsW + fa_split_wide_p_bytes(kBlockN));
-  float* sRed = stat;              // [2][64] row maxima of the two key halves
-  float* sSum = stat + 2 * kR;     // [2][64] row sums of P of the two key halves
-  float* sCorr = stat + 4 * kR;    // [64] exp2(m_old - m_new) of the block
-  float* sL = stat + 5 * kR;       // [64] running sums
-  float* sMf = stat + 6 * kR;      // [64] final maxima (scaled, log2 units)
+  float* sRed = stat;                 // [2][64] row maxima of the two key halves
+  float* sSum = stat + 2 * kR;        // [2][64] row sums of P of the two key halves
+  float* sCorr = stat + 4 * kR;       // [64] exp2(m_old - m_new) of the block
+  float* sL = stat + 5 * kR;          // [64] running sums
+  float* sMf = stat + 6 * kR;         // [64] final maxima (scaled, log2 units)
   int* ring = (int*)(stat + 8 * kR);  // [kRingW][kBlockN]
 
   const T* kpool = (const T*)a.k;
@@ -221,7 +221,10 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
         for (int hh = 0; hh < 2; ++hh) {
           const float c = sCorr[m * 16 + gq + hh * 8];
 #pragma unroll
-          for (int n = 0; n < kNT; ++n) { o_acc[m][n][hh * 2] *= c; o_acc[m][n][hh * 2 + 1] *= c; }
+          for (int n = 0; n < kNT; ++n) {
+            o_acc[m][n][hh * 2] *= c;
+            o_acc[m][n][hh * 2 + 1] *= c;
+          }
         }
       // ---- O[:, warp's columns] += P V ----
       const unsigned vb = sV + (unsigned)(slot * kVSlotW) + v_lane;
@@ -271,11 +274,11 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
           if (kDVPad == kDV || warp * kColsW + n * 8 + tq * 2 < kDV)
             *(float2*)(dst + n * 8) = make_float2(o_acc[m][n][hh * 2] * inv, o_acc[m][n][hh * 2 + 1] * inv);
         if (warp == 0 && tq == 0)
-          a.part_lse[row] = (l > 0.f && mrow != FA_SPLIT_NEG_INF) ? (mrow + __log2f(l)) * 0.6931471805599453f
-                                                                   : FA_SPLIT_NEG_INF;
+          a.part_lse[row] =
+              (l > 0.f && mrow != FA_SPLIT_NEG_INF) ? (mrow + __log2f(l)) * 0.6931471805599453f : FA_SPLIT_NEG_INF;
       } else {
-        T* op = (T*)a.o + (long long)b * a.o_sb + (long long)i * a.o_ss + (long long)h * a.o_sh + warp * kColsW +
-                tq * 2;
+        T* op =
+            (T*)a.o + (long long)b * a.o_sb + (long long)i * a.o_ss + (long long)h * a.o_sh + warp * kColsW + tq * 2;
 #pragma unroll
         for (int n = 0; n < kNT; ++n)
           if (kDVPad == kDV || warp * kColsW + n * 8 + tq * 2 < kDV)

@@ -67,10 +67,10 @@ namespace fa_wg {
 
 constexpr int kD = fa_cfg::kHeadDim;
 constexpr int kDV = fa_cfg::kHeadDimV;
-constexpr int kDp = (kD + 63) / 64 * 64;    // shared-memory columns: whole 128-byte swizzle atoms (TMA zero fill)
+constexpr int kDp = (kD + 63) / 64 * 64;  // shared-memory columns: whole 128-byte swizzle atoms (TMA zero fill)
 constexpr int kDVp = (kDV + 63) / 64 * 64;
-constexpr int kDk = (kD + 15) / 16 * 16;    // reduction extent of Q K^T (k16 steps)
-constexpr int kNV = (kDV + 15) / 16 * 16;   // O columns computed (wgmma N)
+constexpr int kDk = (kD + 15) / 16 * 16;   // reduction extent of Q K^T (k16 steps)
+constexpr int kNV = (kDV + 15) / 16 * 16;  // O columns computed (wgmma N)
 constexpr int kBM = fa_cfg::kBlockM;
 constexpr int kBN = fa_cfg::kBlockN;
 constexpr int kStages = fa_cfg::kStages;
@@ -155,7 +155,7 @@ FA_DEVICE uint4 ld_shared_v4(unsigned addr) {
 
 // Geometry of one work tile (query block, head, batch).
 struct FaTile {
-  int m0, mb, h, b, g, bt;   // first query row, query block, query head, batch, kv head, TMA batch coordinate
+  int m0, mb, h, b, g, bt;  // first query row, query block, query head, batch, kv head, TMA batch coordinate
   int sq, sk, base_q, base_k;
   int diag0, nb_lo, nb_hi, n_blocks;  // diagonal offset of row m0, the band's K/V blocks [nb_lo, nb_hi), visited
   const unsigned char* cls;  // kSparse: the query block's row of block classes (null: none, every block masked)
@@ -236,18 +236,26 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
       h = hb % args.heads_q;
       b = hb / args.heads_q;
     } else {
-      xb = (int)blockIdx.x; h = (int)blockIdx.y; b = (int)blockIdx.z;
+      xb = (int)blockIdx.x;
+      h = (int)blockIdx.y;
+      b = (int)blockIdx.z;
     }
     const int m_block = kMasked ? mblocks - 1 - xb : xb;
-    T.h = h; T.b = b; T.mb = m_block; T.m0 = m_block * kBM;
+    T.h = h;
+    T.b = b;
+    T.mb = m_block;
+    T.m0 = m_block * kBM;
     if constexpr (fa_cfg::kVarlen) {
       const int q0 = args.cu_seqlens_q[b], k0 = args.cu_seqlens_k[b];
       T.sq = args.cu_seqlens_q[b + 1] - q0;
       T.sk = args.cu_seqlens_k[b + 1] - k0;
-      T.base_q = q0; T.base_k = k0;
+      T.base_q = q0;
+      T.base_k = k0;
     } else {
-      T.sq = args.seqlen_q; T.sk = args.seqlen_k;
-      T.base_q = 0; T.base_k = 0;
+      T.sq = args.seqlen_q;
+      T.sk = args.seqlen_k;
+      T.base_q = 0;
+      T.base_k = 0;
     }
     T.g = h / args.group;
     T.bt = fa_cfg::kVarlen ? 0 : b;  // TMA batch coordinate (varlen: packed tokens, batch dim of size 1)
@@ -309,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
   const unsigned sQ = sbase, sK = sbase + kOffK, sV = sbase + kOffV, sBar = sbase + kOffBar;
   const unsigned sBits = sbase + kOffBits, sRec = sbase + kOffRec;
   auto q_full = [&](int i) { return sBar + 8u * i; };         // Q buffer i landed
-  auto q_empty = [&](int i) { return sBar + 8u * (2 + i); };   // Q buffer i free again (persistent)
+  auto q_empty = [&](int i) { return sBar + 8u * (2 + i); };  // Q buffer i free again (persistent)
   auto k_full = [&](int s) { return sBar + 8u * (4 + s); };
   auto v_full = [&](int s) { return sBar + 8u * (4 + kStages + s); };
   auto k_empty = [&](int s) { return sBar + 8u * (4 + 2 * kStages + s); };
@@ -359,8 +367,8 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           fa_mbar_arrive_expect_tx(q_full(qb), (unsigned)kQBytes);
 #pragma unroll
           for (int c = 0; c < kDp / 64; ++c)
-            fa_tma_load_4d(sQ + (unsigned)(qb * kR0 + c * kBM * 128), &tma.q, q_full(qb), c * 64, T.base_q + T.m0,
-                           T.h, T.bt);
+            fa_tma_load_4d(sQ + (unsigned)(qb * kR0 + c * kBM * 128), &tma.q, q_full(qb), c * 64, T.base_q + T.m0, T.h,
+                           T.bt);
         }
         // K of block it+1 is issued before V of block it: the consumers need K_{j+1} (S = Q K^T) before V_j.
         // kSparse: lane l <= kC holds word l of the next partial block's record (block_of); load_k stages it and the
@@ -394,7 +402,10 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
               }
             }
           }
-          if (++ks == kStages) { ks = 0; kph ^= 1u; }
+          if (++ks == kStages) {
+            ks = 0;
+            kph ^= 1u;
+          }
         };
         auto load_v = [&](int nb) {
           const int kn = T.base_k + nb * kBN;
@@ -405,7 +416,10 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
             for (int c = 0; c < kDVp / 64; ++c)
               fa_tma_load_4d(sV + (unsigned)(vs * kVBytes + c * kBN * 128), &tma.v, v_full(vs), c * 64, kn, T.g, T.bt);
           }
-          if (++vs == kStages) { vs = 0; vph ^= 1u; }
+          if (++vs == kStages) {
+            vs = 0;
+            vph ^= 1u;
+          }
         };
         // The entry (n_block << 1) | full of visit it: the band from its last block down, or the next classified one
         // (kSparse; a partial block's record words go to recw, lane l <= kC word l: its codes and slot, defaults
@@ -438,10 +452,10 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
   } else {
     // ---------------- consumer warpgroups ----------------
     fa_setmaxnreg_inc<kRegC>();
-    const int cw = wg - 1;                         // consumer index: rows 64 cw .. 64 cw + 63 of the block
+    const int cw = wg - 1;  // consumer index: rows 64 cw .. 64 cw + 63 of the block
     const int ltid = tid & 127, warp = ltid >> 5, lane = tid & 31;
     const int gq = lane >> 2, tq = lane & 3;
-    const int rbase = cw * 64 + warp * 16 + gq;    // block row of this thread's first accumulator row (+8: second)
+    const int rbase = cw * 64 + warp * 16 + gq;       // block row of this thread's first accumulator row (+8: second)
     const float mul = kFeat ? 1.f : args.scale_log2;  // feature-path scores are already in log2 units
     const unsigned long long dq00 = fa_wg_desc_sw128(sQ + (unsigned)(cw * 64 * 128), 16, 1024);
     const unsigned long long dk0 = fa_wg_desc_sw128(sK, 16, 1024);
@@ -485,8 +499,18 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
       }
     };
     if (!fa_cfg::kVarlen && kStaged && tid == 128) fa_tma_prefetch(&tma.o);
-    auto adv_k = [&]() { if (++kst == kStages) { kst = 0; kph ^= 1u; } };
-    auto adv_v = [&]() { if (++vst == kStages) { vst = 0; vph ^= 1u; } };
+    auto adv_k = [&]() {
+      if (++kst == kStages) {
+        kst = 0;
+        kph ^= 1u;
+      }
+    };
+    auto adv_v = [&]() {
+      if (++vst == kStages) {
+        vst = 0;
+        vph ^= 1u;
+      }
+    };
 
     for (int t = t_first; t < total; t += t_step) {
       FaTile T = tile_at(t);
@@ -559,7 +583,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
         const unsigned long long dq0 = dq00 + (unsigned)((qb * kR0) >> 4);
 
         // S = Q K^T of the K block in `slot` (issued and committed, not waited).
-        auto gemm_s = [&](float (&s)[kBN / 2], int slot) {
+        auto gemm_s = [&](float(&s)[kBN / 2], int slot) {
           fa_wg_fence();
 #pragma unroll
           for (int ks = 0; ks < kDk / 16; ++ks) {
@@ -570,7 +594,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           fa_wg_commit();
         };
         // O += P V of the V block in `slot` (issued and committed, not waited).
-        auto gemm_o = [&](const unsigned (&p)[kBN / 16][4], int slot) {
+        auto gemm_o = [&](const unsigned(&p)[kBN / 16][4], int slot) {
           fa_wg_fence();
 #pragma unroll
           for (int kk = 0; kk < kBN / 16; ++kk) {
@@ -581,7 +605,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
         };
         // Scores -> probabilities in place (base 2), running max / sum, rescale factors of O.
         // entry: (n_block << 1) | full (entry_of).
-        auto softmax = [&](float (&s)[kBN / 2], int entry, const FaWgMaskWords& mw, float (&corr)[2]) {
+        auto softmax = [&](float(&s)[kBN / 2], int entry, const FaWgMaskWords& mw, float(&corr)[2]) {
           const int kn = (entry >> 1) * kBN;
           if constexpr (kFeat) {
 #pragma unroll
@@ -592,8 +616,8 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                   const int j = kn + jt * 8 + tq * 2 + e;
-                  s[jt * 4 + hh * 2 + e] = fa_feature_score(s[jt * 4 + hh * 2 + e], args, bias_g, slope, b, h, i, j,
-                                                            sq, sk, FA_USER_ARGS);  // common/fwd_score.cuh
+                  s[jt * 4 + hh * 2 + e] = fa_feature_score(s[jt * 4 + hh * 2 + e], args, bias_g, slope, b, h, i, j, sq,
+                                                            sk, FA_USER_ARGS);  // common/fwd_score.cuh
                 }
             }
           }
@@ -668,7 +692,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
             row_l[hh] = row_l[hh] * corr[hh] + t[0];
           }
         };
-        auto convert = [&](unsigned (&p)[kBN / 16][4], const float (&s)[kBN / 2]) {
+        auto convert = [&](unsigned(&p)[kBN / 16][4], const float(&s)[kBN / 2]) {
 #pragma unroll
           for (int kk = 0; kk < kBN / 16; ++kk) {
             p[kk][0] = pack2(s[kk * 8 + 0], s[kk * 8 + 1]);
@@ -677,11 +701,13 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
             p[kk][3] = pack2(s[kk * 8 + 6], s[kk * 8 + 7]);
           }
         };
-        auto rescale_o = [&](const float (&corr)[2]) {
+        auto rescale_o = [&](const float(&corr)[2]) {
 #pragma unroll
           for (int jt = 0; jt < kNV / 8; ++jt) {
-            o[jt * 4 + 0] *= corr[0]; o[jt * 4 + 1] *= corr[0];
-            o[jt * 4 + 2] *= corr[1]; o[jt * 4 + 3] *= corr[1];
+            o[jt * 4 + 0] *= corr[0];
+            o[jt * 4 + 1] *= corr[0];
+            o[jt * 4 + 2] *= corr[1];
+            o[jt * 4 + 3] *= corr[1];
           }
         };
 
@@ -709,7 +735,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           adv_v();
         }
         if (kTrim && n_blocks == 0) {  // nothing visible to these rows: O = 0, lse = -inf
-          if constexpr (kOv) {  // a band of n blocks takes n + 1 turns with kOv
+          if constexpr (kOv) {         // a band of n blocks takes n + 1 turns with kOv
             pp_sync();
             pp_arrive();
           }
@@ -851,8 +877,7 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
           if (ltid == 0) {
 #pragma unroll
             for (int c = 0; c < kDVp / 64; ++c)
-              fa_tma_store_4d(&tma.o, sQt + (unsigned)(c * kBM * 128 + cw * 64 * 128), c * 64, m0 + cw * 64, h,
-                              T.bt);
+              fa_tma_store_4d(&tma.o, sQt + (unsigned)(c * kBM * 128 + cw * 64 * 128), c * 64, m0 + cw * 64, h, T.bt);
             fa_tma_store_commit();
             if constexpr (!kPersist) fa_tma_store_wait_read();  // the CTA's shared memory outlives the reads
           }

@@ -33,7 +33,8 @@ extern "C" __global__ void __launch_bounds__(128) fa_kernel(const FaFwdArgs args
     sq = args.cu_seqlens_q[bb + 1] - args.cu_seqlens_q[bb];
     sk = args.cu_seqlens_k[bb + 1] - args.cu_seqlens_k[bb];
   } else {
-    sq = args.seqlen_q; sk = args.seqlen_k;
+    sq = args.seqlen_q;
+    sk = args.seqlen_k;
   }
   const int m0 = mb * kBM, kn = nb * kBN;
   // a key block at or past the key length is hidden whole: no row takes part (and below, kn < sk)

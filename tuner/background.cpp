@@ -7,9 +7,8 @@ namespace fa::tune {
 
 bool BackgroundTuner::submit(BackgroundJob job) {
   const std::string key = job.key;
-  const bool queued = worker_.submit(key, [this, job = std::move(job)](const std::atomic<bool>& cancelled) {
-    run_job(job, cancelled);
-  });
+  const bool queued = worker_.submit(
+      key, [this, job = std::move(job)](const std::atomic<bool>& cancelled) { run_job(job, cancelled); });
   if (queued) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.submitted;
@@ -25,16 +24,12 @@ void BackgroundTuner::run_job(const BackgroundJob& job, const std::atomic<bool>&
     st = run_(job, cancelled, &out);
   } catch (const std::exception& e) {
     st = rt::error(FA_ERROR_INTERNAL, std::string("background tuning: ") + e.what());
-  } catch (...) {
-    st = rt::error(FA_ERROR_INTERNAL, "background tuning: unknown exception");
-  }
+  } catch (...) { st = rt::error(FA_ERROR_INTERNAL, "background tuning: unknown exception"); }
   const bool abandoned = cancelled();
   if (!abandoned) {
     try {
       done_(job, st, out);
-    } catch (...) {
-      st = rt::error(FA_ERROR_INTERNAL, "background tuning: the winner could not be swapped in");
-    }
+    } catch (...) { st = rt::error(FA_ERROR_INTERNAL, "background tuning: the winner could not be swapped in"); }
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (abandoned) ++stats_.abandoned;

@@ -23,14 +23,14 @@
 namespace fa::tune {
 
 struct BackgroundJob {
-  std::string key;        // tuning key (bucket.h)
+  std::string key;  // tuning key (bucket.h)
   gen::Semantic s;
-  gen::ProblemDesc p;     // the call that queued it (fixed-length forward)
+  gen::ProblemDesc p;  // the call that queued it (fixed-length forward)
 };
 
 // Runs one job: tunes it and fills *out; polls cancelled() and gives up (any status) once it returns true.
-using JobRunner = std::function<rt::Status(const BackgroundJob& job, const std::function<bool()>& cancelled,
-                                           TuneOutcome* out)>;
+using JobRunner =
+    std::function<rt::Status(const BackgroundJob& job, const std::function<bool()>& cancelled, TuneOutcome* out)>;
 // Receives a finished (not abandoned) job: its status and outcome. Runs on the worker thread.
 using JobDone = std::function<void(const BackgroundJob& job, const rt::Status& st, const TuneOutcome& out)>;
 
@@ -59,8 +59,8 @@ class BackgroundTuner {
 
   JobRunner run_;
   JobDone done_;
-  std::mutex mu_;  // guards stats_
-  BackgroundStats stats_;  // abandoned: the jobs cancelled in flight (the worker counts the dropped ones)
+  std::mutex mu_;            // guards stats_
+  BackgroundStats stats_;    // abandoned: the jobs cancelled in flight (the worker counts the dropped ones)
   rt::SerialWorker worker_;  // last: stopped (joined) before the members its tasks use go away
 };
 

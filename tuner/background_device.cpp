@@ -32,7 +32,8 @@ rt::Status run_job_on_device(fa_context c, const BackgroundJob& job, const TuneO
   const gen::Semantic s = gen::select_forward(vd, c->arch);
   if (s.family == nullptr || tuning_key(s, vd) != job.key)
     return rt::error(FA_ERROR_INTERNAL, "background tuning: private buffers give the key " +
-                                            (s.family ? tuning_key(s, vd) : std::string("(none)")) + ", not " + job.key);
+                                            (s.family ? tuning_key(s, vd) : std::string("(none)")) + ", not " +
+                                            job.key);
   TuneOptions o = base;
   o.cancelled = cancelled;
   return tune(c, s, vd, dp->request(vp, vd), o, out);

@@ -52,8 +52,7 @@ void CacheStore::save(uint64_t hash, const std::string& key, int arch, const std
 std::unique_ptr<CacheStore> open_cache_store(fa_context c, const char* path) {
   cache::WarnFn warn = [c](const std::string& m) { c->warn("cache: " + m); };
   const cache::OpenMode mode = c->cache_read_only ? cache::OpenMode::kReadOnly : cache::OpenMode::kReadWrite;
-  auto db = cache::Db::open(path != nullptr ? std::string(path) : std::string(), context_env(c), std::move(warn),
-                            mode);
+  auto db = cache::Db::open(path != nullptr ? std::string(path) : std::string(), context_env(c), std::move(warn), mode);
   return std::make_unique<CacheStore>(std::move(db), c);
 }
 

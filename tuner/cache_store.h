@@ -21,8 +21,8 @@ class CacheStore : public rt::CubinStore {
   CacheStore(std::unique_ptr<cache::Db> db, fa_context c) : db_(std::move(db)), c_(c) {}
   std::optional<std::vector<char>> load(uint64_t hash, const std::string& key, unsigned dynamic_smem,
                                         rt::PtxasInfo* info) override;
-  void save(uint64_t hash, const std::string& key, int arch, const std::vector<char>& cubin,
-            const rt::PtxasInfo& info, unsigned dynamic_smem) override;
+  void save(uint64_t hash, const std::string& key, int arch, const std::vector<char>& cubin, const rt::PtxasInfo& info,
+            unsigned dynamic_smem) override;
   cache::Db* db() const { return db_.get(); }
 
  private:

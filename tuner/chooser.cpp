@@ -68,8 +68,7 @@ bool TuningChooser::fallback(fa_context c, const gen::Semantic& s, const gen::Pr
   return true;
 }
 
-bool TuningChooser::pick_fallback(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p,
-                                  gen::Tunables* out) {
+bool TuningChooser::pick_fallback(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, gen::Tunables* out) {
   // The fastest stored candidate of this key that serves the call, else the family's default for it.
   if (cache::Db* db = context_db(c)) {
     for (const cache::TuneRow& row : db->tune_rows(tuning_semantic_key(s), shape_bucket(p))) {
@@ -151,8 +150,9 @@ rt::Status TuningChooser::choose(fa_context c, const gen::Semantic& s, const gen
   // user code (its buffers are the caller's, which may be gone by the time the job runs).
   const bool no_private_buffers = p.varlen || p.mods != nullptr;
   if (in_background && no_private_buffers) {
-    c->info("tuner: " + key + (p.varlen ? " is a varlen problem: the background tuner times fixed lengths only"
-                                        : " reads user code's buffers, which the background tuner does not have") +
+    c->info("tuner: " + key +
+                (p.varlen ? " is a varlen problem: the background tuner times fixed lengths only"
+                          : " reads user code's buffers, which the background tuner does not have") +
                 ", so it runs at its defaults (fa_prepare tunes it with the call's buffers)",
             key);
     tune = nullptr;

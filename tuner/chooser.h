@@ -79,12 +79,12 @@ class TuningChooser : public rt::TunableChooser {
   // The fallback() choice for p computed without touching alternates_ (nullopt: none valid).
   bool pick_fallback(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p, gen::Tunables* out);
 
-  std::mutex bg_mu_;     // guards background_ and runner_
+  std::mutex bg_mu_;  // guards background_ and runner_
   std::shared_ptr<BackgroundTuner> background_;
   JobRunner runner_;
   bool stopped_ = false;
-  std::mutex mu_;        // guards memory_ and last_
-  std::mutex tune_mu_;   // one tuning at a time
+  std::mutex mu_;       // guards memory_ and last_
+  std::mutex tune_mu_;  // one tuning at a time
   std::map<std::string, gen::Tunables> memory_;
   std::map<std::string, gen::Tunables> alternates_;  // per key: the fallback for calls its winner does not serve
   TuneOutcome last_;

@@ -134,9 +134,16 @@ rt::Status DeviceProblem::create(fa_context c, const GridPoint& g, std::unique_p
   const ProblemLayout l = problem_layout(p);
   ProblemBuffers b;
   rt::Status st;
-  for (auto [ptr, bytes] : {std::pair<CUdeviceptr*, size_t>{&b.q, l.q * es}, {&b.k, l.k * es}, {&b.v, l.v * es},
-                            {&b.o, l.o * es}, {&dp->o_ref_, l.o * es}, {&b.lse, l.lse * 4}, {&dp->lse_ref_, l.lse * 4},
-                            {&b.bias, l.bias * es}, {&b.alibi, l.alibi * 4}, {&b.seqused, l.seqused * 4},
+  for (auto [ptr, bytes] : {std::pair<CUdeviceptr*, size_t>{&b.q, l.q * es},
+                            {&b.k, l.k * es},
+                            {&b.v, l.v * es},
+                            {&b.o, l.o * es},
+                            {&dp->o_ref_, l.o * es},
+                            {&b.lse, l.lse * 4},
+                            {&dp->lse_ref_, l.lse * 4},
+                            {&b.bias, l.bias * es},
+                            {&b.alibi, l.alibi * 4},
+                            {&b.seqused, l.seqused * 4},
                             {&b.block_table, l.block_table * 4}}) {
     if (bytes == 0) continue;  // absent from this problem
     st = dp->alloc(bytes, ptr);
@@ -185,7 +192,8 @@ rt::Status DeviceProblem::verify(const fa_params& validated, const gen::ProblemD
   pr.o = reinterpret_cast<void*>(o_ref_);
   pr.lse = reinterpret_cast<float*>(lse_ref_);
   FaFwdArgs args = rt::make_fwd_args(pr, d);
-  st = rt::enqueue_plan(c_, plan, gen::launch_shape(d), rt::PlanArgs{&args, sizeof args, {}}, true, stream_, nullptr, 0);
+  st =
+      rt::enqueue_plan(c_, plan, gen::launch_shape(d), rt::PlanArgs{&args, sizeof args, {}}, true, stream_, nullptr, 0);
   if (!st.ok()) return st;
   rt::CtxGuard g(c_);
   if (!g.status().ok()) return g.status();

@@ -99,8 +99,8 @@ class DeviceTimer : public Timer {
     auto wait = [&](int i) -> rt::Status {
       const CUresult r = d.cuEventSynchronize(event(i, 1));
       if (r == CUDA_SUCCESS) return rt::Status::Ok();
-      return rt::error(FA_ERROR_LAUNCH, rt::driver_error(d, "cuEventSynchronize", r) + " while timing " +
-                                            gen::canonical_key(cfg));
+      return rt::error(FA_ERROR_LAUNCH,
+                       rt::driver_error(d, "cuEventSynchronize", r) + " while timing " + gen::canonical_key(cfg));
     };
     auto elapsed = [&](int i, double* ms) -> rt::Status {
       float f = 0.0f;

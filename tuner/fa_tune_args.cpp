@@ -39,21 +39,53 @@ struct Preset {
 
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> p = {
-      {"ci", "tiny grid for CI: fp16 d64 hq4 kv4, none+causal, seqlen 256", {gen::kFp16}, {64}, {4}, {4}, "256", 1024,
-       "none,causal", "none"},
+      {"ci",
+       "tiny grid for CI: fp16 d64 hq4 kv4, none+causal, seqlen 256",
+       {gen::kFp16},
+       {64},
+       {4},
+       {4},
+       "256",
+       1024,
+       "none,causal",
+       "none"},
       {"gpt2", "GPT-2: fp16 d64 hq12 kv12 causal", {gen::kFp16}, {64}, {12}, {12}, "256:1024", 16384, "causal", "none"},
-      {"llama3-8b", "Llama 3 8B: bf16 d128 hq32 kv8 causal", {gen::kBf16}, {128}, {32}, {8}, "1024:8192", 16384,
-       "causal", "none"},
-      {"mistral-7b", "Mistral 7B: bf16 d128 hq32 kv8, sliding window 4096", {gen::kBf16}, {128}, {32}, {8},
-       "1024:16384", 16384, "window:4095:0", "none"},
-      {"gemma2-9b", "Gemma 2 9B: bf16 d256 hq16 kv8 causal, softcap 50", {gen::kBf16}, {256}, {16}, {8}, "1024:8192",
-       16384, "causal", "softcap:50"},
+      {"llama3-8b",
+       "Llama 3 8B: bf16 d128 hq32 kv8 causal",
+       {gen::kBf16},
+       {128},
+       {32},
+       {8},
+       "1024:8192",
+       16384,
+       "causal",
+       "none"},
+      {"mistral-7b",
+       "Mistral 7B: bf16 d128 hq32 kv8, sliding window 4096",
+       {gen::kBf16},
+       {128},
+       {32},
+       {8},
+       "1024:16384",
+       16384,
+       "window:4095:0",
+       "none"},
+      {"gemma2-9b",
+       "Gemma 2 9B: bf16 d256 hq16 kv8 causal, softcap 50",
+       {gen::kBf16},
+       {256},
+       {16},
+       {8},
+       "1024:8192",
+       16384,
+       "causal",
+       "softcap:50"},
   };
   return p;
 }
 
-bool parse_list_int(const std::string& flag, const std::string& text, long long lo, long long hi,
-                    std::vector<int>* out, std::string* error) {
+bool parse_list_int(const std::string& flag, const std::string& text, long long lo, long long hi, std::vector<int>* out,
+                    std::string* error) {
   out->clear();
   for (const std::string& item : split(text, ',')) {
     long long v = 0;
@@ -128,8 +160,10 @@ bool parse_features(const std::string& text, std::vector<FeatureSpec>* out, std:
           }
           f.softcap = static_cast<float>(x);
         } else {
-          *error = fmt::format("--features: expected none or a '+'-joined combination of bias, alibi, softcap[:V], "
-                               "got '{}'", part);
+          *error = fmt::format(
+              "--features: expected none or a '+'-joined combination of bias, alibi, softcap[:V], "
+              "got '{}'",
+              part);
           return false;
         }
       }
@@ -259,38 +293,37 @@ std::string usage_text() {
       "  --features LIST        none or '+'-joined bias, alibi, softcap[:V] (default none)\n"
       "  --preset NAME          a model's grid; explicit grid flags override its fields. Presets:\n";
   for (const Preset& p : presets()) u += fmt::format("                           {:<11} {}\n", p.name, p.what);
-  u +=
-      "options:\n"
-      "  --dry-run              compile the whole candidate space (no GPU needed) and report counts and spills\n"
-      "  --arch N               SM version to compile for with --dry-run: 80, 86, 89, 90, 100, 103, 120 or\n"
-      "                         121 (also sm_120, sm120; 90 and later also 90a, sm_100a); default: the\n"
-      "                         device's, else $FA_ARCH, else 90\n"
-      "  --budget-ms MS         timing budget per tuning key (default $FA_TUNE_BUDGET_MS or 2000)\n"
-      "  --idle-ratio R         idle time after each timed run, in units of its time, so that the GPU is timed\n"
-      "                         at boost clocks and not at its power cap (default 1; 0: runs back to back)\n"
-      "  --threads N            compile threads (default min(cores, 8 per GPU, free RAM / 1 GiB))\n"
-      "  --max-candidates N     try at most N candidates per kernel besides the default\n"
-      "  --force                re-tune keys that already have results\n"
-      "  --no-verify            skip the reference check of winners\n"
-      "  --devices all|LIST     tune on these GPUs at once (all, or ordinals such as 0,1,3): the grid's tuning keys\n"
-      "                         are shared out among them, one thread and context per GPU, all writing one cache,\n"
-      "                         after one compile of the grid's candidates on every GPU's threads; the GPUs must\n"
-      "                         be of one model (default: device 0)\n"
-      "  --json FILE            write the results as JSON\n"
-      "  --cache PATH           the cache file (default $FA_CACHE_PATH or ~/.cache/fa/cache.sqlite)\n"
-      "  --list                 list tuning rows and cubins (stale ones marked); --list and --export open the\n"
-      "                         cache read-only and leave nothing beside it\n"
-      "  --prune                delete stale rows (the cache file must exist)\n"
-      "  --export FILE          copy the cache's valid rows into FILE: a new file, or an existing fa cache they\n"
-      "                         are merged into (its other rows are kept; the report counts the rows that were\n"
-      "                         new, updated or already there); a FILE that is not an fa cache is refused\n"
-      "  --import FILE          copy the valid rows of the fa cache FILE into this one (the report counts the\n"
-      "                         rows that were new, updated or already there)\n"
-      "  --progress[=bar|lines|final]  the progress bar, a line per item, or only a final line (and a line a\n"
-      "                         minute while it runs); default: the bar when stderr is a terminal, else final\n"
-      "  --no-progress          no progress output\n"
-      "  -h, --help\n"
-      "exit codes: 0 ok, 1 failure, 2 bad command line, 3 no usable GPU\n";
+  u += "options:\n"
+       "  --dry-run              compile the whole candidate space (no GPU needed) and report counts and spills\n"
+       "  --arch N               SM version to compile for with --dry-run: 80, 86, 89, 90, 100, 103, 120 or\n"
+       "                         121 (also sm_120, sm120; 90 and later also 90a, sm_100a); default: the\n"
+       "                         device's, else $FA_ARCH, else 90\n"
+       "  --budget-ms MS         timing budget per tuning key (default $FA_TUNE_BUDGET_MS or 2000)\n"
+       "  --idle-ratio R         idle time after each timed run, in units of its time, so that the GPU is timed\n"
+       "                         at boost clocks and not at its power cap (default 1; 0: runs back to back)\n"
+       "  --threads N            compile threads (default min(cores, 8 per GPU, free RAM / 1 GiB))\n"
+       "  --max-candidates N     try at most N candidates per kernel besides the default\n"
+       "  --force                re-tune keys that already have results\n"
+       "  --no-verify            skip the reference check of winners\n"
+       "  --devices all|LIST     tune on these GPUs at once (all, or ordinals such as 0,1,3): the grid's tuning keys\n"
+       "                         are shared out among them, one thread and context per GPU, all writing one cache,\n"
+       "                         after one compile of the grid's candidates on every GPU's threads; the GPUs must\n"
+       "                         be of one model (default: device 0)\n"
+       "  --json FILE            write the results as JSON\n"
+       "  --cache PATH           the cache file (default $FA_CACHE_PATH or ~/.cache/fa/cache.sqlite)\n"
+       "  --list                 list tuning rows and cubins (stale ones marked); --list and --export open the\n"
+       "                         cache read-only and leave nothing beside it\n"
+       "  --prune                delete stale rows (the cache file must exist)\n"
+       "  --export FILE          copy the cache's valid rows into FILE: a new file, or an existing fa cache they\n"
+       "                         are merged into (its other rows are kept; the report counts the rows that were\n"
+       "                         new, updated or already there); a FILE that is not an fa cache is refused\n"
+       "  --import FILE          copy the valid rows of the fa cache FILE into this one (the report counts the\n"
+       "                         rows that were new, updated or already there)\n"
+       "  --progress[=bar|lines|final]  the progress bar, a line per item, or only a final line (and a line a\n"
+       "                         minute while it runs); default: the bar when stderr is a terminal, else final\n"
+       "  --no-progress          no progress output\n"
+       "  -h, --help\n"
+       "exit codes: 0 ok, 1 failure, 2 bad command line, 3 no usable GPU\n";
   return u;
 }
 
@@ -301,72 +334,146 @@ bool parse_tune_args(const std::vector<std::string>& argv, TuneArgs* out, std::s
   // Flags that take a value; the handler parses it.
   using Handler = std::function<bool(const std::string& flag, const std::string& v)>;
   const std::map<std::string, Handler> valued = {
-      {"--dtypes", [&](const std::string&, const std::string& v) { set_dtypes = true; return parse_dtypes(v, &a.dtypes, error); }},
-      {"--head-dims", [&](const std::string& f, const std::string& v) {
+      {"--dtypes",
+       [&](const std::string&, const std::string& v) {
+         set_dtypes = true;
+         return parse_dtypes(v, &a.dtypes, error);
+       }},
+      {"--head-dims",
+       [&](const std::string& f, const std::string& v) {
          set_dims = true;
          if (!parse_list_int(f, v, 8, 256, &a.head_dims, error)) return false;
          for (int d : a.head_dims)
-           if (d % 8 != 0) { *error = fmt::format("{}: expected multiples of 8 in [8, 256], got {}", f, d); return false; }
-         return true; }},
-      {"--heads", [&](const std::string& f, const std::string& v) { set_heads = true; return parse_list_int(f, v, 1, 1024, &a.heads, error); }},
-      {"--kv-heads", [&](const std::string& f, const std::string& v) { set_kv = true; return parse_list_int(f, v, 1, 1024, &a.kv_heads, error); }},
-      {"--seqlens", [&](const std::string& f, const std::string& v) {
+           if (d % 8 != 0) {
+             *error = fmt::format("{}: expected multiples of 8 in [8, 256], got {}", f, d);
+             return false;
+           }
+         return true;
+       }},
+      {"--heads",
+       [&](const std::string& f, const std::string& v) {
+         set_heads = true;
+         return parse_list_int(f, v, 1, 1024, &a.heads, error);
+       }},
+      {"--kv-heads",
+       [&](const std::string& f, const std::string& v) {
+         set_kv = true;
+         return parse_list_int(f, v, 1, 1024, &a.kv_heads, error);
+       }},
+      {"--seqlens",
+       [&](const std::string& f, const std::string& v) {
          set_seq = true;
          std::string why;
          if (parse_seqlens(v, &a.seqlens, &why)) return true;
          *error = f + ": " + why;
-         return false; }},
-      {"--batch-tokens", [&](const std::string& f, const std::string& v) {
+         return false;
+       }},
+      {"--batch-tokens",
+       [&](const std::string& f, const std::string& v) {
          set_bt = true;
          if (parse_int(v, 1, 1LL << 32, &a.batch_tokens)) return true;
          *error = fmt::format("{}: expected an integer in [1, 2^32], got '{}'", f, v);
-         return false; }},
-      {"--masks", [&](const std::string&, const std::string& v) { set_masks = true; return parse_masks(v, &a.masks, error); }},
-      {"--features", [&](const std::string&, const std::string& v) { set_features = true; return parse_features(v, &a.features, error); }},
-      {"--preset", [&](const std::string& f, const std::string& v) {
+         return false;
+       }},
+      {"--masks",
+       [&](const std::string&, const std::string& v) {
+         set_masks = true;
+         return parse_masks(v, &a.masks, error);
+       }},
+      {"--features",
+       [&](const std::string&, const std::string& v) {
+         set_features = true;
+         return parse_features(v, &a.features, error);
+       }},
+      {"--preset",
+       [&](const std::string& f, const std::string& v) {
          for (const Preset& p : presets())
-           if (v == p.name) { a.preset = v; return true; }
+           if (v == p.name) {
+             a.preset = v;
+             return true;
+           }
          *error = fmt::format("{}: unknown preset '{}' (known: {})", f, v, preset_names());
-         return false; }},
-      {"--json", [&](const std::string&, const std::string& v) { a.json_path = v; return true; }},
-      {"--devices", [&](const std::string& f, const std::string& v) {
+         return false;
+       }},
+      {"--json",
+       [&](const std::string&, const std::string& v) {
+         a.json_path = v;
+         return true;
+       }},
+      {"--devices",
+       [&](const std::string& f, const std::string& v) {
          std::string why;
          if (parse_devices(v, &a.all_devices, &a.devices, &why)) return true;
          *error = f + ": " + why;
-         return false; }},
-      {"--export", [&](const std::string&, const std::string& v) { a.export_path = v; return true; }},
-      {"--import", [&](const std::string&, const std::string& v) { a.import_path = v; return true; }},
-      {"--cache", [&](const std::string&, const std::string& v) { a.cache_path = v; return true; }},
-      {"--arch", [&](const std::string& f, const std::string& v) {
+         return false;
+       }},
+      {"--export",
+       [&](const std::string&, const std::string& v) {
+         a.export_path = v;
+         return true;
+       }},
+      {"--import",
+       [&](const std::string&, const std::string& v) {
+         a.import_path = v;
+         return true;
+       }},
+      {"--cache",
+       [&](const std::string&, const std::string& v) {
+         a.cache_path = v;
+         return true;
+       }},
+      {"--arch",
+       [&](const std::string& f, const std::string& v) {
          if (rt::parse_arch(v, &a.arch)) return true;
          *error = fmt::format("{}: expected {}, got '{}'", f, rt::arch_expected(), v);
-         return false; }},
-      {"--budget-ms", [&](const std::string& f, const std::string& v) {
+         return false;
+       }},
+      {"--budget-ms",
+       [&](const std::string& f, const std::string& v) {
          char* end = nullptr;
          const double x = std::strtod(v.c_str(), &end);
-         if (!v.empty() && *end == '\0' && x > 0 && x <= 3.6e6) { a.budget_ms = x; return true; }
+         if (!v.empty() && *end == '\0' && x > 0 && x <= 3.6e6) {
+           a.budget_ms = x;
+           return true;
+         }
          *error = fmt::format("{}: expected milliseconds in (0, 3600000], got '{}'", f, v);
-         return false; }},
-      {"--idle-ratio", [&](const std::string& f, const std::string& v) {
+         return false;
+       }},
+      {"--idle-ratio",
+       [&](const std::string& f, const std::string& v) {
          char* end = nullptr;
          const double x = std::strtod(v.c_str(), &end);
-         if (!v.empty() && *end == '\0' && x >= 0 && x <= 100) { a.idle_ratio = x; return true; }
+         if (!v.empty() && *end == '\0' && x >= 0 && x <= 100) {
+           a.idle_ratio = x;
+           return true;
+         }
          *error = fmt::format("{}: expected a ratio in [0, 100], got '{}'", f, v);
-         return false; }},
-      {"--threads", [&](const std::string& f, const std::string& v) {
+         return false;
+       }},
+      {"--threads",
+       [&](const std::string& f, const std::string& v) {
          long long x = 0;
-         if (parse_int(v, 1, 256, &x)) { a.threads = static_cast<int>(x); return true; }
+         if (parse_int(v, 1, 256, &x)) {
+           a.threads = static_cast<int>(x);
+           return true;
+         }
          *error = fmt::format("{}: expected an integer in [1, 256], got '{}'", f, v);
-         return false; }},
-      {"--max-candidates", [&](const std::string& f, const std::string& v) {
+         return false;
+       }},
+      {"--max-candidates",
+       [&](const std::string& f, const std::string& v) {
          long long x = 0;
-         if (parse_int(v, 1, 100000, &x)) { a.max_candidates = static_cast<int>(x); return true; }
+         if (parse_int(v, 1, 100000, &x)) {
+           a.max_candidates = static_cast<int>(x);
+           return true;
+         }
          *error = fmt::format("{}: expected an integer >= 1, got '{}'", f, v);
-         return false; }},
+         return false;
+       }},
   };
   const std::map<std::string, bool*> switches = {
-      {"--list", &a.list}, {"--prune", &a.prune}, {"--dry-run", &a.dry_run}, {"--help", &a.help}, {"-h", &a.help},
-      {"--force", &a.force}, {"--no-verify", &a.no_verify}};
+      {"--list", &a.list}, {"--prune", &a.prune}, {"--dry-run", &a.dry_run},    {"--help", &a.help},
+      {"-h", &a.help},     {"--force", &a.force}, {"--no-verify", &a.no_verify}};
 
   for (size_t i = 0; i < argv.size(); ++i) {
     std::string flag = argv[i], value;
@@ -380,7 +487,10 @@ bool parse_tune_args(const std::vector<std::string>& argv, TuneArgs* out, std::s
       }
     }
     if (flag == "--no-progress") {
-      if (has_value) { *error = flag + ": takes no value"; return false; }
+      if (has_value) {
+        *error = flag + ": takes no value";
+        return false;
+      }
       a.progress = 0;
       continue;
     }
@@ -395,14 +505,18 @@ bool parse_tune_args(const std::vector<std::string>& argv, TuneArgs* out, std::s
       continue;
     }
     if (auto s = switches.find(flag); s != switches.end()) {
-      if (has_value) { *error = flag + ": takes no value"; return false; }
+      if (has_value) {
+        *error = flag + ": takes no value";
+        return false;
+      }
       *s->second = true;
       continue;
     }
     auto h = valued.find(flag);
     if (h == valued.end()) {
-      *error = flag.rfind("-", 0) == 0 ? fmt::format("{}: unknown flag (see --help)", flag)
-                                        : fmt::format("'{}': unexpected argument (flags start with --; see --help)", flag);
+      *error = flag.rfind("-", 0) == 0
+                   ? fmt::format("{}: unknown flag (see --help)", flag)
+                   : fmt::format("'{}': unexpected argument (flags start with --; see --help)", flag);
       return false;
     }
     if (!has_value) {
@@ -413,13 +527,18 @@ bool parse_tune_args(const std::vector<std::string>& argv, TuneArgs* out, std::s
         return false;
       }
       if (argv[i + 1].rfind("--", 0) == 0) {
-        *error = fmt::format("{}: missing {}: the next argument '{}' is a flag (write {}={} for a value that starts "
-                             "with --)", flag, value_name(flag), argv[i + 1], flag, value_name(flag));
+        *error = fmt::format(
+            "{}: missing {}: the next argument '{}' is a flag (write {}={} for a value that starts "
+            "with --)",
+            flag, value_name(flag), argv[i + 1], flag, value_name(flag));
         return false;
       }
       value = argv[++i];
     }
-    if (value.empty()) { *error = flag + ": empty value"; return false; }
+    if (value.empty()) {
+      *error = flag + ": empty value";
+      return false;
+    }
     if (!h->second(flag, value)) return false;
   }
 

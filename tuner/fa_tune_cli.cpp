@@ -88,9 +88,9 @@ int do_list(cache::Db* db, std::FILE* out) {
   }
   fmt::print(out, "cubins: {}\n", cubins.size());
   for (const cache::CubinSummary& s : cubins) {
-    fmt::print(out, "  {:<5} sm_{} {} | {} bytes | regs {} spill {} smem {} | nvrtc {} gen v{}\n", s.stale ? "STALE" : "",
-               s.arch, s.compile_key, s.size_bytes, s.registers, s.spill_bytes, s.smem_bytes, s.nvrtc_version,
-               s.generator_version);
+    fmt::print(out, "  {:<5} sm_{} {} | {} bytes | regs {} spill {} smem {} | nvrtc {} gen v{}\n",
+               s.stale ? "STALE" : "", s.arch, s.compile_key, s.size_bytes, s.registers, s.spill_bytes, s.smem_bytes,
+               s.nvrtc_version, s.generator_version);
   }
   return 0;
 }
@@ -190,8 +190,10 @@ void print_cache_note(const std::string& path, const char* keeps, std::FILE* out
   std::error_code ec;
   const double bytes = static_cast<double>(std::filesystem::file_size(path, ec));
   fmt::print(out, "cache: {} ({}) keeps {}\n", path,
-             ec ? "size unknown" : bytes < 1e6 ? fmt::format("{:.0f} kB", bytes / 1e3)
-                                               : fmt::format("{:.1f} MB", bytes / 1e6), keeps);
+             ec            ? "size unknown"
+             : bytes < 1e6 ? fmt::format("{:.0f} kB", bytes / 1e3)
+                           : fmt::format("{:.1f} MB", bytes / 1e6),
+             keeps);
 }
 
 // The grid's distinct candidate kernels (each config once, in grid order); per_semantic counts them per tuning
@@ -247,20 +249,24 @@ int do_dry_run(fa_context c, const TuneArgs& a, ProgressMode mode, std::FILE* ou
   for (const CandidateResult& r : res) ++by_status[r.status];
   const int threads = a.threads > 0 ? a.threads : default_compile_threads();
   const size_t loaded = static_cast<size_t>(from_store.load());
-  fmt::print(out, "{} in {:.1f} s wall on {}: {} compiled by NVRTC ({:.1f} s of NVRTC time), {} loaded from the "
-                  "cache\n", counted(res.size(), "kernel"), wall, counted(static_cast<size_t>(threads), "thread"),
-             res.size() - loaded, static_cast<double>(cpu_ms.load()) / 1000.0, loaded);
+  fmt::print(out,
+             "{} in {:.1f} s wall on {}: {} compiled by NVRTC ({:.1f} s of NVRTC time), {} loaded from the "
+             "cache\n",
+             counted(res.size(), "kernel"), wall, counted(static_cast<size_t>(threads), "thread"), res.size() - loaded,
+             static_cast<double>(cpu_ms.load()) / 1000.0, loaded);
   for (const auto& [st, n] : by_status) fmt::print(out, "  {:<14} {}\n", st, n);
   for (const auto& [sem, n] : per_semantic) fmt::print(out, "  semantic {}: {} candidates\n", sem, n);
   int shown = 0;
   for (size_t i = 0; i < res.size(); ++i) {
     if (res[i].status == "ok") continue;
-    if (shown++ < 10) fmt::print(out, "  rejected {}: {} {}\n", gen::canonical_key(configs[i]), res[i].status,
-                                 res[i].detail.substr(0, 300));
+    if (shown++ < 10)
+      fmt::print(out, "  rejected {}: {} {}\n", gen::canonical_key(configs[i]), res[i].status,
+                 res[i].detail.substr(0, 300));
   }
   if (!a.json_path.empty()) {
-    std::string j = fmt::format("{{\"mode\":\"dry-run\",\"arch\":{},\"grid_points\":{},\"kernels\":{},\"wall_s\":{},\"candidates\":[",
-                                arch, grid.size(), res.size(), json_num(wall));
+    std::string j = fmt::format(
+        "{{\"mode\":\"dry-run\",\"arch\":{},\"grid_points\":{},\"kernels\":{},\"wall_s\":{},\"candidates\":[", arch,
+        grid.size(), res.size(), json_num(wall));
     for (size_t i = 0; i < res.size(); ++i) {
       j += fmt::format("{}{{\"key\":{},\"status\":{},\"registers\":{},\"spill_bytes\":{},\"detail\":{}}}", i ? "," : "",
                        json_str(gen::canonical_key(configs[i])), json_str(res[i].status), res[i].ptxas.registers,
@@ -306,7 +312,7 @@ int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressM
   o.threads = a.threads;
   const int gpus = static_cast<int>(devices.size());
   const int host_threads = a.threads > 0 ? a.threads : multi_device_compile_threads(gpus);  // every GPU's share
-  if (o.threads == 0 && gpus > 1) o.threads = std::max(1, host_threads / gpus);  // each GPU's own compiles
+  if (o.threads == 0 && gpus > 1) o.threads = std::max(1, host_threads / gpus);             // each GPU's own compiles
   o.use_cache = !a.force;
   o.max_candidates = a.max_candidates;
   std::vector<Row> rows;
@@ -369,10 +375,11 @@ int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressM
     for (const CandidateResult& cr : r.o.candidates) timed += std::isfinite(cr.median_ms) ? 1 : 0;
     const double speedup = r.o.default_ms / r.o.winner_ms;
     fmt::print(out, "{:<44} {:<24} {:>9} {:>8} {:>9} {:>8} {:>7} {:>3}/{:<3}  {}{}\n", r.g.label,
-               gen::tunables_key(r.o.semantic, r.o.winner), fmt_ms(r.o.winner_ms), fmt_tf(r.o.winner_tflops), fmt_ms(r.o.default_ms),
-               fmt_tf(r.o.default_tflops), std::isfinite(speedup) ? fmt::format("{:.2f}x", speedup) : "-", timed,
-               r.o.candidates.size(),
-               fmt::format("{}{}", r.o.from_cache ? "cache" : "tuned", devices.size() > 1 ? fmt::format(" gpu{}", r.device) : ""),
+               gen::tunables_key(r.o.semantic, r.o.winner), fmt_ms(r.o.winner_ms), fmt_tf(r.o.winner_tflops),
+               fmt_ms(r.o.default_ms), fmt_tf(r.o.default_tflops),
+               std::isfinite(speedup) ? fmt::format("{:.2f}x", speedup) : "-", timed, r.o.candidates.size(),
+               fmt::format("{}{}", r.o.from_cache ? "cache" : "tuned",
+                           devices.size() > 1 ? fmt::format(" gpu{}", r.device) : ""),
                r.o.verified ? fmt::format(" (verified, err {:.1e})", r.o.verify_error)
                             : (r.o.from_cache ? "" : " (" + r.o.verify_note + ")"));
   }
@@ -381,19 +388,21 @@ int do_tune(const std::vector<fa_context>& devices, const TuneArgs& a, ProgressM
   fmt::print(out, "{} on {} ({}) in {:.1f} s\n", counted(rows.size(), "problem"), counted(devices.size(), "GPU"),
              ordinals, wall);
   if (!a.json_path.empty()) {
-    std::string j = fmt::format("{{\"mode\":\"tune\",\"gpu\":{},\"sm_count\":{},\"arch\":{},\"devices\":[{}],"
-                                "\"wall_s\":{},\"results\":[",
-                                json_str(c->gpu_name), c->sm_count, c->arch, ordinals, json_num(wall));
+    std::string j = fmt::format(
+        "{{\"mode\":\"tune\",\"gpu\":{},\"sm_count\":{},\"arch\":{},\"devices\":[{}],"
+        "\"wall_s\":{},\"results\":[",
+        json_str(c->gpu_name), c->sm_count, c->arch, ordinals, json_num(wall));
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      j += fmt::format("{}{{\"problem\":{},\"device\":{},\"semantic_key\":{},\"bucket\":{},\"error\":{},\"from_cache\":{},"
-                       "\"winner\":{},\"winner_ms\":{},\"winner_tflops\":{},\"default\":{},\"default_ms\":{},"
-                       "\"default_tflops\":{},\"verified\":{},\"verify_error\":{},\"candidates\":[",
-                       i ? "," : "", json_str(r.g.label), r.device, json_str(r.o.semantic_key), json_str(r.o.bucket),
-                       json_str(r.error), r.o.from_cache ? "true" : "false", json_str(gen::tunables_key(r.o.semantic, r.o.winner)),
-                       json_num(r.o.winner_ms), json_num(r.o.winner_tflops), json_str(gen::tunables_key(r.o.semantic, r.o.defaults)),
-                       json_num(r.o.default_ms), json_num(r.o.default_tflops), r.o.verified ? "true" : "false",
-                       json_num(r.o.verify_error));
+      j += fmt::format(
+          "{}{{\"problem\":{},\"device\":{},\"semantic_key\":{},\"bucket\":{},\"error\":{},\"from_cache\":{},"
+          "\"winner\":{},\"winner_ms\":{},\"winner_tflops\":{},\"default\":{},\"default_ms\":{},"
+          "\"default_tflops\":{},\"verified\":{},\"verify_error\":{},\"candidates\":[",
+          i ? "," : "", json_str(r.g.label), r.device, json_str(r.o.semantic_key), json_str(r.o.bucket),
+          json_str(r.error), r.o.from_cache ? "true" : "false", json_str(gen::tunables_key(r.o.semantic, r.o.winner)),
+          json_num(r.o.winner_ms), json_num(r.o.winner_tflops), json_str(gen::tunables_key(r.o.semantic, r.o.defaults)),
+          json_num(r.o.default_ms), json_num(r.o.default_tflops), r.o.verified ? "true" : "false",
+          json_num(r.o.verify_error));
       for (size_t k = 0; k < r.o.candidates.size(); ++k) {
         const CandidateResult& cr = r.o.candidates[k];
         j += fmt::format("{}{{\"tunables\":{},\"status\":{},\"median_ms\":{},\"registers\":{}}}", k ? "," : "",
@@ -442,10 +451,11 @@ int open_devices(fa_context c, const TuneArgs& a, const fa_context_options& opt,
   for (fa_context dc : *devices) {
     const fa_context first = devices->front();
     if (dc->gpu_name != first->gpu_name || dc->sm_count != first->sm_count || dc->arch != first->arch) {
-      fmt::print(err, "fa-tune: --devices: device {} is a {} ({} SMs, sm_{}) and device {} a {} ({} SMs, sm_{}): tune "
-                      "one GPU model per run (the cache keeps each model's results apart)\n",
-                 first->device_ordinal, first->gpu_name, first->sm_count, first->arch, dc->device_ordinal,
-                 dc->gpu_name, dc->sm_count, dc->arch);
+      fmt::print(err,
+                 "fa-tune: --devices: device {} is a {} ({} SMs, sm_{}) and device {} a {} ({} SMs, sm_{}): tune "
+                 "one GPU model per run (the cache keeps each model's results apart)\n",
+                 first->device_ordinal, first->gpu_name, first->sm_count, first->arch, dc->device_ordinal, dc->gpu_name,
+                 dc->sm_count, dc->arch);
       return 2;
     }
   }
@@ -480,8 +490,9 @@ int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std
   }
   const bool maintenance = a.list || a.prune || !a.export_path.empty() || !a.import_path.empty();
   if (!a.grid_given && !a.dry_run && !maintenance) {
-    fmt::print(err, "fa-tune: nothing to do: give a grid (e.g. --preset llama3-8b), --dry-run, --list, --prune, "
-                    "--export or --import (see --help)\n");
+    fmt::print(err,
+               "fa-tune: nothing to do: give a grid (e.g. --preset llama3-8b), --dry-run, --list, --prune, "
+               "--export or --import (see --help)\n");
     return 2;
   }
   if (hooks.context_create == nullptr || hooks.context_destroy == nullptr) {
@@ -519,8 +530,10 @@ int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std
     rc = std::max(rc, do_dry_run(c, a, progress, out, err));
   } else if (a.grid_given) {
     if (!c->has_device) {
-      fmt::print(err, "fa-tune: no usable GPU: {}\nfa-tune: use --dry-run (with --arch, e.g. 90 or 120) to compile "
-                      "the candidate space without a GPU\n", c->no_device_reason);
+      fmt::print(err,
+                 "fa-tune: no usable GPU: {}\nfa-tune: use --dry-run (with --arch, e.g. 90 or 120) to compile "
+                 "the candidate space without a GPU\n",
+                 c->no_device_reason);
       return 3;
     }
     if (a.arch > 0 && a.arch != c->arch) {
@@ -549,8 +562,11 @@ int run_fa_tune(const std::vector<std::string>& argv, const CliHooks& hooks, std
     hooks.context_destroy(holder.c);  // closes the cache
     holder.c = nullptr;
     if (!note.empty()) fmt::print(out, "{}", note);
-    else print_cache_note(path, a.dry_run ? "the compiled kernels: later runs load them instead of compiling them"
-                                          : "the tuning results and their kernels: later runs use them", out);
+    else
+      print_cache_note(path,
+                       a.dry_run ? "the compiled kernels: later runs load them instead of compiling them"
+                                 : "the tuning results and their kernels: later runs use them",
+                       out);
   }
   return rc;
 }

@@ -20,7 +20,11 @@ ProgressMode progress_mode(int flag, bool terminal) {
 std::string counted(size_t n, const std::string& noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
 
 Progress::Progress(std::FILE* f, ProgressMode mode, size_t total, std::string what, double heartbeat_s)
-    : f_(f), mode_(mode), total_(total), what_(std::move(what)), heartbeat_s_(heartbeat_s),
+    : f_(f),
+      mode_(mode),
+      total_(total),
+      what_(std::move(what)),
+      heartbeat_s_(heartbeat_s),
       t0_(std::chrono::steady_clock::now()) {}
 
 std::string Progress::clock(double seconds) {
@@ -41,8 +45,8 @@ std::string Progress::bar_text(const std::string& what, size_t done, size_t tota
   const size_t fill = total > 0 ? std::min(kWidth, kWidth * done / total) : kWidth;
   const std::string shown = label.size() > 40 ? label.substr(0, 37) + "..." : label;
   return fmt::format("{} [{}{}] {}/{} {:3}% elapsed {} ETA {}  {:<40}", what, std::string(fill, '#'),
-                     std::string(kWidth - fill, '.'), done, total, total > 0 ? 100 * done / total : 100,
-                     clock(elapsed), clock(eta_of(done, total, elapsed)), shown);
+                     std::string(kWidth - fill, '.'), done, total, total > 0 ? 100 * done / total : 100, clock(elapsed),
+                     clock(eta_of(done, total, elapsed)), shown);
 }
 
 std::string Progress::line_text(const std::string& what, size_t done, size_t total, double elapsed,

@@ -34,7 +34,7 @@ struct TimingPlan {
   int max_reps = 30;
   double budget_ms = 50.0;  // for this candidate's timed runs
   bool flush_l2 = true;
-  int burst = 1;  // launches per timed run (back to back); the run's time is divided by it
+  int burst = 1;            // launches per timed run (back to back); the run's time is divided by it
   double idle_ratio = 0.0;  // idle time after each timed run, in units of that run's time (0: runs back to back)
 };
 

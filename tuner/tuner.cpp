@@ -30,7 +30,10 @@ double visible_pairs(const gen::ProblemDesc& p) {
   if (p.mask == gen::kMaskNone) return static_cast<double>(sq) * static_cast<double>(sk);
   long long wl = -1, wr = -1;
   if (p.mask == gen::kMaskCausal) wr = 0;
-  else { wl = p.win_left; wr = p.win_right; }
+  else {
+    wl = p.win_left;
+    wr = p.win_right;
+  }
   double total = 0;
   for (long long i = 0; i < sq; ++i) {
     const long long diag = i + sk - sq;
@@ -127,7 +130,8 @@ std::vector<std::string> prior_winners(fa_context c, const std::string& semantic
 std::string ptxas_verdict(const rt::PtxasInfo& info, const gen::KernelConfig& cfg, const gen::DeviceLimits& lim,
                           std::string* why) {
   if (info.spill_stores > 0 || info.spill_loads > 0) {
-    if (why) *why = fmt::format("ptxas: {} bytes spill stores, {} bytes spill loads", info.spill_stores, info.spill_loads);
+    if (why)
+      *why = fmt::format("ptxas: {} bytes spill stores, {} bytes spill loads", info.spill_stores, info.spill_loads);
     return "spill";
   }
   if (info.registers > lim.max_regs_per_thread) {
@@ -167,9 +171,7 @@ std::vector<CandidateResult> compile_candidates(fa_context c, const std::vector<
     rt::Status st;
     try {
       st = compile(configs[i], &r.ptxas);
-    } catch (const std::exception& e) {
-      st = rt::error(FA_ERROR_INTERNAL, e.what());
-    }
+    } catch (const std::exception& e) { st = rt::error(FA_ERROR_INTERNAL, e.what()); }
     if (!st.ok()) {
       r.status = "compile_error";
       r.detail = st.message.substr(0, 2000);
@@ -194,9 +196,7 @@ bool time_candidate(Timer& timer, const gen::KernelConfig& cfg, const rt::TuneRe
   rt::Status st;
   try {
     st = timer.time(cfg, req, plan, ms);
-  } catch (const std::exception& e) {
-    st = rt::error(FA_ERROR_INTERNAL, e.what());
-  }
+  } catch (const std::exception& e) { st = rt::error(FA_ERROR_INTERNAL, e.what()); }
   if (st.ok() && std::isfinite(*ms) && *ms >= 0) return true;
   *detail = st.ok() ? "non-finite time" : st.message.substr(0, 2000);
   return false;
@@ -220,9 +220,8 @@ void run_finals(const std::vector<gen::KernelConfig>& configs, const TuneOptions
   std::vector<size_t> ok;
   for (size_t i = 0; i < configs.size(); ++i)
     if (out->candidates[i].status == "ok" && std::isfinite(out->candidates[i].median_ms)) ok.push_back(i);
-  std::stable_sort(ok.begin(), ok.end(), [&](size_t a, size_t b) {
-    return out->candidates[a].median_ms < out->candidates[b].median_ms;
-  });
+  std::stable_sort(ok.begin(), ok.end(),
+                   [&](size_t a, size_t b) { return out->candidates[a].median_ms < out->candidates[b].median_ms; });
   if (rounds <= 0 || ok.size() < 2) return;
   std::vector<size_t> fin(ok.begin(), ok.begin() + std::min(ok.size(), top));
   for (size_t i : ok)
@@ -306,8 +305,7 @@ rt::Status tune(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p,
   if (o.max_candidates > 0 && configs.size() > static_cast<size_t>(o.max_candidates) + 1)
     configs.resize(static_cast<size_t>(o.max_candidates) + 1);
   auto cancelled = [&] { return o.cancelled && o.cancelled(); };
-  if (configs.empty())
-    return rt::error(FA_ERROR_NOT_SUPPORTED, "tuner: no valid candidate for " + out->semantic_key);
+  if (configs.empty()) return rt::error(FA_ERROR_NOT_SUPPORTED, "tuner: no valid candidate for " + out->semantic_key);
   out->candidates = compile_candidates(c, configs, o, &out->compile_seconds);
   for (CandidateResult& r : out->candidates) {
     r.is_default = r.key == def_key;
@@ -393,9 +391,9 @@ rt::Status tune(fa_context c, const gen::Semantic& s, const gen::ProblemDesc& p,
   out->default_tflops = tflops(out->default_ms);
 
   if (!out->has_winner) {
-    return rt::error(FA_ERROR_LAUNCH, fmt::format("tuner: no candidate of {} ({}) could be timed{}{}",
-                                                  out->semantic_key, out->bucket, first_failure.empty() ? "" : "; first: ",
-                                                  first_failure));
+    return rt::error(FA_ERROR_LAUNCH,
+                     fmt::format("tuner: no candidate of {} ({}) could be timed{}{}", out->semantic_key, out->bucket,
+                                 first_failure.empty() ? "" : "; first: ", first_failure));
   }
   if (o.store && db != nullptr) {
     std::vector<cache::TuneRow> rows;

@@ -54,27 +54,27 @@ struct TuneOptions {
 
 struct CandidateResult {
   gen::Tunables t;
-  std::string key;               // tunables_key
-  std::string status;            // ok, compile_error, spill, registers, launch_error, verify_failed, not_timed,
-                                 // eliminated (timed in the first pass, not re-timed in the finals)
+  std::string key;     // tunables_key
+  std::string status;  // ok, compile_error, spill, registers, launch_error, verify_failed, not_timed,
+                       // eliminated (timed in the first pass, not re-timed in the finals)
   double median_ms = std::nan("");
   rt::PtxasInfo ptxas;
-  std::string detail;            // why it was rejected
+  std::string detail;  // why it was rejected
   bool is_default = false;
 };
 
 struct TuneOutcome {
-  gen::Semantic semantic;        // what was tuned (its family's schema reads the tunables)
-  std::string semantic_key;      // tuning_semantic_key
-  std::string bucket;            // shape_bucket
+  gen::Semantic semantic;    // what was tuned (its family's schema reads the tunables)
+  std::string semantic_key;  // tuning_semantic_key
+  std::string bucket;        // shape_bucket
   std::vector<CandidateResult> candidates;
-  bool from_cache = false;       // served from cache_db, nothing timed
+  bool from_cache = false;  // served from cache_db, nothing timed
   bool has_winner = false;
   gen::Tunables winner;
   double winner_ms = std::nan("");
   gen::Tunables defaults;
   double default_ms = std::nan("");
-  double flops = 0.0;            // of the timed problem
+  double flops = 0.0;  // of the timed problem
   double winner_tflops = std::nan("");
   double default_tflops = std::nan("");
   bool verified = false;
@@ -84,7 +84,7 @@ struct TuneOutcome {
   int rejected = 0;              // compile errors + ptxas rejections
   double compile_seconds = 0.0;  // wall time of the parallel compile
   double timing_seconds = 0.0;
-  int finalists = 0;             // candidates re-timed in the finals (0: no finals ran)
+  int finalists = 0;  // candidates re-timed in the finals (0: no finals ran)
   int final_rounds = 0;
 };
 

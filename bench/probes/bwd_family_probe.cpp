@@ -19,8 +19,8 @@
 
 #include "api/backward_at.h"
 #include "fa/fa.h"
-#include "probe_check.h"
 #include "generator/problem.h"
+#include "probe_check.h"
 #include "runtime/context.h"
 #include "runtime/driver.h"
 #include "runtime/validate.h"
@@ -28,7 +28,6 @@
 namespace {
 
 using fa::rt::Driver;
-
 
 std::vector<int> ints(const std::string& s) {
   std::vector<int> out;
@@ -135,8 +134,15 @@ int main(int argc, char** argv) {
         fa_params p;
         fa_params_init(&p);
         p.dtype = FA_DTYPE_BF16;
-        p.batch = B; p.seqlen_q = p.seqlen_k = S; p.heads_q = p.heads_kv = H; p.head_dim = p.head_dim_v = D;
-        p.q = q.get(); p.k = k.get(); p.v = v.get(); p.o = o.get(); p.lse = reinterpret_cast<float*>(lse.get());
+        p.batch = B;
+        p.seqlen_q = p.seqlen_k = S;
+        p.heads_q = p.heads_kv = H;
+        p.head_dim = p.head_dim_v = D;
+        p.q = q.get();
+        p.k = k.get();
+        p.v = v.get();
+        p.o = o.get();
+        p.lse = reinterpret_cast<float*>(lse.get());
         p.q_stride_batch = p.k_stride_batch = p.v_stride_batch = p.o_stride_batch = int64_t(S) * H * D;
         p.q_stride_seq = p.k_stride_seq = p.v_stride_seq = p.o_stride_seq = int64_t(H) * D;
         p.q_stride_head = p.k_stride_head = p.v_stride_head = p.o_stride_head = D;
@@ -151,7 +157,10 @@ int main(int argc, char** argv) {
           fa_bwd_params& b = bp[f];
           fa_bwd_params_init(&b);
           b.fwd = &p;
-          b.dout = dout.get(); b.dq = dq[f]->get(); b.dk = dk[f]->get(); b.dv = dv[f]->get();
+          b.dout = dout.get();
+          b.dq = dq[f]->get();
+          b.dk = dk[f]->get();
+          b.dv = dv[f]->get();
           b.dout_stride_batch = b.dq_stride_batch = b.dk_stride_batch = b.dv_stride_batch = int64_t(S) * H * D;
           b.dout_stride_seq = b.dq_stride_seq = b.dk_stride_seq = b.dv_stride_seq = int64_t(H) * D;
           b.dout_stride_head = b.dq_stride_head = b.dk_stride_head = b.dv_stride_head = D;

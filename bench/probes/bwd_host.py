@@ -6,6 +6,7 @@ implementations, for comparison.
 
   FA_LIBRARY=build/lib/libfa.so PYTHONPATH=python python3 bench/probes/bwd_host.py
 """
+
 import statistics
 import sys
 from pathlib import Path
@@ -52,9 +53,12 @@ def main() -> int:
 
     class Ident(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, a, b, c): return a.clone()
+        def forward(ctx, a, b, c):
+            return a.clone()
+
         @staticmethod
-        def backward(ctx, g): return g, None, None
+        def backward(ctx, g):
+            return g, None, None
 
     class Old(torch.autograd.Function):
         @staticmethod
@@ -62,25 +66,32 @@ def main() -> int:
             o, lse = T.fwd_impl(*inputs)
             T._setup_context(ctx, inputs, (o, lse))
             return o, lse
+
         @staticmethod
         def backward(ctx, dout, _dlse):
             return T._grads(T.bwd_impl, ctx, dout)
 
     cases = {
-      "OLD 14-arg Function fwd+grad": lambda: torch.autograd.grad(Old.apply(q, k, v, *rest)[0], (q, k, v), do),
-      "fa fwd+grad (autograd)": lambda: torch.autograd.grad(fa.attention(q, k, v, causal=True), (q, k, v), do),
-      "fa fwd (nograd)": lambda: fa.attention(qd, kd, vd, causal=True),
-      "_bwd_impl direct": lambda: T.bwd_impl(do, qd, kd, vd, o, lse, *rest, False),
-      "build_params+bwd": lambda: build_bwd_params(build_params(qd, kd, vd, o, lse, *rest)[0], do, dq, dk, dv, False, False),
-      "ctx.run_backward (C call)": lambda: ctxo.run_backward(bp, stream),
-      "with torch.cuda.device: pass": device_switch,
-      "autograd identity fn": lambda: torch.autograd.grad(Ident.apply(q, k, v), (q,), do),
-      "3x torch.empty": lambda: [torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (qd, kd, vd)],
+        "OLD 14-arg Function fwd+grad": lambda: torch.autograd.grad(Old.apply(q, k, v, *rest)[0], (q, k, v), do),
+        "fa fwd+grad (autograd)": lambda: torch.autograd.grad(fa.attention(q, k, v, causal=True), (q, k, v), do),
+        "fa fwd (nograd)": lambda: fa.attention(qd, kd, vd, causal=True),
+        "_bwd_impl direct": lambda: T.bwd_impl(do, qd, kd, vd, o, lse, *rest, False),
+        "build_params+bwd": lambda: build_bwd_params(
+            build_params(qd, kd, vd, o, lse, *rest)[0], do, dq, dk, dv, False, False
+        ),
+        "ctx.run_backward (C call)": lambda: ctxo.run_backward(bp, stream),
+        "with torch.cuda.device: pass": device_switch,
+        "autograd identity fn": lambda: torch.autograd.grad(Ident.apply(q, k, v), (q,), do),
+        "3x torch.empty": lambda: [torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (qd, kd, vd)],
     }
+
     def sdpa():
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            return torch.autograd.grad(F.scaled_dot_product_attention(qt, kt, vt, is_causal=True), (q, k, v), do.transpose(1, 2))
+            return torch.autograd.grad(
+                F.scaled_dot_product_attention(qt, kt, vt, is_causal=True), (q, k, v), do.transpose(1, 2)
+            )
+
     cases["FA2 fwd+grad (autograd)"] = sdpa
     for name, fn in cases.items():
         print(f"{name:<40} host {host_us(fn):8.1f} us")

@@ -25,10 +25,10 @@
 #include <vector>
 
 #include "fa/fa.h"
-#include "probe_check.h"
 #include "generator/config.h"
 #include "generator/family.h"
 #include "generator/problem.h"
+#include "probe_check.h"
 #include "runtime/context.h"
 #include "runtime/driver.h"
 #include "runtime/launch.h"
@@ -71,7 +71,9 @@ struct Buf {
   CUdeviceptr p = 0;
   size_t n = 0;
   Buf(const Driver* drv, size_t bytes) : d(drv), n(bytes) { CK(d->cuMemAlloc(&p, std::max<size_t>(bytes, 256))); }
-  ~Buf() { if (p) d->cuMemFree(p); }
+  ~Buf() {
+    if (p) d->cuMemFree(p);
+  }
   Buf(const Buf&) = delete;
   Buf& operator=(const Buf&) = delete;
   void* get() const { return reinterpret_cast<void*>(p); }
@@ -192,9 +194,9 @@ struct Probe {
 
   void launch(Layout& l, size_t i, void* ws, size_t ws_size) {
     FaFwdArgs args = fa::rt::make_fwd_args(l.p, l.d);
-    fa::rt::Status st = fa::rt::enqueue_steps(c, l.plans[i], l.kernels[i], fa::gen::launch_shape(l.d),
-                                              fa::rt::forward_plan_args(l.plans[i], &args, nullptr), stream, ws,
-                                              ws_size);
+    fa::rt::Status st =
+        fa::rt::enqueue_steps(c, l.plans[i], l.kernels[i], fa::gen::launch_shape(l.d),
+                              fa::rt::forward_plan_args(l.plans[i], &args, nullptr), stream, ws, ws_size);
     if (!st.ok()) {
       fmt::print("launch {}: {}\n", l.name, st.message);
       std::exit(1);
@@ -406,8 +408,9 @@ int main(int argc, char** argv) {
     else if (s == "--rounds") a.rounds = std::atoi(next());
     else if (s == "--calls") a.calls = std::atoi(next());
     else {
-      fmt::print(stderr, "usage: fa_decode_probe [--gqa B:S[:all],...] [--mla B:S[:all],...] [--rounds N] "
-                         "[--calls N]\n");
+      fmt::print(stderr,
+                 "usage: fa_decode_probe [--gqa B:S[:all],...] [--mla B:S[:all],...] [--rounds N] "
+                 "[--calls N]\n");
       return 2;
     }
   }

@@ -18,6 +18,7 @@ Cells are head_dim:seqlen (causal) or head_dim:seqlen:none (not causal).
   FA_LIBRARY=... PYTHONPATH=python python3 bench/probes/fwd_short_probe.py [--cells 64:512,128:512:none] [--rounds 3]
   ... --points '128:none=c2.n128.s2.pp1.ov1.p1;64=c3.n128.s3.pp0.ov1.p1'
 """
+
 import argparse
 import os
 import statistics
@@ -35,21 +36,41 @@ from bench_peers import event_times  # noqa: E402
 # (name, pinned fwd_wgmma point, FA_PROBE_DEF) per head dim (causal cells) or (head dim, "none") (non-causal cells).
 # The non-causal points are session 17's fa-tune winners at 512 (d 128: 2 x 128 x 2 persistent; d 256: 2 x 64 x 2).
 VARIANTS = {
-    (128, "none"): [("c2n128s2p (tuned)", "c2.n128.s2.pp1.ov1.p1", ""), ("c2n128s2", "c2.n128.s2.pp1.ov1.p0", ""),
-                    ("noepi", "c2.n128.s2.pp1.ov1.p1", "NOEPI"), ("noexp", "c2.n128.s2.pp1.ov1.p1", "NOEXP"),
-                    ("kv0", "c2.n128.s2.pp1.ov1.p1", "KV0"), ("kvh0", "c2.n128.s2.pp1.ov1.p1", "KVH0"),
-                    ("c3n80s2p", "c3.n80.s2.pp1.ov1.p1", "")],
-    (256, "none"): [("c2n64s2 (tuned)", "c2.n64.s2.pp1.ov1.p0", ""), ("c2n64s2p", "c2.n64.s2.pp1.ov1.p1", ""),
-                    ("noepi", "c2.n64.s2.pp1.ov1.p0", "NOEPI"), ("noexp", "c2.n64.s2.pp1.ov1.p0", "NOEXP"),
-                    ("kv0", "c2.n64.s2.pp1.ov1.p0", "KV0"), ("kvh0", "c2.n64.s2.pp1.ov1.p0", "KVH0"),
-                    ("c2n80s2", "c2.n80.s2.pp1.ov1.p0", "")],
-    64: [("c3n128s3p (default)", "c3.n128.s3.pp0.ov1.p1", ""), ("c2n128s3p", "c2.n128.s3.pp1.ov1.p1", ""),
-         ("noepi", "c2.n128.s3.pp1.ov1.p1", "NOEPI"), ("noexp", "c2.n128.s3.pp1.ov1.p1", "NOEXP"),
-         ("nomask", "c2.n128.s3.pp1.ov1.p1", "NOMASK"), ("kv0", "c2.n128.s3.pp1.ov1.p1", "KV0"),
-         ("c2n128s3p no ping-pong", "c2.n128.s3.pp0.ov1.p1", "")],
-    128: [("c2n128s2 p2 (default)", "c2.n128.s2.pp1.ov1.p2", ""), ("c2n128s2", "c2.n128.s2.pp1.ov1.p0", ""),
-          ("noepi", "c2.n128.s2.pp1.ov1.p2", "NOEPI"), ("noexp", "c2.n128.s2.pp1.ov1.p2", "NOEXP"),
-          ("nomask", "c2.n128.s2.pp1.ov1.p2", "NOMASK"), ("kv0", "c2.n128.s2.pp1.ov1.p2", "KV0")],
+    (128, "none"): [
+        ("c2n128s2p (tuned)", "c2.n128.s2.pp1.ov1.p1", ""),
+        ("c2n128s2", "c2.n128.s2.pp1.ov1.p0", ""),
+        ("noepi", "c2.n128.s2.pp1.ov1.p1", "NOEPI"),
+        ("noexp", "c2.n128.s2.pp1.ov1.p1", "NOEXP"),
+        ("kv0", "c2.n128.s2.pp1.ov1.p1", "KV0"),
+        ("kvh0", "c2.n128.s2.pp1.ov1.p1", "KVH0"),
+        ("c3n80s2p", "c3.n80.s2.pp1.ov1.p1", ""),
+    ],
+    (256, "none"): [
+        ("c2n64s2 (tuned)", "c2.n64.s2.pp1.ov1.p0", ""),
+        ("c2n64s2p", "c2.n64.s2.pp1.ov1.p1", ""),
+        ("noepi", "c2.n64.s2.pp1.ov1.p0", "NOEPI"),
+        ("noexp", "c2.n64.s2.pp1.ov1.p0", "NOEXP"),
+        ("kv0", "c2.n64.s2.pp1.ov1.p0", "KV0"),
+        ("kvh0", "c2.n64.s2.pp1.ov1.p0", "KVH0"),
+        ("c2n80s2", "c2.n80.s2.pp1.ov1.p0", ""),
+    ],
+    64: [
+        ("c3n128s3p (default)", "c3.n128.s3.pp0.ov1.p1", ""),
+        ("c2n128s3p", "c2.n128.s3.pp1.ov1.p1", ""),
+        ("noepi", "c2.n128.s3.pp1.ov1.p1", "NOEPI"),
+        ("noexp", "c2.n128.s3.pp1.ov1.p1", "NOEXP"),
+        ("nomask", "c2.n128.s3.pp1.ov1.p1", "NOMASK"),
+        ("kv0", "c2.n128.s3.pp1.ov1.p1", "KV0"),
+        ("c2n128s3p no ping-pong", "c2.n128.s3.pp0.ov1.p1", ""),
+    ],
+    128: [
+        ("c2n128s2 p2 (default)", "c2.n128.s2.pp1.ov1.p2", ""),
+        ("c2n128s2", "c2.n128.s2.pp1.ov1.p0", ""),
+        ("noepi", "c2.n128.s2.pp1.ov1.p2", "NOEPI"),
+        ("noexp", "c2.n128.s2.pp1.ov1.p2", "NOEXP"),
+        ("nomask", "c2.n128.s2.pp1.ov1.p2", "NOMASK"),
+        ("kv0", "c2.n128.s2.pp1.ov1.p2", "KV0"),
+    ],
 }
 
 
@@ -59,10 +80,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--cache", default="/tmp/fwd_short_probe.sqlite", help="cache files: this path + .d.n")
-    ap.add_argument("--points", default="",
-                    help="instead of the variant lists: tunable points alone, 'D[:none]=KEY;...' (KEY: a fwd_wgmma "
-                         "tunables key), e.g. '128:none=c2.n128.s2.pp1.ov1.p1;64=c3.n128.s3.pp0.ov1.p1': an A/B of "
-                         "two libraries at fixed points (no patch needed)")
+    ap.add_argument(
+        "--points",
+        default="",
+        help="instead of the variant lists: tunable points alone, 'D[:none]=KEY;...' (KEY: a fwd_wgmma "
+        "tunables key), e.g. '128:none=c2.n128.s2.pp1.ov1.p1;64=c3.n128.s3.pp0.ov1.p1': an A/B of "
+        "two libraries at fixed points (no patch needed)",
+    )
     args = ap.parse_args()
     if args.points:
         chosen = {}
@@ -74,6 +98,7 @@ def main():
         VARIANTS.clear()
         VARIANTS.update(chosen)
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
     ctxs = {}
     for cell in args.cells.split(","):
         parts = cell.split(":")  # d:s, or d:s:none for a non-causal cell
@@ -89,7 +114,9 @@ def main():
             def call():
                 with sdpa_kernel(backend):
                     return torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=causal)
+
             return call
+
         calls = {"cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION), "FA2": sdpa(SDPBackend.FLASH_ATTENTION)}
         try:
             ref = calls["FA2"]().transpose(1, 2).float()
@@ -101,8 +128,9 @@ def main():
             os.environ["FA_PIN_TUNABLES"] = "fwd_wgmma:" + t  # read when the variant's context is made
             os.environ["FA_PROBE_DEF"] = defs
             if (d, causal, name) not in ctxs:  # a cache file per variant: the library memoizes a config's compile hash
-                ctxs[(d, causal, name)] = fa.Context(torch.cuda.current_device(), tune_policy="defaults",
-                                             cache_path=f"{args.cache}.{d}.{len(ctxs)}")
+                ctxs[(d, causal, name)] = fa.Context(
+                    torch.cuda.current_device(), tune_policy="defaults", cache_path=f"{args.cache}.{d}.{len(ctxs)}"
+                )
             ctx = ctxs[(d, causal, name)]
             fa.set_default_context(ctx)
             o = fa.attention(q, k, v, causal=causal)  # selects and compiles with this variant's environment
@@ -112,20 +140,28 @@ def main():
             def call(ctx=ctx):
                 fa.set_default_context(ctx)
                 return fa.attention(q, k, v, causal=causal)
+
             calls[name] = call
         times = {n: [] for n in calls}
         names = list(calls)
         for r in range(args.rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for n in order:
                 times[n] += event_times(calls[n], 3 if r == 0 else 1, args.iters)
         med = {n: statistics.median(t) for n, t in times.items()}
         cu = med["cuDNN"]
-        print(f"== d{d} s{s} b{b} h{h} {'causal' if causal else 'none'} bf16: cuDNN {cu:.4f} ms ({flop / cu / 1e9:.0f} TF/s), "
-              f"FA2 {med['FA2']:.4f} ms", flush=True)
+        print(
+            f"== d{d} s{s} b{b} h{h} {'causal' if causal else 'none'} bf16: "
+            f"cuDNN {cu:.4f} ms ({flop / cu / 1e9:.0f} TF/s), "
+            f"FA2 {med['FA2']:.4f} ms",
+            flush=True,
+        )
         for n in names[2:]:
-            print(f"PROBE d{d:<4} s{s:<6} {n:<20} {med[n]:.4f} ms  {flop / med[n] / 1e9:6.1f} TF/s  "
-                  f"fa/cuDNN {cu / med[n]:.3f}  max|diff| {diffs[n]:.4f}", flush=True)
+            print(
+                f"PROBE d{d:<4} s{s:<6} {n:<20} {med[n]:.4f} ms  {flop / med[n] / 1e9:6.1f} TF/s  "
+                f"fa/cuDNN {cu / med[n]:.3f}  max|diff| {diffs[n]:.4f}",
+                flush=True,
+            )
         del q, k, v, qh, kh, vh, ref, calls
         torch.cuda.empty_cache()
     os.environ.pop("FA_PIN_TUNABLES", None)

@@ -1,12 +1,12 @@
 // host_cost_mods.cpp -- fa_host_cost_mods: the C library's host time per call of fa_run and fa_run_backward with
 // user code (a restated causal mask_mod, "return j <= i;") against the built-in causal, and the driver entry points'
 // share of it: the context's driver table (runtime/driver.h) is replaced by a copy whose every entry is wrapped with a
-// timer, so the rest of a call is fa's own work (validation, plan-cache lookup, argument binding, the classification cache). Three
-// contenders, interleaved over --rounds rounds of --calls calls each (the order reversed every other round): the
-// built-in causal; the mod with its classification kept across calls (fa_mods.mask_epoch 1); the mod classified on
-// every call (mask_epoch 0: mask_blocks, its memset and a workspace each call). Each call is timed alone (enqueue only,
-// the stream drained every 4 calls outside the clocks); median and mean per call. bf16, d128, 16 heads, batch 1.
-// Without a GPU: the validation timings (no device needed), "no GPU found" and exit 0.
+// timer, so the rest of a call is fa's own work (validation, plan-cache lookup, argument binding, the classification
+// cache). Three contenders, interleaved over --rounds rounds of --calls calls each (the order reversed every other
+// round): the built-in causal; the mod with its classification kept across calls (fa_mods.mask_epoch 1); the mod
+// classified on every call (mask_epoch 0: mask_blocks, its memset and a workspace each call). Each call is timed alone
+// (enqueue only, the stream drained every 4 calls outside the clocks); median and mean per call. bf16, d128, 16 heads,
+// batch 1. Without a GPU: the validation timings (no device needed), "no GPU found" and exit 0.
 //   fa_host_cost_mods [--seq 2048] [--rounds 7] [--calls 300]
 #include <fmt/format.h>
 
@@ -236,9 +236,10 @@ int main(int argc, char** argv) {
       }
       c.steps += calls;
     }
-  fmt::print("s {} h {} d {} bf16: host us per call (median / mean of {} calls, enqueue only); driver calls per "
-             "forward + backward (us, calls)\n",
-             seq, heads, d, rounds * calls);
+  fmt::print(
+      "s {} h {} d {} bf16: host us per call (median / mean of {} calls, enqueue only); driver calls per "
+      "forward + backward (us, calls)\n",
+      seq, heads, d, rounds * calls);
   for (const Contender& c : cs) {
     double drv_total = 0;
     std::string each;

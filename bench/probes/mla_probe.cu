@@ -48,13 +48,13 @@ constexpr int kSched = PROBE_SCHED;
 #include "fa_common.cuh"
 #include "fwd_mla.cuh"
 
-#define CK(x)                                                                    \
-  do {                                                                           \
-    cudaError_t e_ = (x);                                                        \
-    if (e_ != cudaSuccess) {                                                     \
+#define CK(x)                                                                         \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
       std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                              \
-    }                                                                            \
+      std::exit(1);                                                                   \
+    }                                                                                 \
   } while (0)
 
 int main(int argc, char** argv) {
@@ -98,19 +98,41 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(used, u.data(), size_t(B) * 4, cudaMemcpyHostToDevice));
   }
   FaFwdArgs a{};
-  a.q = q; a.k = k; a.v = k; a.o = o;
-  a.q_sb = (long long)H * D; a.q_ss = (long long)H * D; a.q_sh = D;
-  a.k_sb = (long long)PS * D; a.k_ss = D; a.k_sh = D;
-  a.v_sb = a.k_sb; a.v_ss = a.k_ss; a.v_sh = a.k_sh;
-  a.o_sb = (long long)H * DV; a.o_ss = (long long)H * DV; a.o_sh = DV;
-  a.batch = B; a.seqlen_q = 1; a.seqlen_k = S; a.heads_q = H; a.heads_kv = 1; a.group = H;
-  a.win_left = -1; a.win_right = -1;
-  a.scale = 1.f / 24.f; a.scale_log2 = a.scale * 1.4426950408889634f;
+  a.q = q;
+  a.k = k;
+  a.v = k;
+  a.o = o;
+  a.q_sb = (long long)H * D;
+  a.q_ss = (long long)H * D;
+  a.q_sh = D;
+  a.k_sb = (long long)PS * D;
+  a.k_ss = D;
+  a.k_sh = D;
+  a.v_sb = a.k_sb;
+  a.v_ss = a.k_ss;
+  a.v_sh = a.k_sh;
+  a.o_sb = (long long)H * DV;
+  a.o_ss = (long long)H * DV;
+  a.o_sh = DV;
+  a.batch = B;
+  a.seqlen_q = 1;
+  a.seqlen_k = S;
+  a.heads_q = H;
+  a.heads_kv = 1;
+  a.group = H;
+  a.win_left = -1;
+  a.win_right = -1;
+  a.scale = 1.f / 24.f;
+  a.scale_log2 = a.scale * 1.4426950408889634f;
   a.seqused_k = (const int*)used;
-  a.block_table = (const int*)bt; a.bt_stride = S / PS;
-  a.page_size = PS; a.page_shift = 6; a.num_pages = pages;
+  a.block_table = (const int*)bt;
+  a.bt_stride = S / PS;
+  a.page_size = PS;
+  a.page_shift = 6;
+  a.num_pages = pages;
   a.num_splits = NS;
-  a.part_o = (float*)po; a.part_lse = (float*)pl;
+  a.part_o = (float*)po;
+  a.part_lse = (float*)pl;
   const int smem = fa_mla::kSmemBytes;
   CK(cudaFuncSetAttribute(fa_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid((H + 63) / 64, NS, B);

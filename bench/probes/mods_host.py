@@ -39,6 +39,7 @@ def main() -> int:
 
     import fa
     from fa import _torch_ops
+
     torch.manual_seed(0)
     s = args.seq
     q, k, v = (torch.randn(1, s, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -53,6 +54,7 @@ def main() -> int:
 
     def generic(fn):
         """fn through the generic autograd path (the training-step entries of fa._grad_step switched off)."""
+
         def call():
             kept = _torch_ops.grad_step
             _torch_ops.grad_step = lambda *_a: None
@@ -60,6 +62,7 @@ def main() -> int:
                 return fn()
             finally:
                 _torch_ops.grad_step = kept
+
         return call
 
     def raw(epoch=None, **kw):
@@ -76,14 +79,14 @@ def main() -> int:
         "built-in causal, q grad": lambda: fa.attention(qg, k, v, causal=True),
         "causal (mod), q grad": lambda: fa.attention(qg, k, v, mods=causal_mod),
         "built-in causal, step": lambda: torch.autograd.grad(fa.attention(qt, kt, vt, causal=True), (qt, kt, vt), do),
-        "causal (mod), step": lambda: torch.autograd.grad(fa.attention(qt, kt, vt, mods=causal_mod), (qt, kt, vt),
-                                                          do),
-        "document (mod), step": lambda: torch.autograd.grad(fa.attention(qt, kt, vt, mods=doc_mod), (qt, kt, vt),
-                                                            do),
-        "built-in causal, step, generic": generic(lambda: torch.autograd.grad(
-            fa.attention(qt, kt, vt, causal=True), (qt, kt, vt), do)),
-        "causal (mod), step, generic": generic(lambda: torch.autograd.grad(
-            fa.attention(qt, kt, vt, mods=causal_mod), (qt, kt, vt), do)),
+        "causal (mod), step": lambda: torch.autograd.grad(fa.attention(qt, kt, vt, mods=causal_mod), (qt, kt, vt), do),
+        "document (mod), step": lambda: torch.autograd.grad(fa.attention(qt, kt, vt, mods=doc_mod), (qt, kt, vt), do),
+        "built-in causal, step, generic": generic(
+            lambda: torch.autograd.grad(fa.attention(qt, kt, vt, causal=True), (qt, kt, vt), do)
+        ),
+        "causal (mod), step, generic": generic(
+            lambda: torch.autograd.grad(fa.attention(qt, kt, vt, mods=causal_mod), (qt, kt, vt), do)
+        ),
         "fa_run: built-in causal": raw(causal=True),
         "fa_run: causal (mod)": raw(mods=causal_mod, epoch=1),
         "fa_run: causal (mod), epoch 0": raw(mods=causal_mod),
@@ -104,6 +107,7 @@ def main() -> int:
     if args.profile:
         import cProfile
         import pstats
+
         for name in ("causal (mod)", "causal (mod), step"):
             print(f"cProfile: {name}, {args.calls} calls")
             prof = cProfile.Profile()

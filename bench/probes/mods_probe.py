@@ -11,6 +11,7 @@ Prints per case: fa kernels per call, the classification (first kernel) and forw
 --i20: issue 20's short causal cells instead (bf16, 16k tokens per batch, hidden 2048): fa's built-in causal
 against SDPA's cuDNN backend, CUDA-event medians of whole calls in interleaved rounds, and their ratio.
 """
+
 import argparse
 import os
 import statistics
@@ -62,11 +63,12 @@ def kernel_ms(fn, calls=10):
     """(fa kernels per call, median ms of the first, median ms of the last)."""
     dur = fa_kernel_times(fn, calls)
     per = len(dur) // calls
-    return per, statistics.median(dur[0::per]), statistics.median(dur[per - 1::per])
+    return per, statistics.median(dur[0::per]), statistics.median(dur[per - 1 :: per])
 
 
 def i20(cells, rounds=3, iters=30):
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
     tag = os.environ.get("PROBE_TAG", "")
     for d, s in cells:
         b, h = max(1, 16384 // s), 2048 // d
@@ -77,6 +79,7 @@ def i20(cells, rounds=3, iters=30):
         def cudnn_call():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 return torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+
         o1, o2 = fa_call(), cudnn_call().transpose(1, 2)
         err = (o1.float() - o2.float()).abs().max().item()
         t_fa, t_cu = [], []
@@ -84,8 +87,11 @@ def i20(cells, rounds=3, iters=30):
             t_fa += event_times(fa_call, 3, iters)
             t_cu += event_times(cudnn_call, 3, iters)
         a, c = statistics.median(t_fa), statistics.median(t_cu)
-        print(f"I20 {tag:<10} d{d:<4} s{s:<6} fa {a:.4f} ms  cuDNN {c:.4f} ms  fa/cuDNN speed {c / a:.3f}  "
-              f"max|diff| {err:.4f}", flush=True)
+        print(
+            f"I20 {tag:<10} d{d:<4} s{s:<6} fa {a:.4f} ms  cuDNN {c:.4f} ms  fa/cuDNN speed {c / a:.3f}  "
+            f"max|diff| {err:.4f}",
+            flush=True,
+        )
 
 
 def main():
@@ -115,8 +121,11 @@ def main():
         if not torch.isfinite(o).all():
             print(f"{name}: non-finite output")
         per, first, last = kernel_ms(lambda: fa.attention(q, k, v, **kw))
-        print(f"PROBE {tag:<10} {name:<14} kernels {per}  cls {first if per > 1 else float('nan'):7.4f}  "
-              f"fwd {last:7.4f} ms", flush=True)
+        print(
+            f"PROBE {tag:<10} {name:<14} kernels {per}  cls {first if per > 1 else float('nan'):7.4f}  "
+            f"fwd {last:7.4f} ms",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -1,13 +1,23 @@
 #!/usr/bin/env python3
 """Probe: fa decode time per forced split count (default tunables), contiguous bf16 d128 32/8 heads."""
-import statistics, sys, torch
+
+import statistics
+import sys
+import torch
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 import bench_decode as bd
 import fa
+
 ctx = fa.Context()
-for b, sk, splits in ((64, 4096, (1, 2, 3, 4)), (1, 131072, (16, 24, 32, 33, 48, 64, 96, 128)), (8, 32768, (1, 2, 3, 4, 6, 8)),
-                      (8, 131072, (1, 2, 4, 8, 16)), (64, 32768, (1, 2))):
+for b, sk, splits in (
+    (64, 4096, (1, 2, 3, 4)),
+    (1, 131072, (16, 24, 32, 33, 48, 64, 96, 128)),
+    (8, 32768, (1, 2, 3, 4, 6, 8)),
+    (8, 131072, (1, 2, 4, 8, 16)),
+    (64, 32768, (1, 2)),
+):
     q = torch.randn(b, 1, 32, 128, dtype=torch.bfloat16, device="cuda")
     k = torch.randn(b, sk, 8, 128, dtype=torch.bfloat16, device="cuda")
     v = torch.randn_like(k)

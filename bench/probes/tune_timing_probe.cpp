@@ -82,9 +82,9 @@ struct Args {
 
 int main(int argc, char** argv) {
   Args a;
-  std::map<std::string, std::string> flag = {{"--dtype", "--dtypes"},   {"--head-dim", "--head-dims"},
-                                             {"--heads", "--heads"},     {"--seqlen", "--seqlens"},
-                                             {"--mask", "--masks"},      {"--batch-tokens", "--batch-tokens"}};
+  std::map<std::string, std::string> flag = {{"--dtype", "--dtypes"}, {"--head-dim", "--head-dims"},
+                                             {"--heads", "--heads"},  {"--seqlen", "--seqlens"},
+                                             {"--mask", "--masks"},   {"--batch-tokens", "--batch-tokens"}};
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
     if (flag.count(s) && i + 1 < argc) {
@@ -101,8 +101,9 @@ int main(int argc, char** argv) {
     } else if (!s.empty() && s[0] != '-') {
       a.keys.push_back(s);
     } else {
-      fmt::print(stderr, "usage: fa_tune_timing_probe --dtype D --head-dim N --heads H --seqlen S --mask M "
-                         "[--batch-tokens T] [--rounds R] [--idle-ratio X] [--cache FILE] [--fresh] KEY [KEY ...]\n");
+      fmt::print(stderr,
+                 "usage: fa_tune_timing_probe --dtype D --head-dim N --heads H --seqlen S --mask M "
+                 "[--batch-tokens T] [--rounds R] [--idle-ratio X] [--cache FILE] [--fresh] KEY [KEY ...]\n");
       return 2;
     }
   }

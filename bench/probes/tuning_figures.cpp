@@ -12,9 +12,9 @@
 //   [5] tuned winner vs heuristic default for the keys tuned here (fa-tune --preset prints the same per preset).
 // Without a usable GPU it checks its arguments, prints "no GPU found: <reason>" and exits 0. Exit status 1 when a
 // measured figure breaks its expectation (a compile where none may happen), 2 for bad arguments.
-#include <algorithm>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <fmt/format.h>
 
@@ -40,8 +40,8 @@
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc_compiler.h"
-#include "tuner/chooser.h"
 #include "tuner/cache_store.h"
+#include "tuner/chooser.h"
 #include "tuner/tuner.h"
 
 namespace {
@@ -151,10 +151,10 @@ void check_fa(fa_status s, const char* call) {
   if (s != FA_OK) die(fmt::format("{} failed: {}: {}", call, fa_status_string(s), fa_last_error()));
 }
 
-constexpr double kColdLimitS = 1.5;     // [1] first call of a new key, background tuning or defaults
+constexpr double kColdLimitS = 1.5;  // [1] first call of a new key, background tuning or defaults
 constexpr double kColdTargetDefaultsS = 0.5;
 constexpr double kFaCreateLimitMs = 10.0;  // [2] fa's own part of fa_context_create
-constexpr double kHitLimitUs = 3.0;       // [3] host cost per fa_run on a hit
+constexpr double kHitLimitUs = 3.0;        // [3] host cost per fa_run on a hit
 
 const char* policy_name(int policy) {
   switch (policy) {
@@ -239,8 +239,8 @@ void free_tensors(const Gpu& g, Tensors& t) {
 struct Shape {
   int batch = 1, seqlen = 1, heads = 1, dim = 128, mask = FA_MASK_CAUSAL;
   std::string text() const {
-    return fmt::format("bf16 d{} {} b{} s{} hq{} hkv{} BSHD", dim, mask == FA_MASK_CAUSAL ? "causal" : "no-mask",
-                       batch, seqlen, heads, heads);
+    return fmt::format("bf16 d{} {} b{} s{} hq{} hkv{} BSHD", dim, mask == FA_MASK_CAUSAL ? "causal" : "no-mask", batch,
+                       seqlen, heads, heads);
   }
 };
 
@@ -298,8 +298,9 @@ std::string outcome_line(const fa::tune::TuneOutcome& o) {
   if (!o.has_winner) return "no winner (tuning failed: defaults used)";
   const double speedup = o.default_ms > 0 ? o.default_ms / o.winner_ms : std::nan("");
   return fmt::format("winner {} {:.4f} ms ({:.1f} TFLOP/s) vs default {} {:.4f} ms ({:.1f} TFLOP/s) -> {:.2f}x{}",
-                     fa::gen::tunables_key(o.semantic, o.winner), o.winner_ms, o.winner_tflops, fa::gen::tunables_key(o.semantic, o.defaults),
-                     o.default_ms, o.default_tflops, speedup, o.verified ? ", verified" : "");
+                     fa::gen::tunables_key(o.semantic, o.winner), o.winner_ms, o.winner_tflops,
+                     fa::gen::tunables_key(o.semantic, o.defaults), o.default_ms, o.default_tflops, speedup,
+                     o.verified ? ", verified" : "");
 }
 
 void remove_cache_files(const std::string& path) {
@@ -352,8 +353,8 @@ int child_main(const Args& a) {
       "(buffer allocation/fill excluded); NVRTC compiles %lld (expected 0), store hits %lld (expected >= 1), "
       "module loads %lld (lazily, per key) -> %s\n",
       int(getpid()), a.cache.c_str(), kColdShape.text().c_str(), ms(driver_s), ms(create_s), kFaCreateLimitMs,
-      c->create_bind_ms, c->create_store_ms, ms(run_s), ms(create_s + run_s), compiles, store_hits,
-      s1.loads - s0.loads, ok ? "PASS" : "FAIL");
+      c->create_bind_ms, c->create_store_ms, ms(run_s), ms(create_s + run_s), compiles, store_hits, s1.loads - s0.loads,
+      ok ? "PASS" : "FAIL");
   std::fflush(stdout);
   free_tensors(g, t);
   g.d->cuStreamDestroy(g.stream);
@@ -385,8 +386,8 @@ bool figure_cold(const Gpu& g, const Args& a, std::mt19937_64& rng) {
       "tuner: %zu candidates, %d compiled, %d rejected, compile wall %.2f s, timing %.2f s; "
       "second call of the same key %.2f ms\n",
       a.cache.c_str(), budget_text().c_str(), kColdShape.text().c_str(), first_s, s1.compiles - s0.compiles,
-      s1.store_hits - s0.store_hits, o.candidates.size(), o.compiled, o.rejected, o.compile_seconds,
-      o.timing_seconds, ms(second_s));
+      s1.store_hits - s0.store_hits, o.candidates.size(), o.compiled, o.rejected, o.compile_seconds, o.timing_seconds,
+      ms(second_s));
   std::printf("[5a] tuned vs default, same key (bucket %s): %s\n", o.bucket.c_str(), outcome_line(o).c_str());
   std::fflush(stdout);
   free_tensors(g, t);
@@ -431,8 +432,8 @@ bool figure_cold_fast(const Args& a, int policy, std::mt19937_64& rng) {
         "    background worker: done %s %.2f s after the first call returned (jobs submitted %lld, finished %lld, "
         "failed %lld); NVRTC compiles by the worker %lld; tuner: %zu candidates, compile wall %.2f s, timing %.2f s; "
         "%s; next call (the winner, plan rebuilt) %.2f ms\n",
-        done ? "yes" : "NO", bg_s, bs.submitted, bs.finished, bs.failed, s2.compiles - s1.compiles,
-        o.candidates.size(), o.compile_seconds, o.timing_seconds, outcome_line(o).c_str(), ms(after_s));
+        done ? "yes" : "NO", bg_s, bs.submitted, bs.finished, bs.failed, s2.compiles - s1.compiles, o.candidates.size(),
+        o.compile_seconds, o.timing_seconds, outcome_line(o).c_str(), ms(after_s));
   }
   std::fflush(stdout);
   free_tensors(g, t);
@@ -455,9 +456,13 @@ bool figure_warm_process(const Args& a, const char* argv0) {
   if (pid < 0) die(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     const std::string seed = std::to_string(a.seed);
-    char* const args[] = {const_cast<char*>(argv0), const_cast<char*>("--child"), const_cast<char*>("--cache"),
-                          const_cast<char*>(a.cache.c_str()), const_cast<char*>("--seed"),
-                          const_cast<char*>(seed.c_str()), nullptr};
+    char* const args[] = {const_cast<char*>(argv0),
+                          const_cast<char*>("--child"),
+                          const_cast<char*>("--cache"),
+                          const_cast<char*>(a.cache.c_str()),
+                          const_cast<char*>("--seed"),
+                          const_cast<char*>(seed.c_str()),
+                          nullptr};
     execv("/proc/self/exe", args);
     std::fprintf(stderr, "execv(/proc/self/exe) failed: %s\n", std::strerror(errno));
     _exit(127);
@@ -509,7 +514,8 @@ double median(std::vector<double> v) {
 double bare_launch_us(const Gpu& g, int calls, int batch) {
   const char* src =
       "struct A { unsigned long long w[40]; };\n"
-      "extern \"C\" __global__ void fa_empty(const __grid_constant__ A a) { if (a.w[39] == 1) asm volatile(\"trap;\"); }\n";
+      "extern \"C\" __global__ void fa_empty(const __grid_constant__ A a) { if (a.w[39] == 1) asm volatile(\"trap;\"); "
+      "}\n";
   nvrtcProgram prog = nullptr;
   if (nvrtcCreateProgram(&prog, src, "empty.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) return -1;
   const std::string arch = "--gpu-architecture=" + fa::rt::arch_option(g.ctx->arch);
@@ -586,18 +592,20 @@ bool figure_host_overhead(const Gpu& g, const Args& a, std::mt19937_64& rng) {
   std::printf(
       "[3] host overhead on a cache hit: %s (tuned and loaded before), %d fa_run on one stream in batches of %d:\n"
       "    %.2f us/call enqueue only (median over batches of the host clock around each batch, a synchronize between "
-      "batches; expected <= %.1f; mean %.2f), %.2f us/call incl. the synchronizes; %d calls back to back (the launch queue fills: the GPU's rate) %.2f "
+      "batches; expected <= %.1f; mean %.2f), %.2f us/call incl. the synchronizes; %d calls back to back (the launch "
+      "queue fills: the GPU's rate) %.2f "
       "us/call; compiles during the loops %lld, kernel-cache lookups %lld (the fast path makes none), plan-cache "
       "entries %zu -> %s\n",
       s.text().c_str(), calls, kBatch, per_call_us, kHitLimitUs, mean_us, 1e6 * total_s / calls, a.host_calls,
       1e6 * back_to_back_s / a.host_calls, compiles, s1.memory_hits - s0.memory_hits, g.ctx->plans.size(),
       ok ? "PASS" : "FAIL");
   if (bare_us >= 0)
-    std::printf("    the driver alone: an empty kernel with 320 bytes of arguments, same batches and median: %.2f us/launch; fa's "
-                "own share of a hit: %.2f us/call\n",
-                bare_us, per_call_us - bare_us);
-  else
-    std::printf("    the driver alone: the empty baseline kernel could not be made (NVRTC or module load failed)\n");
+    std::printf(
+        "    the driver alone: an empty kernel with 320 bytes of arguments, same batches and median: %.2f us/launch; "
+        "fa's "
+        "own share of a hit: %.2f us/call\n",
+        bare_us, per_call_us - bare_us);
+  else std::printf("    the driver alone: the empty baseline kernel could not be made (NVRTC or module load failed)\n");
   std::fflush(stdout);
   free_tensors(g, t);
   return ok;
@@ -615,7 +623,8 @@ bool figure_random_lengths(const Gpu& g, const Args& a, std::mt19937_64& rng) {
   auto remembered = [&] { return chooser ? chooser->remembered() : size_t{0}; };
 
   // The sweep: per power-of-two bucket (2^(k-1), 2^k], 2^k itself (tunes the bucket) and one odd length
-  // (2^(k-1) + 1), each followed by fa_prepare, which compiles every shape class of the bucket. Every length in [1, max_len] falls in one of these buckets.
+  // (2^(k-1) + 1), each followed by fa_prepare, which compiles every shape class of the bucket. Every length in [1,
+  // max_len] falls in one of these buckets.
   struct Row {
     std::string bucket, mask, line;
   };
@@ -681,9 +690,9 @@ bool figure_random_lengths(const Gpu& g, const Args& a, std::mt19937_64& rng) {
       "    NVRTC compiles during the calls %lld (expected 0), new tunings %zu (chooser keys %zu -> %zu, DB tuning "
       "keys %zu -> %zu; expected 0), store hits %lld, memory hits %lld; enqueue %.3f s, incl. final sync %.3f s "
       "-> %s\n",
-      a.random_calls, a.max_len, static_cast<unsigned long long>(a.seed), a.mask.c_str(), a.max_len, compiles,
-      tunings, rem1, rem2, db1, db2, s2.store_hits - s1.store_hits, s2.memory_hits - s1.memory_hits, enqueue_s,
-      total_s, ok ? "PASS" : "FAIL");
+      a.random_calls, a.max_len, static_cast<unsigned long long>(a.seed), a.mask.c_str(), a.max_len, compiles, tunings,
+      rem1, rem2, db1, db2, s2.store_hits - s1.store_hits, s2.memory_hits - s1.memory_hits, enqueue_s, total_s,
+      ok ? "PASS" : "FAIL");
   std::fflush(stdout);
   free_tensors(g, t);
   return ok;

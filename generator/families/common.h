@@ -24,7 +24,6 @@ inline bool fail(std::string* why, const char* family, const std::string& msg) {
   return false;
 }
 
-
 // The prefill families' common limits (fwd_mma, fwd_wgmma): contiguous k / v without used lengths (the KV-cache
 // fields are fwd_split's and fwd_ref's), head dims up to kMaxHeadDimFast. User code (fa_mods) is each family's own
 // call: fwd_mma and fwd_wgmma run it (block_sparse_plan below).
@@ -66,8 +65,11 @@ inline Launch query_rows_launch(const KernelConfig& c, const LaunchShape& sh) {
 }
 inline Tunables query_rows_defaults(const Semantic&) { return Tunables{{32, 8}}; }
 inline Family query_rows_step(const char* name, const char* template_name) {
-  return Family{.name = name, .template_name = template_name, .role = Role::Step,
-                .knobs = {block_m({32, 64, 128}), warps({4, 8})}, .defaults = &query_rows_defaults,
+  return Family{.name = name,
+                .template_name = template_name,
+                .role = Role::Step,
+                .knobs = {block_m({32, 64, 128}), warps({4, 8})},
+                .defaults = &query_rows_defaults,
                 .launch = &query_rows_launch};
 }
 
@@ -76,7 +78,9 @@ inline Family query_rows_step(const char* name, const char* template_name) {
 namespace fa::gen::fam {
 
 inline size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
-inline long long rows_q(const ProblemDesc& p) { return p.varlen ? p.total_q : static_cast<long long>(p.batch) * p.seqlen_q; }
+inline long long rows_q(const ProblemDesc& p) {
+  return p.varlen ? p.total_q : static_cast<long long>(p.batch) * p.seqlen_q;
+}
 
 // A step of family `name` at its defaults for the same problem as `main`.
 inline KernelConfig default_step(const char* name, const ProblemDesc& p, int arch) {
@@ -191,8 +195,8 @@ inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bo
     // slots for the hidden pairs of partial tiles: four per query-block row (a band, a document boundary, a sink
     // and the diagonal), at most kBlkBitsMaxBytes; tiles past them run the user's code instead
     const size_t slot_bytes = static_cast<size_t>(block_m) * 32;
-    const size_t cap = std::min({batch_c * heads_c * tiles, batch_c * heads_c * out->blk_mblocks * 4,
-                                 kBlkBitsMaxBytes / slot_bytes});
+    const size_t cap =
+        std::min({batch_c * heads_c * tiles, batch_c * heads_c * out->blk_mblocks * 4, kBlkBitsMaxBytes / slot_bytes});
     out->off_blk_bits = off;
     out->blk_bits_cap = static_cast<int>(cap);
     off = align256(off + 256 + cap * slot_bytes);

@@ -12,7 +12,8 @@ namespace fa::gen::fam {
 inline constexpr int kSplitMinBlocks = 4;     // the heuristic never gives a split fewer key blocks
 inline constexpr int kSplitMax = 128;         // nor more splits than this (the combine reads every split)
 inline constexpr int kSplitDefaultSms = 132;  // H100 / H200 when the device is unknown
-inline constexpr int kSplitLongBlocks = 128;  // a grid of one wave or less doubles its splits while each keeps this many
+inline constexpr int kSplitLongBlocks =
+    128;  // a grid of one wave or less doubles its splits while each keeps this many
 
 // CTAs along the packed rows (query tokens x the query heads of a KV head) at rows_per_cta rows each.
 inline int split_row_tiles(int seqlen_q, int group, int rows_per_cta) {
@@ -29,8 +30,8 @@ inline int split_count(const ProblemDesc& p, int block_n, int split_target, int 
   const int nblk = std::max(1, (p.seqlen_k + block_n - 1) / block_n);
   if (p.num_splits > 0) return std::min(p.num_splits, nblk);
   const int sms = p.sm_count > 0 ? p.sm_count : kSplitDefaultSms;
-  const double base = static_cast<double>(p.batch) * p.heads_kv *
-                      split_row_tiles(p.seqlen_q, p.heads_q / p.heads_kv, rows_per_cta);
+  const double base =
+      static_cast<double>(p.batch) * p.heads_kv * split_row_tiles(p.seqlen_q, p.heads_q / p.heads_kv, rows_per_cta);
   const double slots = static_cast<double>(split_target) * sms;
   const int cap = std::min(kSplitMax, std::max(1, nblk / kSplitMinBlocks));
   auto eff = [&](int n) {

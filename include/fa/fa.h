@@ -79,14 +79,14 @@ typedef enum fa_status {
   FA_ERROR_INVALID_ARGUMENT = 100, /* a field is null, out of range, misaligned, or contradicts another */
   FA_ERROR_INVALID_VERSION = 101,  /* struct_size / version not recognised: call the *_init function */
   /* 200..299: valid, but this build or device cannot do it */
-  FA_ERROR_NOT_SUPPORTED = 200,    /* e.g. fp32 on a fast-only path, an arch below sm_80 */
-  FA_ERROR_NOT_TUNED = 201,        /* FA_TUNE_REQUIRE_TUNED and no tuned entry exists for this problem */
+  FA_ERROR_NOT_SUPPORTED = 200, /* e.g. fp32 on a fast-only path, an arch below sm_80 */
+  FA_ERROR_NOT_TUNED = 201,     /* FA_TUNE_REQUIRE_TUNED and no tuned entry exists for this problem */
   /* 300..399: the environment */
-  FA_ERROR_NO_DEVICE = 300,        /* no CUDA driver (libcuda.so.1) or no such device */
-  FA_ERROR_DRIVER = 301,           /* a CUDA driver call failed (message names it and its CUresult) */
+  FA_ERROR_NO_DEVICE = 300, /* no CUDA driver (libcuda.so.1) or no such device */
+  FA_ERROR_DRIVER = 301,    /* a CUDA driver call failed (message names it and its CUresult) */
   FA_ERROR_OUT_OF_MEMORY = 302,
   /* 400..499: run-time compilation */
-  FA_ERROR_COMPILE = 400,          /* NVRTC rejected generated source: message holds the kernel key and the NVRTC log */
+  FA_ERROR_COMPILE = 400, /* NVRTC rejected generated source: message holds the kernel key and the NVRTC log */
   FA_ERROR_NVRTC_UNAVAILABLE = 401,
   /* 500..599: launching */
   FA_ERROR_LAUNCH = 500,           /* cuLaunchKernel failed */
@@ -118,8 +118,8 @@ typedef enum fa_tune_policy {
    * at their defaults (tune them with fa_prepare or fa-tune), and fa_run_backward / fa_prepare tune synchronously
    * as under FA_TUNE_ON_FIRST_USE_SYNC. fa_context_destroy stops the worker (a tuning in flight is abandoned). */
   FA_TUNE_ON_FIRST_USE = 0,
-  FA_TUNE_DEFAULTS_ONLY = 1, /* never time anything: tuned entries if cached, else heuristic defaults */
-  FA_TUNE_REQUIRE_TUNED = 2, /* fail with FA_ERROR_NOT_TUNED when no tuned entry exists */
+  FA_TUNE_DEFAULTS_ONLY = 1,    /* never time anything: tuned entries if cached, else heuristic defaults */
+  FA_TUNE_REQUIRE_TUNED = 2,    /* fail with FA_ERROR_NOT_TUNED when no tuned entry exists */
   FA_TUNE_ON_FIRST_USE_SYNC = 3 /* the first call of a new problem class tunes it before it returns (unless
                                    capturing; seconds): that call already runs the tuned kernel */
 } fa_tune_policy;
@@ -129,20 +129,20 @@ typedef struct fa_context_s* fa_context;
 
 #define FA_CONTEXT_OPTIONS_VERSION 1
 typedef struct fa_context_options {
-  uint32_t struct_size;       /* sizeof(fa_context_options) */
-  uint32_t version;           /* FA_CONTEXT_OPTIONS_VERSION */
-  int32_t device_ordinal;     /* CUDA device ordinal (default 0) */
-  int32_t tune_policy;        /* fa_tune_policy; default from $FA_TUNE_POLICY (first_use|defaults|require|
-                                 first_use_sync, or the number), else 0 (FA_TUNE_ON_FIRST_USE: tuning in the
-                                 background) */
-  const char* cache_path;     /* SQLite file; NULL: $FA_CACHE_PATH, else $XDG_CACHE_HOME/fa/cache.sqlite, else
-                                 ~/.cache/fa/cache.sqlite; ":memory:" keeps nothing across processes. A file this
-                                 process may not write (or its directory), or any file with $FA_CACHE_READONLY=1, is
-                                 only read: its cubins and tuning results are used, new ones stay in memory */
-  int32_t verbose;            /* messages on stderr follow $FA_LOG: off, warn (the default: cache trouble such as
-                                 a file moved aside or not writable, a failed tuning; each message once per
-                                 process), info (also decisions such as a problem sent to the reference kernel),
-                                 debug (also every cache hit and store). 1: at least info; default 0 */
+  uint32_t struct_size;   /* sizeof(fa_context_options) */
+  uint32_t version;       /* FA_CONTEXT_OPTIONS_VERSION */
+  int32_t device_ordinal; /* CUDA device ordinal (default 0) */
+  int32_t tune_policy;    /* fa_tune_policy; default from $FA_TUNE_POLICY (first_use|defaults|require|
+                             first_use_sync, or the number), else 0 (FA_TUNE_ON_FIRST_USE: tuning in the
+                             background) */
+  const char* cache_path; /* SQLite file; NULL: $FA_CACHE_PATH, else $XDG_CACHE_HOME/fa/cache.sqlite, else
+                             ~/.cache/fa/cache.sqlite; ":memory:" keeps nothing across processes. A file this
+                             process may not write (or its directory), or any file with $FA_CACHE_READONLY=1, is
+                             only read: its cubins and tuning results are used, new ones stay in memory */
+  int32_t verbose;        /* messages on stderr follow $FA_LOG: off, warn (the default: cache trouble such as
+                             a file moved aside or not writable, a failed tuning; each message once per
+                             process), info (also decisions such as a problem sent to the reference kernel),
+                             debug (also every cache hit and store). 1: at least info; default 0 */
   int32_t reserved0;
 } fa_context_options;
 
@@ -210,18 +210,23 @@ FA_API int fa_context_has_device(fa_context context);
 #define FA_MAX_USER_BUFFERS 4
 #define FA_MAX_USER_SCALARS 8
 typedef enum fa_user_dtype {
-  FA_USER_I32 = 1, FA_USER_I64 = 2, FA_USER_F32 = 3, FA_USER_F16 = 4, FA_USER_BF16 = 5, FA_USER_U8 = 6
+  FA_USER_I32 = 1,
+  FA_USER_I64 = 2,
+  FA_USER_F32 = 3,
+  FA_USER_F16 = 4,
+  FA_USER_BF16 = 5,
+  FA_USER_U8 = 6
 } fa_user_dtype;
 typedef struct fa_user_buffer {
-  const void* ptr;    /* device pointer (may be NULL when rank is 0) */
-  int32_t dtype;      /* fa_user_dtype */
-  int32_t rank;       /* 0..4 */
-  int64_t shape[4];   /* extents of the first `rank` dims (>= 0) */
-  int64_t stride[4];  /* element strides (>= 0) */
+  const void* ptr;   /* device pointer (may be NULL when rank is 0) */
+  int32_t dtype;     /* fa_user_dtype */
+  int32_t rank;      /* 0..4 */
+  int64_t shape[4];  /* extents of the first `rank` dims (>= 0) */
+  int64_t stride[4]; /* element strides (>= 0) */
 } fa_user_buffer;
 typedef struct fa_mods {
-  uint32_t struct_size; /* sizeof(fa_mods) */
-  uint32_t version;     /* FA_MODS_VERSION */
+  uint32_t struct_size;  /* sizeof(fa_mods) */
+  uint32_t version;      /* FA_MODS_VERSION */
   const char* mask_mod;  /* NUL-terminated body, or NULL */
   const char* score_mod; /* NUL-terminated body, or NULL */
   int32_t num_buffers;   /* 0..FA_MAX_USER_BUFFERS */
@@ -238,10 +243,10 @@ typedef struct fa_mods {
   const char* score_mod_grad; /* NUL-terminated body of d score_mod / d s (see above), or NULL; needed by the
                                  backward when score_mod is set, must be NULL without a score_mod */
   /* ---- version 4 */
-  uint64_t mask_epoch;        /* 0 (fa_mods_init and versions 1..3): the classification is never cached. Else the
-                                 caller's generation of the buffers' contents: change it whenever the contents of a
-                                 buffer the mask_mod reads (or of cu_seqlens in varlen mode) change in place (see
-                                 "Caching the classification" above). Never part of the kernel key. */
+  uint64_t mask_epoch; /* 0 (fa_mods_init and versions 1..3): the classification is never cached. Else the
+                          caller's generation of the buffers' contents: change it whenever the contents of a
+                          buffer the mask_mod reads (or of cu_seqlens in varlen mode) change in place (see
+                          "Caching the classification" above). Never part of the kernel key. */
 } fa_mods;
 FA_API fa_status fa_mods_init(fa_mods* mods);
 
@@ -251,14 +256,14 @@ typedef struct fa_params {
   uint32_t struct_size; /* sizeof(fa_params) */
   uint32_t version;     /* FA_PARAMS_VERSION */
 
-  int32_t dtype;        /* fa_dtype of q, k, v, o and bias */
-  int32_t batch;        /* >= 1 */
-  int32_t seqlen_q;     /* >= 1 (ignored in varlen mode: max_seqlen_q is used) */
-  int32_t seqlen_k;     /* >= 0 (ignored in varlen mode) */
-  int32_t heads_q;      /* >= 1 */
-  int32_t heads_kv;     /* >= 1, divides heads_q (GQA / MQA) */
-  int32_t head_dim;     /* of q and k: a multiple of 8 in [8, 576] (above 256: forward only; MLA is 576) */
-  int32_t head_dim_v;   /* of v and o: a multiple of 8 in [8, 512]; 0 means head_dim (above 256: forward only) */
+  int32_t dtype;      /* fa_dtype of q, k, v, o and bias */
+  int32_t batch;      /* >= 1 */
+  int32_t seqlen_q;   /* >= 1 (ignored in varlen mode: max_seqlen_q is used) */
+  int32_t seqlen_k;   /* >= 0 (ignored in varlen mode) */
+  int32_t heads_q;    /* >= 1 */
+  int32_t heads_kv;   /* >= 1, divides heads_q (GQA / MQA) */
+  int32_t head_dim;   /* of q and k: a multiple of 8 in [8, 576] (above 256: forward only; MLA is 576) */
+  int32_t head_dim_v; /* of v and o: a multiple of 8 in [8, 512]; 0 means head_dim (above 256: forward only) */
 
   /* Device pointers, aligned to the element size; strides in elements, >= 0 (what is checked and what is the
    * caller's to keep: "Extents" at the top). The fast kernel families (fwd_mma,
@@ -269,10 +274,14 @@ typedef struct fa_params {
    * TMA tensors: each stride of a dimension longer than 1 positive and below 2^40 bytes, else the mma families
    * run. v may be the first head_dim_v columns of k (v == k with k's strides: MLA's latent cache); on sm_90 with
    * head_dim 512 or 576 and head_dim_v 512 that layout runs a kernel that reads each key once for both products. */
-  const void* q; int64_t q_stride_batch, q_stride_seq, q_stride_head;
-  const void* k; int64_t k_stride_batch, k_stride_seq, k_stride_head;
-  const void* v; int64_t v_stride_batch, v_stride_seq, v_stride_head;
-  void* o;       int64_t o_stride_batch, o_stride_seq, o_stride_head;
+  const void* q;
+  int64_t q_stride_batch, q_stride_seq, q_stride_head;
+  const void* k;
+  int64_t k_stride_batch, k_stride_seq, k_stride_head;
+  const void* v;
+  int64_t v_stride_batch, v_stride_seq, v_stride_head;
+  void* o;
+  int64_t o_stride_batch, o_stride_seq, o_stride_head;
 
   /* Varlen: both non-NULL (device int32 arrays of batch+1 non-decreasing offsets starting at 0), with host-side
    * maxima of the per-sequence lengths and totals (cu_seqlens[batch]). Both NULL: fixed-length mode. */
@@ -281,17 +290,17 @@ typedef struct fa_params {
   int32_t max_seqlen_q, max_seqlen_k;
   int32_t total_q, total_k;
 
-  int32_t mask;          /* fa_mask */
-  int32_t window_left;   /* FA_MASK_SLIDING_WINDOW only: >= 0 or -1 (unbounded); must be -1 for other masks */
-  int32_t window_right;  /* likewise */
+  int32_t mask;         /* fa_mask */
+  int32_t window_left;  /* FA_MASK_SLIDING_WINDOW only: >= 0 or -1 (unbounded); must be -1 for other masks */
+  int32_t window_right; /* likewise */
 
-  const void* bias;      /* optional additive bias, dtype of q */
+  const void* bias; /* optional additive bias, dtype of q */
   int64_t bias_stride_batch, bias_stride_head, bias_stride_q, bias_stride_k;
   const float* alibi_slopes; /* optional, float32 [heads_q] */
-  float softcap;         /* > 0 enables softcap; 0 off */
-  float softmax_scale;   /* 0 means 1/sqrt(head_dim) */
+  float softcap;             /* > 0 enables softcap; 0 off */
+  float softmax_scale;       /* 0 means 1/sqrt(head_dim) */
 
-  float* lse;            /* optional float32 output, see the layout above */
+  float* lse; /* optional float32 output, see the layout above */
 
   /* ---- version 2: the KV cache of inference servers (all zero / NULL: as in version 1) -------------------------
    * Used lengths: seqused_k (device int32 [batch]) gives the keys each sequence uses, so the cache (seqlen_k keys,
@@ -315,7 +324,7 @@ typedef struct fa_params {
   int32_t page_size;
   int32_t num_pages;
   int32_t num_splits;
-  int32_t reserved1;     /* must be 0 */
+  int32_t reserved1; /* must be 0 */
   void* workspace;
   size_t workspace_size;
   /* ---- version 2: user code (see fa_mods above); NULL: none. Read during the call only. */
@@ -331,9 +340,9 @@ FA_API fa_status fa_forward_workspace_size(fa_context context, const fa_params* 
 /* Computes attention on `stream` (a CUstream / cudaStream_t; NULL is the legacy default stream). Returns once the
  * work is enqueued. The first call of a new problem class may compile a kernel (and, by policy, tune: in the
  * background by default, see fa_tune_policy); later calls of the same class, any sequence lengths, only launch
- * (a repeated shape takes a cached plan: validation, argument binding and the launch, no allocation). While `stream` is being captured into a CUDA graph nothing
- * is compiled, tuned, allocated or synchronized: a cached or default kernel is used, and if none is compiled yet the
- * call fails with FA_ERROR_STREAM_CAPTURING (call fa_prepare before capture). */
+ * (a repeated shape takes a cached plan: validation, argument binding and the launch, no allocation). While `stream` is
+ * being captured into a CUDA graph nothing is compiled, tuned, allocated or synchronized: a cached or default kernel is
+ * used, and if none is compiled yet the call fails with FA_ERROR_STREAM_CAPTURING (call fa_prepare before capture). */
 FA_API fa_status fa_run(fa_context context, const fa_params* params, void* stream);
 
 /* Makes fa_run(params) ready: validates, selects, tunes (by policy) and compiles; synchronous on the context's
@@ -363,14 +372,18 @@ typedef struct fa_bwd_params {
   uint32_t struct_size; /* sizeof(fa_bwd_params) */
   uint32_t version;     /* FA_BWD_PARAMS_VERSION */
   const fa_params* fwd; /* the forward problem; fwd->o and fwd->lse are read, not written */
-  const void* dout; int64_t dout_stride_batch, dout_stride_seq, dout_stride_head;
-  void* dq;         int64_t dq_stride_batch, dq_stride_seq, dq_stride_head;
-  void* dk;         int64_t dk_stride_batch, dk_stride_seq, dk_stride_head;
-  void* dv;         int64_t dv_stride_batch, dv_stride_seq, dv_stride_head;
+  const void* dout;
+  int64_t dout_stride_batch, dout_stride_seq, dout_stride_head;
+  void* dq;
+  int64_t dq_stride_batch, dq_stride_seq, dq_stride_head;
+  void* dk;
+  int64_t dk_stride_batch, dk_stride_seq, dk_stride_head;
+  void* dv;
+  int64_t dv_stride_batch, dv_stride_seq, dv_stride_head;
   int32_t deterministic; /* 1: bitwise identical results run to run (no order-dependent atomics) */
   int32_t reserved0;
-  void* workspace;       /* device memory of at least fa_backward_workspace_size bytes, 256-byte aligned; NULL: the
-                            library allocates stream-ordered memory (cuMemAllocAsync), which is legal in graph capture */
+  void* workspace; /* device memory of at least fa_backward_workspace_size bytes, 256-byte aligned; NULL: the
+                      library allocates stream-ordered memory (cuMemAllocAsync), which is legal in graph capture */
   size_t workspace_size;
 } fa_bwd_params;
 
@@ -410,8 +423,9 @@ typedef struct fa_merge_params {
   int32_t head_dim;      /* of o: a multiple of 8 in [8, 512] */
   const float* part_o;   /* float32 [num_parts, batch, heads, seqlen, head_dim], contiguous, 16-byte aligned */
   const float* part_lse; /* float32 [num_parts, batch, heads, seqlen], contiguous, 4-byte aligned */
-  void* o; int64_t o_stride_batch, o_stride_seq, o_stride_head;  /* elements, >= 0 */
-  float* lse;            /* optional float32 [batch, heads, seqlen], contiguous */
+  void* o;
+  int64_t o_stride_batch, o_stride_seq, o_stride_head; /* elements, >= 0 */
+  float* lse;                                          /* optional float32 [batch, heads, seqlen], contiguous */
 } fa_merge_params;
 
 FA_API fa_status fa_merge_params_init(fa_merge_params* params);

@@ -6,7 +6,8 @@ torch is installed, fa.attention / fa.prepare / fa.is_supported / fa.problem_key
 fa.attention_with_kvcache / fa.prepare_kvcache (decode against a contiguous or paged KV cache), fa.merge_attention
 (partial results over disjoint key sets merged), fa.ring_attention (context parallelism over a torch.distributed
 group, module fa.ring) and the operators
-torch.ops.fa.attention_fwd / attention_bwd / attention_kvcache are available (set FA_NO_TORCH=1 to skip importing torch).
+torch.ops.fa.attention_fwd / attention_bwd / attention_kvcache are available (set FA_NO_TORCH=1 to skip importing
+torch).
 Tensors that disagree raise fa.InvalidArgument naming both before anything runs: the rules, plain Python over shapes,
 are fa.shape_rules.
 """
@@ -23,9 +24,26 @@ from .context import Context, default_context, set_default_context
 from .support import Support
 from .mods import Mods
 from . import mods
-from .errors import (CacheError, CompileError, DriverError, EnvironmentFailure, FaError, InternalError,
-                     InvalidArgument, InvalidVersion, LaunchError, LibraryNotFoundError, MissingFunctionError, NoDevice, NotSupported,
-                     NotTuned, NvrtcUnavailable, OutOfMemory, StreamCapturing, error_class)
+from .errors import (
+    CacheError,
+    CompileError,
+    DriverError,
+    EnvironmentFailure,
+    FaError,
+    InternalError,
+    InvalidArgument,
+    InvalidVersion,
+    LaunchError,
+    LibraryNotFoundError,
+    MissingFunctionError,
+    NoDevice,
+    NotSupported,
+    NotTuned,
+    NvrtcUnavailable,
+    OutOfMemory,
+    StreamCapturing,
+    error_class,
+)
 
 __version__ = "0.1.0"
 
@@ -38,23 +56,65 @@ if _os.environ.get("FA_NO_TORCH") != "1" and _ilu.find_spec("torch") is not None
         from ._kvcache import attention_with_kvcache, prepare_kvcache
         from ._merge import merge_attention
         from .ring import ring_attention, zigzag_shard, zigzag_unshard
+
         HAS_TORCH = True
     except Exception as _exc:  # a broken torch install must not break `import fa`
         _TORCH_IMPORT_ERROR = _exc
 
 if not HAS_TORCH:
+
     def _no_torch(*_args, **_kwargs):
-        raise ImportError("fa: this function needs PyTorch, which could not be imported"
-                          + (f" ({_TORCH_IMPORT_ERROR!r})" if _TORCH_IMPORT_ERROR else ""))
+        raise ImportError(
+            "fa: this function needs PyTorch, which could not be imported"
+            + (f" ({_TORCH_IMPORT_ERROR!r})" if _TORCH_IMPORT_ERROR else "")
+        )
 
     attention = prepare = is_supported = problem_key = attention_with_kvcache = prepare_kvcache = _no_torch
     merge_attention = ring_attention = zigzag_shard = zigzag_unshard = _no_torch
 
 __all__ = [
-    "attention", "prepare", "is_supported", "problem_key", "attention_with_kvcache", "prepare_kvcache",
-    "merge_attention", "ring_attention", "zigzag_shard", "zigzag_unshard", "Mods", "mods", "Support", "Context", "default_context", "set_default_context",
-    "available", "library_path", "library_version", "candidate_paths", "status_string", "last_error", "structs",
-    "FaError", "InvalidArgument", "InvalidVersion", "NotSupported", "NotTuned", "EnvironmentFailure", "NoDevice",
-    "DriverError", "OutOfMemory", "CompileError", "NvrtcUnavailable", "LaunchError", "StreamCapturing",
-    "CacheError", "InternalError", "LibraryNotFoundError", "MissingFunctionError", "missing_functions", "error_class", "HAS_TORCH", "__version__",
+    "attention",
+    "prepare",
+    "is_supported",
+    "problem_key",
+    "attention_with_kvcache",
+    "prepare_kvcache",
+    "merge_attention",
+    "ring_attention",
+    "zigzag_shard",
+    "zigzag_unshard",
+    "Mods",
+    "mods",
+    "Support",
+    "Context",
+    "default_context",
+    "set_default_context",
+    "available",
+    "library_path",
+    "library_version",
+    "candidate_paths",
+    "status_string",
+    "last_error",
+    "structs",
+    "FaError",
+    "InvalidArgument",
+    "InvalidVersion",
+    "NotSupported",
+    "NotTuned",
+    "EnvironmentFailure",
+    "NoDevice",
+    "DriverError",
+    "OutOfMemory",
+    "CompileError",
+    "NvrtcUnavailable",
+    "LaunchError",
+    "StreamCapturing",
+    "CacheError",
+    "InternalError",
+    "LibraryNotFoundError",
+    "MissingFunctionError",
+    "missing_functions",
+    "error_class",
+    "HAS_TORCH",
+    "__version__",
 ]

@@ -20,8 +20,7 @@ import torch
 from . import _structs as S
 from . import shape_rules as rules
 from ._tensor_params import build_bwd_params, last_dim_contiguous
-from ._torch_common import (call_key, device_index, fill_and_run, forward_outputs, op_args_fixed, run_filled,
-                            stream_of)
+from ._torch_common import call_key, device_index, fill_and_run, forward_outputs, op_args_fixed, run_filled, stream_of
 from .context import default_context
 from .mods import _STRUCTS_MAX, contents_epoch, copy_struct, filled_struct
 
@@ -30,6 +29,7 @@ class _Entry:
     """One signature: the op arguments (`rest`), the filled forward params once the first call ran (`fwd`, bytes),
     the filled backward params per (dO strides, deterministic) (`bwd`), the device index, and with user code the
     entry's own fa_mods (`m`, which `fwd` points at), the code's bytes it points at and the buffers' epoch."""
+
     __slots__ = ("rest", "fwd", "bwd", "device", "m", "code", "epoch")
 
     def __init__(self, rest, device, m, code, epoch):
@@ -110,8 +110,10 @@ def grad_step(q, k, v, mods, causal, window, softcap, scale, want_lse=True):
 def _new_entry(q, k, v, mods, causal, window, softcap, scale, epoch):
     """A signature's entry after every check of the full path; None for what only the generic path runs."""
     if mods is not None and mods.score_mod is not None and mods.score_mod_grad is None:
-        raise ValueError("fa: the backward of a score_mod needs its derivative: give fa.Mods(score_mod_grad=...), "
-                         "the body of d score_mod / d s at the same s (include/fa/fa.h, fa_mods)")
+        raise ValueError(
+            "fa: the backward of a score_mod needs its derivative: give fa.Mods(score_mod_grad=...), "
+            "the body of d score_mod / d s at the same s (include/fa/fa.h, fa_mods)"
+        )
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         return None
     q2, k2, v2, rest, _ = op_args_fixed(q, k, v, causal, window, softcap, scale, "bshd")
@@ -119,7 +121,15 @@ def _new_entry(q, k, v, mods, causal, window, softcap, scale, epoch):
         return None
     m = code = None
     if mods is not None:
-        filled = filled_struct(mods.mask_mod, mods.score_mod, mods.score_mod_grad, mods.buffers, mods.scalars,
-                               mods.iscalars, mods.depends, q2.device)
+        filled = filled_struct(
+            mods.mask_mod,
+            mods.score_mod,
+            mods.score_mod_grad,
+            mods.buffers,
+            mods.scalars,
+            mods.iscalars,
+            mods.depends,
+            q2.device,
+        )
         m, code = copy_struct(filled, epoch), filled[1]
     return _Entry(rest, device_index(q2.device), m, code, epoch)

@@ -21,24 +21,74 @@ from ._torch_common import device_index, mask_args, stream
 from .context import default_context
 
 
-def check(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor], block_table: Optional[Tensor],
-          alibi_slopes: Optional[Tensor]) -> None:
+def check(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    cache_seqlens: Optional[Tensor],
+    block_table: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
+) -> None:
     """Every check of a KV-cache call before anything is allocated: fa.shape_rules.kvcache, dtypes, devices."""
-    rules.kvcache(q.shape, k_cache.shape, v_cache.shape, cache_seqlens=shape_of(cache_seqlens),
-                  block_table=shape_of(block_table), alibi_slopes=shape_of(alibi_slopes))
+    rules.kvcache(
+        q.shape,
+        k_cache.shape,
+        v_cache.shape,
+        cache_seqlens=shape_of(cache_seqlens),
+        block_table=shape_of(block_table),
+        alibi_slopes=shape_of(alibi_slopes),
+    )
     rules.same_dtype(("q", q.dtype), ("k_cache", k_cache.dtype), ("v_cache", v_cache.dtype))
-    check_devices(q, (("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens),
-                      ("block_table", block_table), ("alibi_slopes", alibi_slopes)))
+    check_devices(
+        q,
+        (
+            ("k_cache", k_cache),
+            ("v_cache", v_cache),
+            ("cache_seqlens", cache_seqlens),
+            ("block_table", block_table),
+            ("alibi_slopes", alibi_slopes),
+        ),
+    )
     check_int32((("cache_seqlens", cache_seqlens), ("block_table", block_table)))
     if block_table is not None and block_table.stride(1) != 1:
         rules.fail(f"block_table: column stride {block_table.stride(1)}; expected 1 (contiguous rows)")
 
 
-def _params(q, k_cache, v_cache, o, lse, cache_seqlens, block_table, alibi_slopes, mask, window_left, window_right,
-            softcap, scale, num_splits):
+def _params(
+    q,
+    k_cache,
+    v_cache,
+    o,
+    lse,
+    cache_seqlens,
+    block_table,
+    alibi_slopes,
+    mask,
+    window_left,
+    window_right,
+    softcap,
+    scale,
+    num_splits,
+):
     paged = block_table is not None
-    p, keep = build_params(q, k_cache, v_cache, o, lse, None, alibi_slopes, None, None, 0, 0, mask, window_left,
-                           window_right, softcap, scale)
+    p, keep = build_params(
+        q,
+        k_cache,
+        v_cache,
+        o,
+        lse,
+        None,
+        alibi_slopes,
+        None,
+        None,
+        0,
+        0,
+        mask,
+        window_left,
+        window_right,
+        softcap,
+        scale,
+    )
     # build_params reads the cache's dim 1 as seqlen_k: right for a contiguous cache; a paged one holds pages.
     if paged:
         p.batch = int(q.shape[0])
@@ -55,17 +105,52 @@ def _params(q, k_cache, v_cache, o, lse, cache_seqlens, block_table, alibi_slope
     return p, keep
 
 
-def _kvcache_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor],
-                  block_table: Optional[Tensor], alibi_slopes: Optional[Tensor], mask: int, window_left: int,
-                  window_right: int, softcap: float, scale: float, num_splits: int) -> Tuple[Tensor, Tensor]:
+def _kvcache_impl(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    cache_seqlens: Optional[Tensor],
+    block_table: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
+    mask: int,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    scale: float,
+    num_splits: int,
+) -> Tuple[Tensor, Tensor]:
     """fa::attention_kvcache: every check, then _run."""
     check(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes)
-    return _run(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, mask, window_left, window_right,
-                softcap, scale, num_splits)
+    return _run(
+        q,
+        k_cache,
+        v_cache,
+        cache_seqlens,
+        block_table,
+        alibi_slopes,
+        mask,
+        window_left,
+        window_right,
+        softcap,
+        scale,
+        num_splits,
+    )
 
 
-def _run(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, mask, window_left, window_right, softcap,
-         scale, num_splits):
+def _run(
+    q,
+    k_cache,
+    v_cache,
+    cache_seqlens,
+    block_table,
+    alibi_slopes,
+    mask,
+    window_left,
+    window_right,
+    softcap,
+    scale,
+    num_splits,
+):
     """(o, lse) of checked arguments: outputs allocated, fa_params filled, fa_run on the current stream."""
     q, k_cache, v_cache = last_dim_contiguous(q), last_dim_contiguous(k_cache), last_dim_contiguous(v_cache)
     o = torch.empty(q.shape[:3] + (v_cache.shape[3],), dtype=q.dtype, device=q.device)
@@ -73,8 +158,22 @@ def _run(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, mask, wi
     if o.numel() == 0:
         lse.fill_(float("-inf"))
         return o, lse
-    p, keep = _params(q, k_cache, v_cache, o, lse, cache_seqlens, block_table, alibi_slopes, mask, window_left,
-                      window_right, softcap, scale, num_splits)
+    p, keep = _params(
+        q,
+        k_cache,
+        v_cache,
+        o,
+        lse,
+        cache_seqlens,
+        block_table,
+        alibi_slopes,
+        mask,
+        window_left,
+        window_right,
+        softcap,
+        scale,
+        num_splits,
+    )
     with torch.cuda.device(q.device):
         default_context(device_index(q.device)).run(p, stream(q.device))
     del keep
@@ -85,14 +184,27 @@ attention_kvcache = torch.library.custom_op("fa::attention_kvcache", mutates_arg
 
 
 @attention_kvcache.register_fake
-def _attention_kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, mask, window_left,
-                            window_right, softcap, scale, num_splits):
-    return (q.new_empty(q.shape[:3] + (v_cache.shape[3],)),
-            q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
+def _attention_kvcache_fake(
+    q,
+    k_cache,
+    v_cache,
+    cache_seqlens,
+    block_table,
+    alibi_slopes,
+    mask,
+    window_left,
+    window_right,
+    softcap,
+    scale,
+    num_splits,
+):
+    return (
+        q.new_empty(q.shape[:3] + (v_cache.shape[3],)),
+        q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32),
+    )
 
 
-def _op_args(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, softcap, alibi_slopes, scale,
-             num_splits):
+def _op_args(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, softcap, alibi_slopes, scale, num_splits):
     """The op's arguments of attention_with_kvcache's, every check made."""
     check(q, k_cache, v_cache, None if isinstance(cache_seqlens, int) else cache_seqlens, block_table, alibi_slopes)
     if isinstance(cache_seqlens, int):
@@ -100,19 +212,43 @@ def _op_args(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, so
     if alibi_slopes is not None and (alibi_slopes.dtype != torch.float32 or not alibi_slopes.is_contiguous()):
         alibi_slopes = alibi_slopes.to(torch.float32).contiguous()
     mask, wl, wr = mask_args(causal, window)
-    return (q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, mask, wl, wr,
-            float(softcap or 0.0), float(scale or 0.0), int(num_splits))
+    return (
+        q,
+        k_cache,
+        v_cache,
+        cache_seqlens,
+        block_table,
+        alibi_slopes,
+        mask,
+        wl,
+        wr,
+        float(softcap or 0.0),
+        float(scale or 0.0),
+        int(num_splits),
+    )
 
 
-def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, *, cache_seqlens=None,
-                           block_table: Optional[Tensor] = None, causal: bool = False, window=(-1, -1),
-                           softcap: float = 0.0, alibi_slopes: Optional[Tensor] = None,
-                           scale: Optional[float] = None, num_splits: int = 0, return_lse: bool = False):
+def attention_with_kvcache(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    *,
+    cache_seqlens=None,
+    block_table: Optional[Tensor] = None,
+    causal: bool = False,
+    window=(-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+    num_splits: int = 0,
+    return_lse: bool = False,
+):
     """Attention of q [B, Sq, Hq, D] against a KV cache (see the module docstring). num_splits: 0 lets fa split
     the keys over several CTAs when the GPU would idle (decode), 1 never splits, n asks for n. Returns o
     [B, Sq, Hq, Dv] and, with return_lse, lse float32 [B, Hq, Sq]."""
-    args = _op_args(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, softcap, alibi_slopes, scale,
-                    num_splits)
+    args = _op_args(
+        q, k_cache, v_cache, cache_seqlens, block_table, causal, window, softcap, alibi_slopes, scale, num_splits
+    )
     if torch.compiler.is_compiling():
         o, lse = torch.ops.fa.attention_kvcache(*args)
     else:
@@ -124,9 +260,19 @@ def prepare_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kwargs) -> No
     """Compile (and, by policy, tune) what attention_with_kvcache(q, k_cache, v_cache, **kwargs) will run, so that
     it can be captured in a CUDA graph; use the largest batch and cache the graph will see."""
     kwargs.pop("return_lse", None)
-    args = _op_args(q, k_cache, v_cache, kwargs.pop("cache_seqlens", None), kwargs.pop("block_table", None),
-                    kwargs.pop("causal", False), kwargs.pop("window", (-1, -1)), kwargs.pop("softcap", 0.0),
-                    kwargs.pop("alibi_slopes", None), kwargs.pop("scale", None), kwargs.pop("num_splits", 0))
+    args = _op_args(
+        q,
+        k_cache,
+        v_cache,
+        kwargs.pop("cache_seqlens", None),
+        kwargs.pop("block_table", None),
+        kwargs.pop("causal", False),
+        kwargs.pop("window", (-1, -1)),
+        kwargs.pop("softcap", 0.0),
+        kwargs.pop("alibi_slopes", None),
+        kwargs.pop("scale", None),
+        kwargs.pop("num_splits", 0),
+    )
     if kwargs:
         raise TypeError(f"fa: unexpected keyword arguments {sorted(kwargs)}")
     q2, k2, v2 = last_dim_contiguous(args[0]), last_dim_contiguous(args[1]), last_dim_contiguous(args[2])

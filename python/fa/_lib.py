@@ -135,6 +135,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 def _missing_stub(name: str):
     def stub(*_args):
         raise MissingFunctionError(_lib_path or "libfa.so", name)
+
     return stub
 
 

@@ -58,18 +58,20 @@ def _merge_reference(part_o: Tensor, part_lse: Tensor) -> tuple[Tensor, Tensor]:
     """(o [B, H, S, D], lse [B, H, S]) of parts [n, B, H, S, D] / [n, B, H, S] by the formula, max factored out."""
     m = part_lse.max(dim=0).values
     m_safe = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
-    w = torch.exp(part_lse - m_safe)                    # 0 for -inf parts
+    w = torch.exp(part_lse - m_safe)  # 0 for -inf parts
     total = w.sum(dim=0)
     seen = total > 0
-    lse = torch.where(seen, m_safe + torch.log(torch.where(seen, total, torch.ones_like(total))),
-                      torch.full_like(m, float("-inf")))
+    lse = torch.where(
+        seen, m_safe + torch.log(torch.where(seen, total, torch.ones_like(total))), torch.full_like(m, float("-inf"))
+    )
     weight = torch.where(seen, w / torch.where(seen, total, torch.ones_like(total)), torch.zeros_like(w))
     o_parts = torch.where((w > 0).unsqueeze(-1), part_o, torch.zeros_like(part_o))  # -inf parts' outputs never read
     return (weight.unsqueeze(-1) * o_parts).sum(dim=0), lse
 
 
-def merge_attention(outs: Sequence[Tensor] | Tensor, lses: Sequence[Tensor] | Tensor, *,
-                    out_dtype: Optional[torch.dtype] = None) -> tuple[Tensor, Tensor]:
+def merge_attention(
+    outs: Sequence[Tensor] | Tensor, lses: Sequence[Tensor] | Tensor, *, out_dtype: Optional[torch.dtype] = None
+) -> tuple[Tensor, Tensor]:
     """Merges partial results over disjoint key sets into (o, lse) as one pass over all the keys gives.
 
     outs: n tensors [B, S, H, D] (fa.attention's layout), or one [n, B, S, H, D]; lses: n float32 [B, H, S] (as
@@ -88,7 +90,7 @@ def merge_attention(outs: Sequence[Tensor] | Tensor, lses: Sequence[Tensor] | Te
     part_o = torch.empty((len(outs), B, H, Sq, D), dtype=pd, device=outs[0].device)
     for i, o in enumerate(outs):
         part_o[i].copy_(o.permute(0, 2, 1, 3))
-    part_lse = torch.stack([l.to(pd) for l in lses]).contiguous()
+    part_lse = torch.stack([x.to(pd) for x in lses]).contiguous()
     out = torch.empty((B, Sq, H, D), dtype=out_dtype or outs[0].dtype, device=outs[0].device)
     lse = torch.empty((B, H, Sq), dtype=pd, device=outs[0].device)
     merge_parts(part_o, part_lse, out, lse)

@@ -20,34 +20,78 @@ import torch
 from torch import Tensor
 
 from ._tensor_params import last_dim_contiguous, output_shapes
-from ._torch_common import (cached_forward, call_key, device_index, eager_function, fill_and_run, forward_outputs,
-                            op_args_fixed, run_backward, run_filled, run_forward, signature)
+from ._torch_common import (
+    cached_forward,
+    call_key,
+    device_index,
+    eager_function,
+    fill_and_run,
+    forward_outputs,
+    op_args_fixed,
+    run_backward,
+    run_filled,
+    run_forward,
+    signature,
+)
 from .mods import _STRUCTS_MAX, Mods, copy_struct, filled_struct, mods_struct
 
 
 def _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device, contents=()):
     """attach(params) for run_forward / run_backward: the fa_mods of these op arguments (epoch over the buffers
     and `contents`: the varlen offsets), kept alive by the caller."""
+
     def attach(p):
-        m, keep = mods_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device,
-                              contents)
+        m, keep = mods_struct(
+            mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, device, contents
+        )
         p.mods = ctypes.pointer(m)
         return m, keep
+
     return attach
 
 
-def _mods_impl(q: Tensor, k: Tensor, v: Tensor, mask_mod: Optional[str], score_mod: Optional[str],
-               score_mod_grad: Optional[str], buffers: List[Tensor], scalars: List[float], iscalars: List[int],
-               bias: Optional[Tensor], alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
-               cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, mask: int, window_left: int,
-               window_right: int, softcap: float, scale: float, depends: str) -> Tuple[Tensor, Tensor]:
+def _mods_impl(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask_mod: Optional[str],
+    score_mod: Optional[str],
+    score_mod_grad: Optional[str],
+    buffers: List[Tensor],
+    scalars: List[float],
+    iscalars: List[int],
+    bias: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    mask: int,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    scale: float,
+    depends: str,
+) -> Tuple[Tensor, Tensor]:
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
-    rest = (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left,
-            window_right, softcap, scale)
+    rest = (
+        bias,
+        alibi_slopes,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        mask,
+        window_left,
+        window_right,
+        softcap,
+        scale,
+    )
     if bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None:
         return _fixed_forward(q, k, v, mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, rest)
-    attach = _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, q.device,
-                     (cu_seqlens_q, cu_seqlens_k))
+    attach = _attach(
+        mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, q.device, (cu_seqlens_q, cu_seqlens_k)
+    )
     return run_forward(q, k, v, rest, attach)
 
 
@@ -55,23 +99,76 @@ attention_mods = torch.library.custom_op("fa::attention_mods", mutates_args=())(
 
 
 @attention_mods.register_fake
-def _attention_mods_fake(q, k, v, mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, bias,
-                         alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left,
-                         window_right, softcap, scale, depends):
+def _attention_mods_fake(
+    q,
+    k,
+    v,
+    mask_mod,
+    score_mod,
+    score_mod_grad,
+    buffers,
+    scalars,
+    iscalars,
+    bias,
+    alibi_slopes,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    mask,
+    window_left,
+    window_right,
+    softcap,
+    scale,
+    depends,
+):
     o_shape, lse_shape = output_shapes(q, k, v, cu_seqlens_q)
     return q.new_empty(o_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
 
-def _mods_bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, mask_mod: Optional[str],
-                   score_mod: Optional[str], score_mod_grad: Optional[str], buffers: List[Tensor],
-                   scalars: List[float], iscalars: List[int], bias: Optional[Tensor], alibi_slopes: Optional[Tensor],
-                   cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
-                   max_seqlen_k: int, mask: int, window_left: int, window_right: int, softcap: float, scale: float,
-                   depends: str, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    rest = (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left,
-            window_right, softcap, scale)
-    attach = _attach(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, q.device,
-                     (cu_seqlens_q, cu_seqlens_k))
+def _mods_bwd_impl(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    o: Tensor,
+    lse: Tensor,
+    mask_mod: Optional[str],
+    score_mod: Optional[str],
+    score_mod_grad: Optional[str],
+    buffers: List[Tensor],
+    scalars: List[float],
+    iscalars: List[int],
+    bias: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    mask: int,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    scale: float,
+    depends: str,
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    rest = (
+        bias,
+        alibi_slopes,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        mask,
+        window_left,
+        window_right,
+        softcap,
+        scale,
+    )
+    attach = _attach(
+        mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, depends, q.device, (cu_seqlens_q, cu_seqlens_k)
+    )
     return run_backward(dout, q, k, v, o, lse, rest, deterministic, attach)
 
 
@@ -84,8 +181,29 @@ def _attention_mods_bwd_fake(dout, q, k, v, o, lse, *_rest):
 
 
 def _setup_context(ctx, inputs, output):
-    (q, k, v, mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars, bias, alibi_slopes, cu_seqlens_q,
-     cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left, window_right, softcap, scale, depends) = inputs
+    (
+        q,
+        k,
+        v,
+        mask_mod,
+        score_mod,
+        score_mod_grad,
+        buffers,
+        scalars,
+        iscalars,
+        bias,
+        alibi_slopes,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        mask,
+        window_left,
+        window_right,
+        softcap,
+        scale,
+        depends,
+    ) = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *buffers)
     ctx.fa_buffers = len(buffers)
@@ -100,8 +218,23 @@ def _grads(bwd, ctx, dout, list_grads=(None, None, None)):
     entries of the list inputs (buffers, scalars, iscalars) are `list_grads` (an autograd.Function wants None, the
     op's autograd a value shaped as it flattens the input: see _list_grad)."""
     q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *buffers = ctx.saved_tensors
-    dq, dk, dv = bwd(dout, q, k, v, o, lse, *ctx.fa_code, list(buffers), *ctx.fa_scalars, bias, alibi_slopes,
-                     cu_seqlens_q, cu_seqlens_k, *ctx.fa_args, torch.are_deterministic_algorithms_enabled())
+    dq, dk, dv = bwd(
+        dout,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        *ctx.fa_code,
+        list(buffers),
+        *ctx.fa_scalars,
+        bias,
+        alibi_slopes,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        *ctx.fa_args,
+        torch.are_deterministic_algorithms_enabled(),
+    )
     return (dq, dk, dv, None, None, None, *list_grads) + (None,) * 12
 
 
@@ -113,9 +246,12 @@ def _list_grad(n: int, of_tensors: bool):
 
 def _backward(ctx, dout, _dlse):
     scalars, iscalars = ctx.fa_scalars
-    return _grads(torch.ops.fa.attention_mods_bwd, ctx, dout,
-                  (_list_grad(ctx.fa_buffers, True), _list_grad(len(scalars), False),
-                   _list_grad(len(iscalars), False)))
+    return _grads(
+        torch.ops.fa.attention_mods_bwd,
+        ctx,
+        dout,
+        (_list_grad(ctx.fa_buffers, True), _list_grad(len(scalars), False), _list_grad(len(iscalars), False)),
+    )
 
 
 attention_mods.register_autograd(_backward, setup_context=_setup_context)
@@ -161,8 +297,16 @@ def eager_mods(q, k, v, mods: Mods, causal, window, softcap, scale, want_lse: bo
     direct = q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1  # a hit passes q, k, v as they are
     q, k, v, rest, _ = op_args_fixed(q, k, v, causal, window, softcap, scale, "bshd")
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
-    filled = filled_struct(mods.mask_mod, mods.score_mod, mods.score_mod_grad, mods.buffers, mods.scalars,
-                           mods.iscalars, mods.depends, q.device)
+    filled = filled_struct(
+        mods.mask_mod,
+        mods.score_mod,
+        mods.score_mod_grad,
+        mods.buffers,
+        mods.scalars,
+        mods.iscalars,
+        mods.depends,
+        q.device,
+    )
     m = copy_struct(filled, epoch)
     o, lse = forward_outputs(q, v, want_lse)
     if o.numel() == 0:
@@ -181,12 +325,29 @@ def eager_mods(q, k, v, mods: Mods, causal, window, softcap, scale, want_lse: bo
 def forward_with_mods(q, k, v, mods: Mods, rest) -> Tuple[Tensor, Tensor]:
     """(o, lse) of the op-level views with user code: the op while torch.compile traces, else its implementation
     (under autograd when q, k or v requires grad; the backward then runs fa_run_backward with the same code)."""
-    if mods.score_mod is not None and mods.score_mod_grad is None and torch.is_grad_enabled() and (
-            q.requires_grad or k.requires_grad or v.requires_grad):
-        raise ValueError("fa: the backward of a score_mod needs its derivative: give fa.Mods(score_mod_grad=...), "
-                         "the body of d score_mod / d s at the same s (include/fa/fa.h, fa_mods)")
-    args = (q, k, v, mods.mask_mod, mods.score_mod, mods.score_mod_grad, list(mods.buffers), list(mods.scalars),
-            list(mods.iscalars), *rest, mods.depends)
+    if (
+        mods.score_mod is not None
+        and mods.score_mod_grad is None
+        and torch.is_grad_enabled()
+        and (q.requires_grad or k.requires_grad or v.requires_grad)
+    ):
+        raise ValueError(
+            "fa: the backward of a score_mod needs its derivative: give fa.Mods(score_mod_grad=...), "
+            "the body of d score_mod / d s at the same s (include/fa/fa.h, fa_mods)"
+        )
+    args = (
+        q,
+        k,
+        v,
+        mods.mask_mod,
+        mods.score_mod,
+        mods.score_mod_grad,
+        list(mods.buffers),
+        list(mods.scalars),
+        list(mods.iscalars),
+        *rest,
+        mods.depends,
+    )
     if torch.compiler.is_compiling():
         return torch.ops.fa.attention_mods(*args)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):

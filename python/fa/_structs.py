@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 from ctypes import c_float, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 
-# ---- fa_status ---------------------------------------------------------------------------------------------------------
+# ---- fa_status -------------------------------------------------------------------------------------------------------
 FA_OK = 0
 FA_ERROR_INVALID_ARGUMENT = 100
 FA_ERROR_INVALID_VERSION = 101
@@ -43,7 +43,7 @@ STATUS_NAMES = {
     FA_ERROR_INTERNAL: "FA_ERROR_INTERNAL",
 }
 
-# ---- enums -------------------------------------------------------------------------------------------------------------
+# ---- enums -----------------------------------------------------------------------------------------------------------
 FA_DTYPE_FP16 = 1
 FA_DTYPE_BF16 = 2
 FA_DTYPE_FP32 = 3
@@ -70,12 +70,17 @@ FA_USER_I32, FA_USER_I64, FA_USER_F32, FA_USER_F16, FA_USER_BF16, FA_USER_U8 = 1
 
 def _strided(name: str, const: bool = True):
     """A pointer followed by its batch, seq and head strides (fa.h declares them on one line)."""
-    return [(name, c_void_p), (f"{name}_stride_batch", c_int64), (f"{name}_stride_seq", c_int64),
-            (f"{name}_stride_head", c_int64)]
+    return [
+        (name, c_void_p),
+        (f"{name}_stride_batch", c_int64),
+        (f"{name}_stride_seq", c_int64),
+        (f"{name}_stride_head", c_int64),
+    ]
 
 
 class ContextOptions(ctypes.Structure):
     """fa_context_options."""
+
     _fields_ = [
         ("struct_size", c_uint32),
         ("version", c_uint32),
@@ -89,6 +94,7 @@ class ContextOptions(ctypes.Structure):
 
 class UserBuffer(ctypes.Structure):
     """fa_user_buffer (a device buffer user code may read)."""
+
     _fields_ = [
         ("ptr", c_void_p),
         ("dtype", c_int32),
@@ -100,6 +106,7 @@ class UserBuffer(ctypes.Structure):
 
 class Mods(ctypes.Structure):
     """fa_mods (user code: mask_mod / score_mod / score_mod_grad bodies, buffers, scalars)."""
+
     _fields_ = [
         ("struct_size", c_uint32),
         ("version", c_uint32),
@@ -119,6 +126,7 @@ class Mods(ctypes.Structure):
 
 class Params(ctypes.Structure):
     """fa_params (the forward problem)."""
+
     _fields_ = [
         ("struct_size", c_uint32),
         ("version", c_uint32),
@@ -168,6 +176,7 @@ class Params(ctypes.Structure):
 
 class BwdParams(ctypes.Structure):
     """fa_bwd_params (the backward problem; `fwd` points at a Params)."""
+
     _fields_ = [
         ("struct_size", c_uint32),
         ("version", c_uint32),
@@ -185,6 +194,7 @@ class BwdParams(ctypes.Structure):
 
 class MergeParams(ctypes.Structure):
     """fa_merge_params (the merge of partial results over disjoint key sets)."""
+
     _fields_ = [
         ("struct_size", c_uint32),
         ("version", c_uint32),

@@ -75,12 +75,29 @@ def check_forward(q, k, v, rest) -> None:
     before anything is allocated: the shape rules (fa.shape_rules.attention), dtypes and devices."""
     bias, alibi_slopes, cu_q, cu_k, max_q, max_k = rest[:6]
     varlen = cu_q is not None or cu_k is not None
-    rules.attention(q.shape, k.shape, v.shape, bias=shape_of(bias), alibi_slopes=shape_of(alibi_slopes),
-                    cu_seqlens_q=shape_of(cu_q), cu_seqlens_k=shape_of(cu_k), max_seqlen_q=max_q if varlen else None,
-                    max_seqlen_k=max_k if varlen else None)
+    rules.attention(
+        q.shape,
+        k.shape,
+        v.shape,
+        bias=shape_of(bias),
+        alibi_slopes=shape_of(alibi_slopes),
+        cu_seqlens_q=shape_of(cu_q),
+        cu_seqlens_k=shape_of(cu_k),
+        max_seqlen_q=max_q if varlen else None,
+        max_seqlen_k=max_k if varlen else None,
+    )
     rules.same_dtype(("q", q.dtype), ("k", k.dtype), ("v", v.dtype))
-    check_devices(q, (("k", k), ("v", v), ("bias", bias), ("alibi_slopes", alibi_slopes), ("cu_seqlens_q", cu_q),
-                      ("cu_seqlens_k", cu_k)))
+    check_devices(
+        q,
+        (
+            ("k", k),
+            ("v", v),
+            ("bias", bias),
+            ("alibi_slopes", alibi_slopes),
+            ("cu_seqlens_q", cu_q),
+            ("cu_seqlens_k", cu_k),
+        ),
+    )
     check_int32((("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)))
 
 
@@ -89,10 +106,20 @@ def check_backward(dout, q, k, v, o, lse, rest) -> None:
     dout shaped as o, lse), then check_forward's dtypes and devices, o and dout in q's dtype, lse float32, all on
     q's device."""
     varlen = rest[2] is not None or rest[3] is not None
-    rules.attention_backward(dout.shape, q.shape, k.shape, v.shape, o.shape, lse.shape, bias=shape_of(rest[0]),
-                             alibi_slopes=shape_of(rest[1]), cu_seqlens_q=shape_of(rest[2]),
-                             cu_seqlens_k=shape_of(rest[3]), max_seqlen_q=rest[4] if varlen else None,
-                             max_seqlen_k=rest[5] if varlen else None)
+    rules.attention_backward(
+        dout.shape,
+        q.shape,
+        k.shape,
+        v.shape,
+        o.shape,
+        lse.shape,
+        bias=shape_of(rest[0]),
+        alibi_slopes=shape_of(rest[1]),
+        cu_seqlens_q=shape_of(rest[2]),
+        cu_seqlens_k=shape_of(rest[3]),
+        max_seqlen_q=rest[4] if varlen else None,
+        max_seqlen_k=rest[5] if varlen else None,
+    )
     check_forward(q, k, v, rest)
     rules.same_dtype(("q", q.dtype), ("o", o.dtype), ("dout", dout.dtype))
     if lse.dtype != torch.float32:
@@ -103,8 +130,7 @@ def check_backward(dout, q, k, v, o, lse, rest) -> None:
 def problem_dims(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k):
     """(batch, sq, sk, hq, hkv, d, dv) of the op-level views."""
     if cu_seqlens_q is not None:
-        return (cu_seqlens_q.shape[0] - 1, max_seqlen_q, max_seqlen_k, q.shape[1], k.shape[1], q.shape[2],
-                v.shape[2])
+        return (cu_seqlens_q.shape[0] - 1, max_seqlen_q, max_seqlen_k, q.shape[1], k.shape[1], q.shape[2], v.shape[2])
     return q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]
 
 
@@ -116,9 +142,24 @@ def output_shapes(q, k, v, cu_seqlens_q):
     return (q.shape[0], q.shape[1], q.shape[2], dv), (q.shape[0], q.shape[2], q.shape[1])
 
 
-def build_params(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
-                 max_seqlen_k: int, mask: int, window_left: int, window_right: int, softcap: float,
-                 scale: float) -> tuple[S.Params, list]:
+def build_params(
+    q,
+    k,
+    v,
+    o,
+    lse,
+    bias,
+    alibi_slopes,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    mask: int,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    scale: float,
+) -> tuple[S.Params, list]:
     """An initialised fa_params pointing at the tensors, and the list of tensors it keeps alive (the arguments
     passed check_forward, or the KV cache's check)."""
     varlen = cu_seqlens_q is not None
@@ -159,6 +200,7 @@ def build_params(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k
 
 def build_bwd_params(fwd: S.Params, dout, dq, dk, dv, varlen: bool, deterministic: bool) -> S.BwdParams:
     import ctypes
+
     bp = _lib.new_bwd_params()
     bp.fwd = ctypes.pointer(fwd)
     _set_strided(bp, "dout", dout, varlen)

@@ -16,8 +16,14 @@ import torch
 
 from . import _structs as S
 from . import shape_rules as rules
-from ._tensor_params import (build_bwd_params, build_params, check_backward, check_forward, last_dim_contiguous,
-                             output_shapes)
+from ._tensor_params import (
+    build_bwd_params,
+    build_params,
+    check_backward,
+    check_forward,
+    last_dim_contiguous,
+    output_shapes,
+)
 from .context import default_context
 from .mods import contents_epoch
 
@@ -40,8 +46,20 @@ def stream(device: torch.device) -> int:
 def signature(q, k, v) -> tuple:
     """The part of a kept entry's key that q, k and v give: shapes, strides, dtypes and devices (what the checks
     of a new signature read)."""
-    return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
-            k.get_device(), v.get_device())
+    return (
+        q.shape,
+        k.shape,
+        v.shape,
+        q.stride(),
+        k.stride(),
+        v.stride(),
+        q.dtype,
+        k.dtype,
+        v.dtype,
+        q.device,
+        k.get_device(),
+        v.get_device(),
+    )
 
 
 # ---- the kept forward params ----------------------------------------------------------------------------------------
@@ -55,8 +73,7 @@ PARAMS_CACHE: dict = {}  # key -> (filled params' bytes, device index); eager_pl
 def forward_outputs(q, v, want_lse: bool):
     """(o, lse or None) of a fixed-length bshd forward, uninitialized."""
     o = torch.empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=q.dtype, device=q.device)
-    lse = (torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-           if want_lse else None)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device) if want_lse else None
     return o, lse
 
 
@@ -142,9 +159,21 @@ def run_backward(dout, q, k, v, o, lse, rest, deterministic: bool, attach=None):
     o, dout = last_dim_contiguous(o), last_dim_contiguous(dout)
     key = None
     if rest[0] is None and rest[1] is None and rest[2] is None and rest[3] is None:
-        key = signature(q, k, v) + (o.shape, o.stride(), o.dtype, o.get_device(), dout.shape, dout.stride(),
-                                    dout.dtype, dout.get_device(), lse.shape, lse.dtype, lse.get_device(),
-                                    rest[4:], deterministic)
+        key = signature(q, k, v) + (
+            o.shape,
+            o.stride(),
+            o.dtype,
+            o.get_device(),
+            dout.shape,
+            dout.stride(),
+            dout.dtype,
+            dout.get_device(),
+            lse.shape,
+            lse.dtype,
+            lse.get_device(),
+            rest[4:],
+            deterministic,
+        )
         entry = _BWD_CACHE.get(key)
         if entry is None:
             check_backward(dout, q, k, v, o, lse, rest)
@@ -225,8 +254,22 @@ def mask_args(causal: bool, window) -> tuple:
     return S.FA_MASK_SLIDING_WINDOW, left, right
 
 
-def op_args(q, k, v, causal, window, bias, alibi_slopes, softcap, scale, layout, cu_seqlens_q, cu_seqlens_k,
-            max_seqlen_q, max_seqlen_k):
+def op_args(
+    q,
+    k,
+    v,
+    causal,
+    window,
+    bias,
+    alibi_slopes,
+    softcap,
+    scale,
+    layout,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+):
     """(op-level q, k, v, the remaining op arguments, bhsd) of fa.attention's arguments, every check made."""
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f'fa: layout must be "bshd" or "bhsd", got {layout!r}')
@@ -254,8 +297,19 @@ def op_args(q, k, v, causal, window, bias, alibi_slopes, softcap, scale, layout,
         softcap = 0.0
     if scale is None:
         scale = 0.0
-    rest = (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, wl, wr, float(softcap),
-            float(scale))
+    rest = (
+        bias,
+        alibi_slopes,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        mask,
+        wl,
+        wr,
+        float(softcap),
+        float(scale),
+    )
     return q, k, v, rest, bhsd
 
 
@@ -287,6 +341,13 @@ def call_key(q, k, v, mods, causal, window, softcap, scale):
     if mods is None:
         return key, 0
     bufs = mods.buffers
-    key += (mods.mask_mod, mods.score_mod, mods.score_mod_grad, mods.depends, tuple(mods.scalars),
-            tuple(mods.iscalars), tuple([(t.data_ptr(), t.dtype, t.shape, t.stride()) for t in bufs]))
+    key += (
+        mods.mask_mod,
+        mods.score_mod,
+        mods.score_mod_grad,
+        mods.depends,
+        tuple(mods.scalars),
+        tuple(mods.iscalars),
+        tuple([(t.data_ptr(), t.dtype, t.shape, t.stride()) for t in bufs]),
+    )
     return key, contents_epoch(bufs) if mods.mask_mod is not None else 0

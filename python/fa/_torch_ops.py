@@ -31,58 +31,177 @@ from . import _structs as S
 from ._grad_step import grad_step
 from ._mods_op import eager_mods, forward_with_mods
 from ._tensor_params import build_bwd_params, build_params, last_dim_contiguous, output_shapes
-from ._torch_common import (PARAMS_CACHE, cached_forward, device_index, eager_function, op_args, op_args_fixed,
-                            run_backward, run_forward, signature)
+from ._torch_common import (
+    PARAMS_CACHE,
+    cached_forward,
+    device_index,
+    eager_function,
+    op_args,
+    op_args_fixed,
+    run_backward,
+    run_forward,
+    signature,
+)
 from .context import default_context
 from .errors import InvalidArgument
 from .support import Support
 
 
-def fwd_impl(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], alibi_slopes: Optional[Tensor],
-             cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
-             mask: int, window_left: int, window_right: int, softcap: float, scale: float) -> Tuple[Tensor, Tensor]:
+def fwd_impl(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    mask: int,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    scale: float,
+) -> Tuple[Tensor, Tensor]:
     """fa::attention_fwd: (o, lse) of the op-level views; a plain fixed-length call keeps its params per signature
     (LSE always written)."""
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
     if bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None:
         rest = (None, None, None, None, 0, 0, mask, window_left, window_right, softcap, scale)
         return cached_forward(("op",) + signature(q, k, v) + rest[6:], q, k, v, True, lambda: rest)
-    return run_forward(q, k, v, (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
-                                 window_left, window_right, softcap, scale))
+    return run_forward(
+        q,
+        k,
+        v,
+        (
+            bias,
+            alibi_slopes,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            max_seqlen_q,
+            max_seqlen_k,
+            mask,
+            window_left,
+            window_right,
+            softcap,
+            scale,
+        ),
+    )
 
 
 attention_fwd = torch.library.custom_op("fa::attention_fwd", mutates_args=())(fwd_impl)
 
 
 @attention_fwd.register_fake
-def _attention_fwd_fake(q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
-                        window_left, window_right, softcap, scale):
+def _attention_fwd_fake(
+    q,
+    k,
+    v,
+    bias,
+    alibi_slopes,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    mask,
+    window_left,
+    window_right,
+    softcap,
+    scale,
+):
     o_shape, lse_shape = output_shapes(q, k, v, cu_seqlens_q)
     return q.new_empty(o_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
 
-def bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, bias: Optional[Tensor],
-             alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
-             max_seqlen_q: int, max_seqlen_k: int, mask: int, window_left: int, window_right: int, softcap: float,
-             scale: float, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+def bwd_impl(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    o: Tensor,
+    lse: Tensor,
+    bias: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    mask: int,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    scale: float,
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
     """fa::attention_bwd: (dq, dk, dv) of the op-level views (_torch_common.run_backward)."""
-    return run_backward(dout, q, k, v, o, lse, (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                                max_seqlen_k, mask, window_left, window_right, softcap, scale),
-                        deterministic)
+    return run_backward(
+        dout,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        (
+            bias,
+            alibi_slopes,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            max_seqlen_q,
+            max_seqlen_k,
+            mask,
+            window_left,
+            window_right,
+            softcap,
+            scale,
+        ),
+        deterministic,
+    )
 
 
 attention_bwd = torch.library.custom_op("fa::attention_bwd", mutates_args=())(bwd_impl)
 
 
 @attention_bwd.register_fake
-def _attention_bwd_fake(dout, q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                        max_seqlen_k, mask, window_left, window_right, softcap, scale, deterministic):
+def _attention_bwd_fake(
+    dout,
+    q,
+    k,
+    v,
+    o,
+    lse,
+    bias,
+    alibi_slopes,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    mask,
+    window_left,
+    window_right,
+    softcap,
+    scale,
+    deterministic,
+):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    (q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left,
-     window_right, softcap, scale) = inputs
+    (
+        q,
+        k,
+        v,
+        bias,
+        alibi_slopes,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        mask,
+        window_left,
+        window_right,
+        softcap,
+        scale,
+    ) = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
     ctx.fa_args = (max_seqlen_q, max_seqlen_k, mask, window_left, window_right, softcap, scale)
@@ -92,8 +211,20 @@ def _setup_context(ctx, inputs, output):
 def _grads(bwd, ctx, dout):
     """The gradients of the forward's 14 inputs through `bwd` (the op, or its implementation in eager mode)."""
     q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
-    dq, dk, dv = bwd(dout, q, k, v, o, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *ctx.fa_args,
-                     torch.are_deterministic_algorithms_enabled())
+    dq, dk, dv = bwd(
+        dout,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        bias,
+        alibi_slopes,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        *ctx.fa_args,
+        torch.are_deterministic_algorithms_enabled(),
+    )
     return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
 
 
@@ -116,11 +247,25 @@ def _forward(q, k, v, rest):
 
 
 # ---- user-facing -----------------------------------------------------------------------------------------------------
-def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(-1, -1),
-              bias: Optional[Tensor] = None, alibi_slopes: Optional[Tensor] = None, softcap: float = 0.0,
-              scale: Optional[float] = None, layout: str = "bshd", cu_seqlens_q: Optional[Tensor] = None,
-              cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q: Optional[int] = None,
-              max_seqlen_k: Optional[int] = None, return_lse: bool = False, mods=None):
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    window=(-1, -1),
+    bias: Optional[Tensor] = None,
+    alibi_slopes: Optional[Tensor] = None,
+    softcap: float = 0.0,
+    scale: Optional[float] = None,
+    layout: str = "bshd",
+    cu_seqlens_q: Optional[Tensor] = None,
+    cu_seqlens_k: Optional[Tensor] = None,
+    max_seqlen_q: Optional[int] = None,
+    max_seqlen_k: Optional[int] = None,
+    return_lse: bool = False,
+    mods=None,
+):
     """FlashAttention forward (differentiable, with user code `mods` (fa.Mods) too: a score_mod then needs its
     score_mod_grad). See python/README.md and include/fa/fa.h for the semantics.
 
@@ -146,8 +291,22 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window=(
     if plain and eager:
         q2, k2, v2, rest, bhsd = op_args_fixed(q, k, v, causal, window, softcap, scale, layout)
     else:
-        q2, k2, v2, rest, bhsd = op_args(q, k, v, causal, window, bias, alibi_slopes, softcap, scale, layout,
-                                         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        q2, k2, v2, rest, bhsd = op_args(
+            q,
+            k,
+            v,
+            causal,
+            window,
+            bias,
+            alibi_slopes,
+            softcap,
+            scale,
+            layout,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            max_seqlen_q,
+            max_seqlen_k,
+        )
     o, lse = _forward(q2, k2, v2, rest) if mods is None else forward_with_mods(q2, k2, v2, mods, rest)
     if bhsd:
         o = o.transpose(1, 2)
@@ -161,8 +320,9 @@ def eager_plain(q, k, v, mods, causal, window, softcap, scale, want_lse):
     five pointers and calls fa_run on the current raw stream (the C library still validates every call); a new key
     is checked in full (op_args) before anything is allocated. LSE only when asked (fa.prepare readies that kernel
     too)."""
-    key = ("eager",) + signature(q, k, v) + (causal, None if window is None else tuple(window), softcap, scale,
-                                             want_lse)
+    key = (
+        ("eager",) + signature(q, k, v) + (causal, None if window is None else tuple(window), softcap, scale, want_lse)
+    )
     if key not in PARAMS_CACHE and (q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1):
         return None  # the generic path makes the last dims contiguous
 
@@ -173,12 +333,22 @@ def eager_plain(q, k, v, mods, causal, window, softcap, scale, want_lse):
 
 
 def _problem(q, k, v, kwargs):
-    q2, k2, v2, rest, _ = op_args(q, k, v, kwargs.pop("causal", False), kwargs.pop("window", (-1, -1)),
-                                  kwargs.pop("bias", None), kwargs.pop("alibi_slopes", None),
-                                  kwargs.pop("softcap", 0.0), kwargs.pop("scale", None),
-                                  kwargs.pop("layout", "bshd"), kwargs.pop("cu_seqlens_q", None),
-                                  kwargs.pop("cu_seqlens_k", None), kwargs.pop("max_seqlen_q", None),
-                                  kwargs.pop("max_seqlen_k", None))
+    q2, k2, v2, rest, _ = op_args(
+        q,
+        k,
+        v,
+        kwargs.pop("causal", False),
+        kwargs.pop("window", (-1, -1)),
+        kwargs.pop("bias", None),
+        kwargs.pop("alibi_slopes", None),
+        kwargs.pop("softcap", 0.0),
+        kwargs.pop("scale", None),
+        kwargs.pop("layout", "bshd"),
+        kwargs.pop("cu_seqlens_q", None),
+        kwargs.pop("cu_seqlens_k", None),
+        kwargs.pop("max_seqlen_q", None),
+        kwargs.pop("max_seqlen_k", None),
+    )
     kwargs.pop("return_lse", None)
     mods = kwargs.pop("mods", None)
     if kwargs:
@@ -211,10 +381,14 @@ def prepare(q: Tensor, k: Tensor, v: Tensor, *, backward: Optional[bool] = None,
         if backward is None:
             backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
         if backward:
-            dq, dk, dv = torch.empty_like(q2.contiguous()), torch.empty_like(k2.contiguous()), torch.empty_like(
-                v2.contiguous())
-            bp = build_bwd_params(p, torch.empty_like(o), dq, dk, dv, rest[2] is not None,
-                                  torch.are_deterministic_algorithms_enabled())
+            dq, dk, dv = (
+                torch.empty_like(q2.contiguous()),
+                torch.empty_like(k2.contiguous()),
+                torch.empty_like(v2.contiguous()),
+            )
+            bp = build_bwd_params(
+                p, torch.empty_like(o), dq, dk, dv, rest[2] is not None, torch.are_deterministic_algorithms_enabled()
+            )
             ctx.prepare_backward(bp)
     del keep
 

@@ -19,8 +19,14 @@ from .support import Support
 class Context:
     """fa_context. Arguments mirror fa_context_options; None keeps the library default (environment variables)."""
 
-    def __init__(self, device: int = 0, *, tune_policy: int | str | None = None, cache_path: str | None = None,
-                 verbose: bool | None = None):
+    def __init__(
+        self,
+        device: int = 0,
+        *,
+        tune_policy: int | str | None = None,
+        cache_path: str | None = None,
+        verbose: bool | None = None,
+    ):
         lib = _lib.lib()
         opts = _lib.new_context_options()
         opts.device_ordinal = int(device)
@@ -38,7 +44,7 @@ class Context:
         self.device = int(device)
         _live.add(self)
 
-    # -- lifetime --------------------------------------------------------------------------------------------------------
+    # -- lifetime ------------------------------------------------------------------------------------------------------
     @property
     def handle(self) -> ctypes.c_void_p:
         if self._handle is None:
@@ -65,7 +71,7 @@ class Context:
     def __repr__(self):
         return f"fa.Context(device={self.device})"
 
-    # -- raw calls ---------------------------------------------------------------------------------------------------------
+    # -- raw calls -----------------------------------------------------------------------------------------------------
     def has_device(self) -> bool:
         return bool(self._lib.fa_context_has_device(self.handle))
 
@@ -101,13 +107,16 @@ class Context:
         _lib.check(self._lib.fa_backward_workspace_size(self.handle, ctypes.byref(params), ctypes.byref(out)))
         return int(out.value)
 
-
     def merge_partials(self, params: S.MergeParams, stream: int | None = None) -> None:
         _lib.check(self._lib.fa_merge_partials(self.handle, ctypes.byref(params), ctypes.c_void_p(stream or None)))
 
 
-_TUNE_NAMES = {"first_use": S.FA_TUNE_ON_FIRST_USE, "defaults": S.FA_TUNE_DEFAULTS_ONLY,
-               "require": S.FA_TUNE_REQUIRE_TUNED, "first_use_sync": S.FA_TUNE_ON_FIRST_USE_SYNC}
+_TUNE_NAMES = {
+    "first_use": S.FA_TUNE_ON_FIRST_USE,
+    "defaults": S.FA_TUNE_DEFAULTS_ONLY,
+    "require": S.FA_TUNE_REQUIRE_TUNED,
+    "first_use_sync": S.FA_TUNE_ON_FIRST_USE_SYNC,
+}
 
 
 def _tune_policy(value: int | str) -> int:

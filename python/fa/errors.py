@@ -17,7 +17,8 @@ class LibraryNotFoundError(OSError):
         lines = "\n  ".join(self.tried) if self.tried else "(nowhere)"
         super().__init__(
             "fa: cannot load the shared library libfa.so. Set FA_LIBRARY to its full path or FA_PREFIX to the "
-            "install prefix. Tried:\n  " + lines)
+            "install prefix. Tried:\n  " + lines
+        )
 
 
 class MissingFunctionError(LibraryNotFoundError):

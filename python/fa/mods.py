@@ -32,7 +32,7 @@ from typing import Callable, Optional, Sequence
 
 from . import _structs as S
 
-# ---- the contents' epoch (fa_mods.mask_epoch) -------------------------------------------------------------------------
+# ---- the contents' epoch (fa_mods.mask_epoch) ------------------------------------------------------------------------
 # Each buffer incarnation (the tensor object at its address, at its version) gets a number from one process-wide
 # counter the first time it is seen; a call's epoch is the largest number among its buffers. A changed buffer (a new
 # tensor at the address, or a new version) takes a number never used before, so the epoch of a call differs from
@@ -83,12 +83,21 @@ def filled_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalar
     """The filled fa_mods of a signature (the code, depends, scalars, device and each buffer's address, dtype, shape
     and strides) as (its bytes, the code's bytes it points at): built the first time through Mods.to_struct with
     every check, then kept."""
-    sig = (mask_mod, score_mod, score_mod_grad, depends, tuple(scalars), tuple(iscalars), device,
-           tuple((t.data_ptr(), t.dtype, t.shape, t.stride()) for t in buffers))
+    sig = (
+        mask_mod,
+        score_mod,
+        score_mod_grad,
+        depends,
+        tuple(scalars),
+        tuple(iscalars),
+        device,
+        tuple((t.data_ptr(), t.dtype, t.shape, t.stride()) for t in buffers),
+    )
     ent = _STRUCTS.get(sig)
     if ent is None:
-        m, keep = Mods(mask_mod, score_mod, buffers, scalars, iscalars, depends=depends,
-                       score_mod_grad=score_mod_grad).to_struct(device)
+        m, keep = Mods(
+            mask_mod, score_mod, buffers, scalars, iscalars, depends=depends, score_mod_grad=score_mod_grad
+        ).to_struct(device)
         if len(_STRUCTS) >= _STRUCTS_MAX:
             _STRUCTS.clear()
         ent = (bytes(m), [x for x in keep if isinstance(x, bytes)])  # the code's bytes; buffers live in the call
@@ -110,21 +119,30 @@ def mods_struct(mask_mod, score_mod, score_mod_grad, buffers, scalars, iscalars,
     epoch = contents_epoch(itertools.chain(buffers, contents)) if mask_mod is not None else 0
     return copy_struct(filled, epoch), filled[1]
 
+
 _DTYPES = None
 
 
 def _dtype_code(t) -> int:
     global _DTYPES
     import torch
+
     if _DTYPES is None:
-        _DTYPES = {torch.int32: S.FA_USER_I32, torch.int64: S.FA_USER_I64, torch.float32: S.FA_USER_F32,
-                   torch.float16: S.FA_USER_F16, torch.bfloat16: S.FA_USER_BF16, torch.uint8: S.FA_USER_U8,
-                   torch.bool: S.FA_USER_U8}
+        _DTYPES = {
+            torch.int32: S.FA_USER_I32,
+            torch.int64: S.FA_USER_I64,
+            torch.float32: S.FA_USER_F32,
+            torch.float16: S.FA_USER_F16,
+            torch.bfloat16: S.FA_USER_BF16,
+            torch.uint8: S.FA_USER_U8,
+            torch.bool: S.FA_USER_U8,
+        }
     try:
         return _DTYPES[t.dtype]
     except KeyError:
-        raise TypeError(f"fa: a mods buffer must be int32, int64, float32, float16, bfloat16, uint8 or bool, "
-                        f"got {t.dtype}") from None
+        raise TypeError(
+            f"fa: a mods buffer must be int32, int64, float32, float16, bfloat16, uint8 or bool, got {t.dtype}"
+        ) from None
 
 
 class Mods:
@@ -136,10 +154,18 @@ class Mods:
     skipping once per (b, h) that matters, so a mask that ignores h (or b) says so to share the work. A letter left
     out wrongly gives wrong results."""
 
-    def __init__(self, mask_mod: Optional[str] = None, score_mod: Optional[str] = None, buffers: Sequence = (),
-                 scalars: Sequence[float] = (), iscalars: Sequence[int] = (),
-                 reference_mask: Optional[Callable] = None, reference_score: Optional[Callable] = None,
-                 depends: str = "bh", score_mod_grad: Optional[str] = None):
+    def __init__(
+        self,
+        mask_mod: Optional[str] = None,
+        score_mod: Optional[str] = None,
+        buffers: Sequence = (),
+        scalars: Sequence[float] = (),
+        iscalars: Sequence[int] = (),
+        reference_mask: Optional[Callable] = None,
+        reference_score: Optional[Callable] = None,
+        depends: str = "bh",
+        score_mod_grad: Optional[str] = None,
+    ):
         if set(depends) - set("bh"):
             raise ValueError(f"fa: depends holds the letters 'b' and 'h' only, got {depends!r}")
         self.depends = depends
@@ -159,8 +185,11 @@ class Mods:
         self.reference_mask, self.reference_score = reference_mask, reference_score
 
     def __repr__(self):
-        return (f"fa.Mods(mask_mod={self.mask_mod!r}, score_mod={self.score_mod!r}, "
-                f"score_mod_grad={self.score_mod_grad!r}, buffers={[tuple(t.shape) for t in self.buffers]}, scalars={self.scalars}, iscalars={self.iscalars})")
+        return (
+            f"fa.Mods(mask_mod={self.mask_mod!r}, score_mod={self.score_mod!r}, "
+            f"score_mod_grad={self.score_mod_grad!r}, buffers={[tuple(t.shape) for t in self.buffers]}, "
+            f"scalars={self.scalars}, iscalars={self.iscalars})"
+        )
 
     def changed(self) -> None:
         """Say that a buffer's contents changed where PyTorch's version counter cannot see it (written through .data,
@@ -168,11 +197,14 @@ class Mods:
         forget_contents(self.buffers)
 
     def depends_bits(self) -> int:
-        return (S.FA_MOD_DEPENDS_BATCH if "b" in self.depends else 0) | (S.FA_MOD_DEPENDS_HEAD if "h" in self.depends else 0)
+        return (S.FA_MOD_DEPENDS_BATCH if "b" in self.depends else 0) | (
+            S.FA_MOD_DEPENDS_HEAD if "h" in self.depends else 0
+        )
 
     def to_struct(self, device) -> tuple[S.Mods, list]:
         """The fa_mods struct and what it keeps alive (encoded strings, contiguous-or-strided buffers)."""
         from . import _lib
+
         m = S.Mods()
         _lib.check(_lib.lib().fa_mods_init(ctypes.byref(m)))
         keep = []
@@ -208,44 +240,62 @@ def document(q_doc, k_doc=None, causal: bool = True) -> Mods:
     int32 [S] or [B, S] document ids of the query and key positions (k_doc None: the same as q_doc). With causal,
     also j <= i (use with Sq == Sk)."""
     import torch
+
     k_doc = q_doc if k_doc is None else k_doc
     for t in (q_doc, k_doc):
         if t.dtype != torch.int32:
             raise TypeError(f"fa: document ids must be int32, got {t.dtype}")
+
     def at(buf: int, t) -> str:
         if t.dim() == 1:
             return f"d{buf}[idx{buf} * u.stride[{buf}][0]]"
         return f"d{buf}[b * u.stride[{buf}][0] + idx{buf} * u.stride[{buf}][1]]"
-    body = ("const fa_buf0_t* d0 = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
-            "const fa_buf1_t* d1 = static_cast<const fa_buf1_t*>(u.buf[1]);\n"
-            "const int idx0 = i, idx1 = j;\n"
-            f"return {at(0, q_doc)} == {at(1, k_doc)}" + (" && j <= i;" if causal else ";"))
+
+    body = (
+        "const fa_buf0_t* d0 = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
+        "const fa_buf1_t* d1 = static_cast<const fa_buf1_t*>(u.buf[1]);\n"
+        "const int idx0 = i, idx1 = j;\n"
+        f"return {at(0, q_doc)} == {at(1, k_doc)}" + (" && j <= i;" if causal else ";")
+    )
 
     def ref(b, h, i, j):
         qd = q_doc if q_doc.dim() == 1 else q_doc[b]
         kd = k_doc if k_doc.dim() == 1 else k_doc[b]
         vis = qd[i] == kd[j]
         return vis & (j <= i) if causal else vis
+
     per_batch = q_doc.dim() == 2 or k_doc.dim() == 2
     return Mods(mask_mod=body, buffers=[q_doc, k_doc], reference_mask=ref, depends="b" if per_batch else "")
 
 
 def prefix_lm(prefix: int) -> Mods:
     """Prefix-LM: the first `prefix` keys are visible to every query, the rest causally (j <= i)."""
-    return Mods(mask_mod="return j <= i || j < u.iscalar[0];", iscalars=[prefix],
-                reference_mask=lambda b, h, i, j: (j <= i) | (j < prefix), depends="")
+    return Mods(
+        mask_mod="return j <= i || j < u.iscalar[0];",
+        iscalars=[prefix],
+        reference_mask=lambda b, h, i, j: (j <= i) | (j < prefix),
+        depends="",
+    )
 
 
 def sinks_window(sinks: int, window: int) -> Mods:
     """StreamingLLM: the first `sinks` keys plus the last `window` keys up to the query (causal)."""
-    return Mods(mask_mod="return j <= i && (j < u.iscalar[0] || i - j < u.iscalar[1]);", iscalars=[sinks, window],
-                reference_mask=lambda b, h, i, j: (j <= i) & ((j < sinks) | (i - j < window)), depends="")
+    return Mods(
+        mask_mod="return j <= i && (j < u.iscalar[0] || i - j < u.iscalar[1]);",
+        iscalars=[sinks, window],
+        reference_mask=lambda b, h, i, j: (j <= i) & ((j < sinks) | (i - j < window)),
+        depends="",
+    )
 
 
 def chunked(chunk: int) -> Mods:
     """Chunked local attention (Llama 4): causal inside chunks of `chunk` positions."""
-    return Mods(mask_mod="return j <= i && i / u.iscalar[0] == j / u.iscalar[0];", iscalars=[chunk],
-                reference_mask=lambda b, h, i, j: (j <= i) & (i // chunk == j // chunk), depends="")
+    return Mods(
+        mask_mod="return j <= i && i / u.iscalar[0] == j / u.iscalar[0];",
+        iscalars=[chunk],
+        reference_mask=lambda b, h, i, j: (j <= i) & (i // chunk == j // chunk),
+        depends="",
+    )
 
 
 def relative_bias(table, max_distance: int) -> Mods:
@@ -253,24 +303,34 @@ def relative_bias(table, max_distance: int) -> Mods:
     table float32 [Hq, 2 * max_distance + 1] (T5-style buckets precomputed into it). Derivative: 1 (the table gets
     no gradient)."""
     import torch
+
     if table.dtype != torch.float32 or table.dim() != 2 or table.shape[1] != 2 * max_distance + 1:
-        raise ValueError(f"fa: relative_bias wants float32 [heads_q, {2 * max_distance + 1}], got {table.dtype} "
-                         f"{tuple(table.shape)}")
-    body = ("const float* t = static_cast<const float*>(u.buf[0]);\n"
-            "const int r = min(max(i - j, -u.iscalar[0]), u.iscalar[0]) + u.iscalar[0];\n"
-            "return s + t[h * u.stride[0][0] + r * u.stride[0][1]];")
+        raise ValueError(
+            f"fa: relative_bias wants float32 [heads_q, {2 * max_distance + 1}], got {table.dtype} {tuple(table.shape)}"
+        )
+    body = (
+        "const float* t = static_cast<const float*>(u.buf[0]);\n"
+        "const int r = min(max(i - j, -u.iscalar[0]), u.iscalar[0]) + u.iscalar[0];\n"
+        "return s + t[h * u.stride[0][0] + r * u.stride[0][1]];"
+    )
 
     def ref(s, b, h, i, j):
         r = (i - j).clamp(-max_distance, max_distance) + max_distance
         return s + table[h][r]
-    return Mods(score_mod=body, score_mod_grad="return 1.0f;", buffers=[table], iscalars=[max_distance],
-                reference_score=ref)
+
+    return Mods(
+        score_mod=body, score_mod_grad="return 1.0f;", buffers=[table], iscalars=[max_distance], reference_score=ref
+    )
 
 
 def softcap(cap: float) -> Mods:
     """Logit soft-capping (Gemma 2, Grok): cap * tanh(s / cap), the built-in softcap restated as user code (compose
     it with other code by copying the bodies). Derivative: 1 - tanh^2(s / cap)."""
     import torch
-    return Mods(score_mod="return u.scalar[0] * tanhf(s / u.scalar[0]);",
-                score_mod_grad="const float t = tanhf(s / u.scalar[0]);\nreturn 1.0f - t * t;", scalars=[cap],
-                reference_score=lambda s, b, h, i, j: cap * torch.tanh(s / cap))
+
+    return Mods(
+        score_mod="return u.scalar[0] * tanhf(s / u.scalar[0]);",
+        score_mod_grad="const float t = tanhf(s / u.scalar[0]);\nreturn 1.0f - t * t;",
+        scalars=[cap],
+        reference_score=lambda s, b, h, i, j: cap * torch.tanh(s / cap),
+    )

@@ -36,7 +36,7 @@ from ._torch_ops import bwd_impl, fwd_impl
 __all__ = ["ring_attention", "zigzag_shard", "zigzag_unshard", "ref_block_forward", "ref_block_backward"]
 
 
-# ---- zigzag layout -----------------------------------------------------------------------------------------------------
+# ---- zigzag layout ---------------------------------------------------------------------------------------------------
 def zigzag_shard(x: Tensor, rank: int, world: int, dim: int = 1) -> Tensor:
     """Rank `rank`'s part of the full sequence x (along `dim`): chunks rank and 2*world-1-rank of 2*world."""
     if x.shape[dim] % (2 * world) != 0:
@@ -52,7 +52,7 @@ def zigzag_unshard(shards, dim: int = 1) -> Tensor:
     return torch.cat([halves[r][0] for r in range(world)] + [halves[r][1] for r in reversed(range(world))], dim=dim)
 
 
-# ---- per-block kernels -------------------------------------------------------------------------------------------------
+# ---- per-block kernels -----------------------------------------------------------------------------------------------
 def _expand_kv(t: Tensor, heads: int) -> Tensor:
     return t if t.shape[2] == heads else t.repeat_interleave(heads // t.shape[2], dim=2)
 
@@ -68,8 +68,9 @@ def _ref_probs(q: Tensor, k: Tensor, causal: bool, scale: float, lse: Optional[T
     if lse is None:
         lse = torch.logsumexp(s, dim=-1)
     finite = torch.isfinite(lse).unsqueeze(-1)
-    p = torch.where(finite, torch.exp(s - torch.where(finite, lse.unsqueeze(-1), torch.zeros_like(s))),
-                    torch.zeros_like(s))
+    p = torch.where(
+        finite, torch.exp(s - torch.where(finite, lse.unsqueeze(-1), torch.zeros_like(s))), torch.zeros_like(s)
+    )
     return p, lse
 
 
@@ -86,8 +87,9 @@ def ref_block_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: floa
     return o.to(q.dtype), lse.to(_lse_dtype(q))
 
 
-def ref_block_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool,
-                       scale: float) -> tuple[Tensor, Tensor, Tensor]:
+def ref_block_backward(
+    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool, scale: float
+) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) of one block given the FINAL o and lse of the rows (as fa's backward takes them)."""
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
     qw, kw, vw, dw, ow = (t.to(work) for t in (q, k, v, dout, o))
@@ -117,8 +119,26 @@ class _FaBlocks:
     @staticmethod
     def backward(dout, q, k, v, o, lse, causal, scale):
         mask = S.FA_MASK_CAUSAL if causal else S.FA_MASK_NONE
-        return bwd_impl(dout, q, k, v, o, lse, None, None, None, None, 0, 0, mask, -1, -1, 0.0, scale,
-                        torch.are_deterministic_algorithms_enabled())
+        return bwd_impl(
+            dout,
+            q,
+            k,
+            v,
+            o,
+            lse,
+            None,
+            None,
+            None,
+            None,
+            0,
+            0,
+            mask,
+            -1,
+            -1,
+            0.0,
+            scale,
+            torch.are_deterministic_algorithms_enabled(),
+        )
 
 
 class _RefBlocks:
@@ -126,7 +146,7 @@ class _RefBlocks:
     backward = staticmethod(ref_block_backward)
 
 
-# ---- the ring ----------------------------------------------------------------------------------------------------------
+# ---- the ring --------------------------------------------------------------------------------------------------------
 class _Ring:
     """Send to the next rank, receive from the previous one, over torch.distributed point-to-point operations."""
 
@@ -241,8 +261,9 @@ def _ring_backward(ring: _Ring, blocks, dout, q, k, v, out, lse, causal: bool, s
             dq += dq_s
             kv_rows = slice(0, half)
         else:
-            dq_s, dk_s, dv_s = blocks.backward(dout[:, half:], q[:, half:], kk, vv, out[:, half:], lse_second, False,
-                                               scale)
+            dq_s, dk_s, dv_s = blocks.backward(
+                dout[:, half:], q[:, half:], kk, vv, out[:, half:], lse_second, False, scale
+            )
             dq[:, half:] += dq_s
             kv_rows = None
         if step == 0:
@@ -282,8 +303,17 @@ class _RingAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-def ring_attention(q: Tensor, k: Tensor, v: Tensor, group=None, *, causal: bool = True,
-                   scale: Optional[float] = None, return_lse: bool = False, reference: Optional[bool] = None):
+def ring_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    group=None,
+    *,
+    causal: bool = True,
+    scale: Optional[float] = None,
+    return_lse: bool = False,
+    reference: Optional[bool] = None,
+):
     """Attention over a sequence split across the ranks of `group` (default: the world), differentiable.
 
     q [B, S, Hq, D], k [B, S, Hkv, D], v [B, S, Hkv, Dv]: this rank's shard of the sequence -- with causal=True, the

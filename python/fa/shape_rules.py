@@ -91,8 +91,9 @@ def bias_broadcast(bias, target, owners) -> None:
             fail(f"bias: extent {e} (dim {i} of shape {tuple(bias)}) does not broadcast to {owners[skip + i]} {t}")
 
 
-def attention(q, k, v, *, bias=None, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-              max_seqlen_k=None) -> None:
+def attention(
+    q, k, v, *, bias=None, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None
+) -> None:
     """fa.attention's forward (and fa.prepare / is_supported / problem_key): fixed length, or varlen when
     cu_seqlens are given (max_seqlen_q / max_seqlen_k: the host maxima, None when not known yet)."""
     if cu_seqlens_q is None and cu_seqlens_k is None:
@@ -101,8 +102,10 @@ def attention(q, k, v, *, bias=None, alibi_slopes=None, cu_seqlens_q=None, cu_se
         _qkv(q, k, v, BSHD)
         target, owners = (q[0], q[2], q[1], k[1]), ("q's batch", "q's heads", "q's seqlen", "k's seqlen")
     else:
-        for name, t, other in (("cu_seqlens_q", cu_seqlens_q, "cu_seqlens_k"),
-                               ("cu_seqlens_k", cu_seqlens_k, "cu_seqlens_q")):
+        for name, t, other in (
+            ("cu_seqlens_q", cu_seqlens_q, "cu_seqlens_k"),
+            ("cu_seqlens_k", cu_seqlens_k, "cu_seqlens_q"),
+        ):
             if t is None:
                 fail(f"{name}: missing while {other} is given (varlen takes both)")
             rank(name, t, ("batch + 1",))

@@ -2,6 +2,7 @@
 bias, ALiBi; fully hidden rows give o = 0 and lse = -inf. upcast=True computes in float32 (the reference);
 upcast=False computes in the inputs' precision (the "same-precision PyTorch implementation" whose error against the
 reference sets the tolerance, FlashAttention's rule)."""
+
 import math
 
 import torch
@@ -22,8 +23,20 @@ def visible_mask(sq, sk, causal, window, device):
     return vis
 
 
-def attention_ref(q, k, v, *, causal=False, window=(-1, -1), bias=None, alibi_slopes=None, softcap=0.0, scale=None,
-                  upcast=True, mods=None):
+def attention_ref(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    window=(-1, -1),
+    bias=None,
+    alibi_slopes=None,
+    softcap=0.0,
+    scale=None,
+    upcast=True,
+    mods=None,
+):
     """q [B, Sq, Hq, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv] -> (o [B, Sq, Hq, Dv], lse float32 [B, Hq, Sq])."""
     if upcast:
         q, k, v = q.float(), k.float(), v.float()

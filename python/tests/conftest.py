@@ -1,4 +1,5 @@
 """Shared fixtures: import fa from this checkout, and skip markers for the library, torch and CUDA."""
+
 import importlib.util
 import sys
 from pathlib import Path
@@ -33,6 +34,7 @@ def cuda_reason():
     if not HAS_TORCH:
         return "PyTorch is not installed"
     import torch
+
     if not torch.cuda.is_available():
         return "no CUDA device"
     if LIB_REASON is not None:

@@ -1,4 +1,5 @@
 """The exception hierarchy: every documented status maps to its class, unknown codes to their range's class."""
+
 import pickle
 
 import pytest
@@ -29,10 +30,19 @@ def test_exact_class(status, cls):
     assert issubclass(cls, fa.FaError)
 
 
-@pytest.mark.parametrize("status,base", [(150, fa.InvalidArgument), (299, fa.NotSupported),
-                                         (350, fa.EnvironmentFailure), (499, fa.CompileError),
-                                         (550, fa.LaunchError), (601, fa.CacheError), (777, fa.InternalError),
-                                         (-3, fa.InternalError)])
+@pytest.mark.parametrize(
+    "status,base",
+    [
+        (150, fa.InvalidArgument),
+        (299, fa.NotSupported),
+        (350, fa.EnvironmentFailure),
+        (499, fa.CompileError),
+        (550, fa.LaunchError),
+        (601, fa.CacheError),
+        (777, fa.InternalError),
+        (-3, fa.InternalError),
+    ],
+)
 def test_range_fallback(status, base):
     assert fa.error_class(status) is base
 

@@ -1,7 +1,7 @@
 """fa.attention on a GPU: outputs, LSE and gradients against a float32 reference (attention_ref, itself checked
 against SDPA's math backend). FlashAttention's rule: fa's max error is at most twice that of the same-precision
 PyTorch implementation against the float32 reference, plus a small absolute slack."""
-import math
+
 import os
 
 import pytest
@@ -44,8 +44,9 @@ def run_and_compare(q, k, v, *, backward=True, **kw):
         o, lse = fa.attention(q, k, v, return_lse=True, **kw)
     except fa.NotSupported as exc:
         pytest.skip(f"fa reports not supported: {exc}")
-    ref_kw = {key: val for key, val in kw.items() if key in ("causal", "window", "bias", "alibi_slopes", "softcap",
-                                                              "scale")}
+    ref_kw = {
+        key: val for key, val in kw.items() if key in ("causal", "window", "bias", "alibi_slopes", "softcap", "scale")
+    }
     q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
     o_ref, lse_ref = attention_ref(q32, k32, v32, upcast=True, **ref_kw)
     ql, kl, vl = (t.detach().clone().requires_grad_() for t in (q, k, v))
@@ -77,19 +78,24 @@ def run_and_compare(q, k, v, *, backward=True, **kw):
 def test_reference_matches_sdpa_math():
     """The reference itself, in float32, against SDPA's math backend (top-left == bottom-right when Sq == Sk)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
     b, s, h, d = 2, 77, 4, 64
     q, k, v = (rand(b, s, h, d, dtype=torch.float32) for _ in range(3))
     bias = rand(1, h, s, s, dtype=torch.float32)
-    for causal, window, use_bias in ((False, (-1, -1), False), (True, (-1, -1), False), (False, (-1, -1), True),
-                                     (False, (8, 3), False)):
+    for causal, window, use_bias in (
+        (False, (-1, -1), False),
+        (True, (-1, -1), False),
+        (False, (-1, -1), True),
+        (False, (8, 3), False),
+    ):
         o_ref, _ = attention_ref(q, k, v, causal=causal, window=window, bias=bias if use_bias else None)
-        mask = torch.zeros(s, s, device="cuda").masked_fill(~visible_mask(s, s, causal, window, "cuda"),
-                                                            float("-inf"))
+        mask = torch.zeros(s, s, device="cuda").masked_fill(~visible_mask(s, s, causal, window, "cuda"), float("-inf"))
         if use_bias:
             mask = mask + bias
         with sdpa_kernel(SDPBackend.MATH):
-            o_sdpa = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                    attn_mask=mask).transpose(1, 2)
+            o_sdpa = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask
+            ).transpose(1, 2)
         torch.testing.assert_close(o_ref, o_sdpa, atol=1e-5, rtol=1e-5)
 
 
@@ -195,8 +201,17 @@ def test_varlen():
     k = rand(sum(lens_k), hkv, d, dtype=torch.float16, requires_grad=True)
     v = rand(sum(lens_k), hkv, d, dtype=torch.float16, requires_grad=True)
     try:
-        o, lse = fa.attention(q, k, v, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lens_q),
-                              max_seqlen_k=max(lens_k), return_lse=True)
+        o, lse = fa.attention(
+            q,
+            k,
+            v,
+            causal=True,
+            cu_seqlens_q=cu_q,
+            cu_seqlens_k=cu_k,
+            max_seqlen_q=max(lens_q),
+            max_seqlen_k=max(lens_k),
+            return_lse=True,
+        )
     except fa.NotSupported as exc:
         pytest.skip(f"varlen not supported: {exc}")
     assert o.shape == q.shape and lse.shape == (h, sum(lens_q))

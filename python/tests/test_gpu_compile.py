@@ -1,5 +1,6 @@
 """torch.compile(dynamic=True, fullgraph=True) over fa's operators: one graph for 20 sequence lengths (no
 recompile), results equal to eager, and the backward through AOTAutograd."""
+
 import os
 
 import pytest
@@ -40,7 +41,8 @@ class NoRecompile:
     def check(self, calls):
         assert self.after_first is not None and self.after_first >= 1
         assert self.cnt.frame_count == self.after_first, (
-            f"recompiled: {self.cnt.frame_count - self.after_first} more compilations over {calls} calls")
+            f"recompiled: {self.cnt.frame_count - self.after_first} more compilations over {calls} calls"
+        )
         unique = torch._dynamo.utils.counters["stats"].get("unique_graphs")
         if unique is not None:
             assert unique == 1, f"{unique} unique graphs"
@@ -48,8 +50,7 @@ class NoRecompile:
 
 def qkv(s, requires_grad=False, dtype=None):
     dtype = dtype or torch.bfloat16
-    return tuple(torch.randn(2, s, 4, 64, device="cuda", dtype=dtype).requires_grad_(requires_grad)
-                 for _ in range(3))
+    return tuple(torch.randn(2, s, 4, 64, device="cuda", dtype=dtype).requires_grad_(requires_grad) for _ in range(3))
 
 
 def test_forward_one_graph_for_20_lengths():

@@ -1,5 +1,6 @@
 """CUDA graph capture: after fa.prepare(), fa.attention is captured without compiling, and replays on new data
 in the same buffers give the eager results."""
+
 import os
 
 import pytest

@@ -1,6 +1,7 @@
 """fa.attention_with_kvcache against the float32 reference: contiguous and paged caches (every page size checked
 bit for bit against the contiguous result), used lengths including 0 and 1, GQA, masks; split vs unsplit; a CUDA
 graph that replays with new cache lengths and block tables; torch.compile without graph breaks."""
+
 import os
 
 import pytest
@@ -22,8 +23,9 @@ def reference(q, k_cache, v_cache, seqlens, causal=False, window=(-1, -1), softc
     outs, lses = [], []
     for b in range(q.shape[0]):
         n = int(seqlens[b])
-        o, lse = attention_ref(q[b:b + 1], k_cache[b:b + 1, :n], v_cache[b:b + 1, :n], causal=causal, window=window,
-                               softcap=softcap)
+        o, lse = attention_ref(
+            q[b : b + 1], k_cache[b : b + 1, :n], v_cache[b : b + 1, :n], causal=causal, window=window, softcap=softcap
+        )
         outs.append(o)
         lses.append(lse)
     return torch.cat(outs), torch.cat(lses)
@@ -73,8 +75,9 @@ def test_decode_contiguous_and_paged(dtype_name, causal):
         pk, table = to_pages(k, page_size, g)
         pv = torch.empty_like(pk)
         pv[table.flatten().long()] = v.reshape(-1, page_size, Hkv, D)
-        op, lsep = fa.attention_with_kvcache(q, pk, pv, cache_seqlens=seqlens, block_table=table, causal=causal,
-                                             return_lse=True, num_splits=1)
+        op, lsep = fa.attention_with_kvcache(
+            q, pk, pv, cache_seqlens=seqlens, block_table=table, causal=causal, return_lse=True, num_splits=1
+        )
         assert torch.equal(op, o), f"paged (page {page_size}) differs from contiguous"
         assert torch.equal(lsep.nan_to_num(), lse.nan_to_num()), f"paged lse (page {page_size}) differs"
 

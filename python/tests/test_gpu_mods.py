@@ -4,6 +4,7 @@ with the built-in, gradients too; new buffer contents and scalars never recompil
 raises fa.CompileError naming its line; a score_mod without its derivative refuses the backward; torch.compile
 traces the ops, forward and backward; the kept block classification follows new buffer contents (version counter,
 mods.changed()) and a captured graph classifies on every replay."""
+
 import os
 
 import pytest
@@ -62,8 +63,7 @@ def test_ready_mods_match_the_reference(name, dtype):
 def test_restated_causal_and_softcap_agree_with_the_builtins():
     q, k, v = inputs(seed=3)
     builtin = fa.attention(q, k, v, causal=True, softcap=20.0)
-    mods = fa.Mods(mask_mod="return j <= i;", score_mod="return u.scalar[0] * tanhf(s / u.scalar[0]);",
-                   scalars=[20.0])
+    mods = fa.Mods(mask_mod="return j <= i;", score_mod="return u.scalar[0] * tanhf(s / u.scalar[0]);", scalars=[20.0])
     restated = fa.attention(q, k, v, mods=mods)
     assert (builtin.float() - restated.float()).abs().max().item() < 2e-2
 
@@ -127,15 +127,21 @@ def test_restated_builtins_give_the_builtins_gradients():
     def grads(**kw):
         qs, ks, vs = (t.detach().clone().requires_grad_() for t in (q, k, v))
         return torch.autograd.grad(fa.attention(qs, ks, vs, **kw), (qs, ks, vs), do)
-    restated = fa.Mods(mask_mod="return j <= i;", score_mod="return u.scalar[0] * tanhf(s / u.scalar[0]);",
-                       score_mod_grad="const float t = tanhf(s / u.scalar[0]);\nreturn 1.0f - t * t;",
-                       scalars=[20.0])
+
+    restated = fa.Mods(
+        mask_mod="return j <= i;",
+        score_mod="return u.scalar[0] * tanhf(s / u.scalar[0]);",
+        score_mod_grad="const float t = tanhf(s / u.scalar[0]);\nreturn 1.0f - t * t;",
+        scalars=[20.0],
+    )
     for a, b in zip(grads(causal=True, softcap=20.0), grads(mods=restated)):
         assert (a.float() - b.float()).abs().max().item() < 3e-2
     slopes = torch.rand(q.shape[2], device="cuda", dtype=torch.float32)
-    alibi = fa.Mods(score_mod="const float* sl = static_cast<const float*>(u.buf[0]);\n"
-                              "return s - sl[h] * fabsf((float)(i - j));",
-                    score_mod_grad="return 1.0f;", buffers=[slopes])
+    alibi = fa.Mods(
+        score_mod="const float* sl = static_cast<const float*>(u.buf[0]);\nreturn s - sl[h] * fabsf((float)(i - j));",
+        score_mod_grad="return 1.0f;",
+        buffers=[slopes],
+    )
     for a, b in zip(grads(alibi_slopes=slopes), grads(mods=alibi)):
         assert (a.float() - b.float()).abs().max().item() < 3e-2
 
@@ -192,9 +198,12 @@ def test_training_step_entries_give_the_generic_paths_gradients():
             rewrite()
         return (o.detach(),) + torch.autograd.grad(o, (qs, ks, vs), dout)
 
-    cases = [("plain causal", lambda: None, dict(causal=True)),
-             ("prefix_lm", lambda: fa.mods.prefix_lm(77), {}),
-             ("document", lambda: fa.mods.document(ids), {})]
+    cases = [
+        ("plain causal", lambda: None, dict(causal=True)),
+        ("prefix_lm", lambda: fa.mods.prefix_lm(77), {}),
+        ("document", lambda: fa.mods.document(ids), {}),
+    ]
+
     def agree(fast, generic, det, name):
         assert torch.equal(fast[0], generic[0]), f"{name}: o"  # the forward is deterministic
         for what, a, b in zip(("dq", "dk", "dv"), fast[1:], generic[1:]):
@@ -219,7 +228,9 @@ def test_training_step_entries_give_the_generic_paths_gradients():
         def rewrite():
             ids.data.copy_(new_ids)
             mods.changed()
+
         return rewrite
+
     m_fast, m_generic = fa.mods.document(ids), fa.mods.document(ids)
     fast = step(m_fast, "bshd", do, {}, rewrite=behind(m_fast))
     ids.data.copy_(keep)
@@ -237,9 +248,11 @@ def test_training_step_entries_give_the_generic_paths_gradients():
 def test_compile_traces_the_mods_backward(which):
     # The three shapes of the op's list inputs (buffers, scalars, iscalars): empty, of tensors, of numbers.
     q, k, v = inputs(seed=8)
-    mods = {"relative_bias": lambda: fa.mods.relative_bias(torch.randn(q.shape[2], 17, device="cuda"), 8),
-            "softcap": lambda: fa.mods.softcap(20.0),
-            "sinks_window": lambda: fa.mods.sinks_window(4, 64)}[which]()
+    mods = {
+        "relative_bias": lambda: fa.mods.relative_bias(torch.randn(q.shape[2], 17, device="cuda"), 8),
+        "softcap": lambda: fa.mods.softcap(20.0),
+        "sinks_window": lambda: fa.mods.sinks_window(4, 64),
+    }[which]()
     qs, ks, vs = (t.detach().clone().requires_grad_() for t in (q, k, v))
 
     def f(q, k, v):
@@ -286,8 +299,11 @@ def test_document_block_skipping_matches_the_reference(docs, per_batch):
 
 def test_per_head_mask():
     q, k, v = inputs(b=1, s=700, hq=4, hkv=4, d=64, seed=9)
-    mods = fa.Mods(mask_mod="return j <= i && (h % 2 == 0 || i - j < 100 * h);",
-                   reference_mask=lambda b, h, i, j: (j <= i) & ((h % 2 == 0) | (i - j < 100 * h)), depends="h")
+    mods = fa.Mods(
+        mask_mod="return j <= i && (h % 2 == 0 || i - j < 100 * h);",
+        reference_mask=lambda b, h, i, j: (j <= i) & ((h % 2 == 0) | (i - j < 100 * h)),
+        depends="h",
+    )
     o = fa.attention(q, k, v, mods=mods)
     o_ref = attention_ref(q, k, v, mods=mods)
     o_ref = o_ref[0] if isinstance(o_ref, tuple) else o_ref
@@ -308,6 +324,7 @@ def test_changed_buffers_give_the_new_answer():
         o = fa.attention(q, k, v, mods=mods)
         o_ref, _ = attention_ref(q, k, v, mods=mods)
         return (o.float() - o_ref).abs().max().item()
+
     assert error() < 2e-2
     assert error() < 2e-2  # the same buffers: the kept classification
     ids.copy_(torch.sort(torch.randint(0, 8, (s,), device="cuda", dtype=torch.int32)).values)  # in place

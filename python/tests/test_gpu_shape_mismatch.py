@@ -7,6 +7,7 @@ Issue 40's reported cases are among them word for word. Run it under compute-san
 torch's caching allocator, so that an access past a tensor is past its own allocation):
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python3 -m pytest -q \
       python/tests/test_gpu_shape_mismatch.py"""
+
 import math
 import os
 import warnings
@@ -15,9 +16,25 @@ import random
 import pytest
 
 from conftest import cuda_reason
-from test_shape_rules import (FORWARD_ARGS, backward_case, backward_perturbations, fixed_case, fixed_perturbations,
-                              kv_case, kv_perturbations, merge_case, merge_perturbations, raises, run_backward,
-                              run_fixed, run_kv, run_merge, run_varlen, varlen_case, varlen_perturbations)
+from test_shape_rules import (
+    FORWARD_ARGS,
+    backward_case,
+    backward_perturbations,
+    fixed_case,
+    fixed_perturbations,
+    kv_case,
+    kv_perturbations,
+    merge_case,
+    merge_perturbations,
+    raises,
+    run_backward,
+    run_fixed,
+    run_kv,
+    run_merge,
+    run_varlen,
+    varlen_case,
+    varlen_perturbations,
+)
 
 REASON = cuda_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -98,8 +115,11 @@ def poison(*outputs):
         return
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    blocks = [torch.full(tuple(shape), float("nan"), dtype=dtype, device="cuda") for shape, dtype in outputs
-              for _ in range(64)]
+    blocks = [
+        torch.full(tuple(shape), float("nan"), dtype=dtype, device="cuda")
+        for shape, dtype in outputs
+        for _ in range(64)
+    ]
     torch.cuda.synchronize()
     del blocks
     for shape, dtype in outputs:
@@ -157,8 +177,8 @@ def check_valid_kvcache(paged: bool):
     assert not torch.isnan(o).any()
     for b in range(B):
         n = int(lens[b])
-        ref, _ = attention_ref(q[b:b + 1], k[b:b + 1, :n], v[b:b + 1, :n])
-        err = (o[b:b + 1].float() - ref).abs().max().item()
+        ref, _ = attention_ref(q[b : b + 1], k[b : b + 1, :n], v[b : b + 1, :n])
+        err = (o[b : b + 1].float() - ref).abs().max().item()
         assert err <= 2e-2, f"sequence {b}: max |o - ref| = {err}"
 
 
@@ -175,8 +195,10 @@ def check_valid_merge():
 
 
 # ---- the entry points -----------------------------------------------------------------------------------------------
-FORWARDS = {"fixed": (fixed_case, fixed_perturbations, run_fixed), "varlen": (varlen_case, varlen_perturbations,
-                                                                               run_varlen)}
+FORWARDS = {
+    "fixed": (fixed_case, fixed_perturbations, run_fixed),
+    "varlen": (varlen_case, varlen_perturbations, run_varlen),
+}
 
 
 @pytest.mark.parametrize("grad", [False, True])
@@ -205,8 +227,10 @@ def test_backward_op_refused():
         dout, o = tensor(c["dout"]), tensor(c["o"])
         lse = torch.zeros(c["lse"], device="cuda")
         args = [kw.get(n, 0 if n.startswith("max") else None) for n in FORWARD_ARGS]
-        assert_refused(lambda: torch.ops.fa.attention_bwd(dout, q, k, v, o, lse, *args, 0, -1, -1, 0.0, 0.0, False),
-                       rule_message(run_backward, c))
+        assert_refused(
+            lambda: torch.ops.fa.attention_bwd(dout, q, k, v, o, lse, *args, 0, -1, -1, 0.0, 0.0, False),
+            rule_message(run_backward, c),
+        )
     check_valid_attention(grad=True)
 
 
@@ -262,8 +286,9 @@ def test_kept_entries_do_not_hide_a_mismatch():
     for grad in (False, True):
         qg, kg, vg = (t.detach().requires_grad_(grad) for t in (q, k, v))
         fa.attention(qg, kg, vg)
-        assert_refused(lambda: fa.attention(qg, kg.float(), vg), "k: dtype torch.float32 does not match q's dtype "
-                       "torch.float16")
+        assert_refused(
+            lambda: fa.attention(qg, kg.float(), vg), "k: dtype torch.float32 does not match q's dtype torch.float16"
+        )
         assert_refused(lambda: fa.attention(qg, kg.cpu(), vg), "k: device cpu does not match q's device cuda:0")
         assert_refused(lambda: fa.attention(qg, kg[:1], vg[:1]), "k: batch 1 does not match q's batch 2")
     check_valid_attention(grad=True)
@@ -277,17 +302,29 @@ def test_issue_40_cases():
     qg, kg, vg = (t.clone().requires_grad_() for t in (q4, kv1, kv1))
     assert_refused(lambda: fa.attention(qg, kg, vg).float().sum().backward(), batch)
     o, lse = tensor((4, 256, 8, 128)), torch.zeros((4, 8, 256), device="cuda")
-    assert_refused(lambda: torch.ops.fa.attention_bwd(o, q4, kv1, kv1, o, lse, None, None, None, None, 0, 0, 0, -1,
-                                                      -1, 0.0, 0.0, False), batch)
+    assert_refused(
+        lambda: torch.ops.fa.attention_bwd(
+            o, q4, kv1, kv1, o, lse, None, None, None, None, 0, 0, 0, -1, -1, 0.0, 0.0, False
+        ),
+        batch,
+    )
     q1 = tensor((1, 256, 8, 128))
-    assert_refused(lambda: fa.attention(q1, tensor((1, 4096, 8, 128)), tensor((1, 16, 8, 128))),
-                   "v: seqlen 16 does not match k's seqlen 4096")
-    assert_refused(lambda: fa.attention(q1, tensor((1, 256, 8, 128)), tensor((1, 256, 1, 128))),
-                   "v: heads 1 does not match k's heads 8")
-    assert_refused(lambda: fa.attention(q1, tensor((1, 256, 8, 64)), tensor((1, 256, 8, 64))),
-                   "k: head dim 64 does not match q's head dim 128")
+    assert_refused(
+        lambda: fa.attention(q1, tensor((1, 4096, 8, 128)), tensor((1, 16, 8, 128))),
+        "v: seqlen 16 does not match k's seqlen 4096",
+    )
+    assert_refused(
+        lambda: fa.attention(q1, tensor((1, 256, 8, 128)), tensor((1, 256, 1, 128))),
+        "v: heads 1 does not match k's heads 8",
+    )
+    assert_refused(
+        lambda: fa.attention(q1, tensor((1, 256, 8, 64)), tensor((1, 256, 8, 64))),
+        "k: head dim 64 does not match q's head dim 128",
+    )
     cache = tensor((2, 4096, 8, 64))
-    assert_refused(lambda: fa.attention_with_kvcache(tensor((2, 1, 8, 128)), cache, cache, cache_seqlens=100),
-                   "k_cache: head dim 64 does not match q's head dim 128")
+    assert_refused(
+        lambda: fa.attention_with_kvcache(tensor((2, 1, 8, 128)), cache, cache, cache_seqlens=100),
+        "k_cache: head dim 64 does not match q's head dim 128",
+    )
     check_valid_attention(grad=True)
     check_valid_kvcache(paged=False)

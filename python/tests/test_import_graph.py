@@ -1,6 +1,7 @@
 """The import graph of the fa package has no cycle (issue 44): every import between its modules, those inside
 functions included (a cycle hidden by a function-level import is still a cycle), read from the sources with ast.
 Runs without torch, the library or a GPU."""
+
 import ast
 
 from conftest import PYTHON_DIR
@@ -19,7 +20,7 @@ def resolve(importer: str, is_package: bool, level: int, module) -> str:
     if level == 0:
         return module or ""
     base = importer.split(".") if is_package else importer.split(".")[:-1]
-    base = base[:len(base) - (level - 1)]
+    base = base[: len(base) - (level - 1)]
     return ".".join(base + ([module] if module else []))
 
 
@@ -55,7 +56,7 @@ def find_cycle(graph: dict):
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt, path)
                 if found:

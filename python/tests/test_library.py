@@ -1,5 +1,6 @@
 """The C library through ctypes: status names, version, struct sizes, and argument validation surfaced as
 exceptions naming the bad field. Runs on a CPU-only machine; skipped when libfa.so is not found."""
+
 import ctypes
 import os
 import re
@@ -18,9 +19,11 @@ def test_import_without_library_and_clear_error(tmp_path):
     """A fresh interpreter with FA_LIBRARY pointing nowhere imports fa, and a call raises LibraryNotFoundError
     naming the path it tried."""
     missing = tmp_path / "nope" / "libfa.so"
-    code = ("import fa\n"
-            "try:\n    fa.library_version()\nexcept fa.LibraryNotFoundError as e:\n"
-            "    print('TRIED', e.tried)\nelse:\n    print('LOADED')\n")
+    code = (
+        "import fa\n"
+        "try:\n    fa.library_version()\nexcept fa.LibraryNotFoundError as e:\n"
+        "    print('TRIED', e.tried)\nelse:\n    print('LOADED')\n"
+    )
     env = dict(os.environ, FA_LIBRARY=str(missing), FA_NO_TORCH="1", PYTHONPATH=str(PYTHON_DIR))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -33,8 +36,8 @@ def test_candidate_paths_include_build_tree_and_prefix(monkeypatch, tmp_path):
     assert str(tmp_path / "lib" / "libfa.so") in paths
     assert str(PYTHON_DIR.parent / "build" / "runtime" / "libfa.so") in paths
     assert paths.index(str(tmp_path / "lib" / "libfa.so")) < paths.index(
-        str(PYTHON_DIR.parent / "build" / "runtime" / "libfa.so"))
-
+        str(PYTHON_DIR.parent / "build" / "runtime" / "libfa.so")
+    )
 
 
 @requires_lib
@@ -62,9 +65,14 @@ def test_version_string_matches_header():
 
 
 @requires_lib
-@pytest.mark.parametrize("init,ctype,version", [("fa_context_options_init", S.ContextOptions, 1),
-                                                 ("fa_params_init", S.Params, 2),
-                                                 ("fa_bwd_params_init", S.BwdParams, 1)])
+@pytest.mark.parametrize(
+    "init,ctype,version",
+    [
+        ("fa_context_options_init", S.ContextOptions, 1),
+        ("fa_params_init", S.Params, 2),
+        ("fa_bwd_params_init", S.BwdParams, 1),
+    ],
+)
 def test_struct_size_matches_library(init, ctype, version):
     """*_init on an oversized zeroed buffer writes the library's sizeof: it must equal the ctypes size, and the
     bytes past it stay untouched."""
@@ -123,7 +131,16 @@ def valid_params() -> S.Params:
 BAD = [
     ("head_dim not a multiple of 8", lambda p: setattr(p, "head_dim", 12), ["head_dim"]),
     ("head_dim above 576", lambda p: setattr(p, "head_dim", 584), ["head_dim"]),
-    ("page_size not a power of two", lambda p: (setattr(p, "block_table", BASE + 0x70000000), setattr(p, "page_size", 24), setattr(p, "num_pages", 4), setattr(p, "block_table_stride", 64)), ["page_size"]),
+    (
+        "page_size not a power of two",
+        lambda p: (
+            setattr(p, "block_table", BASE + 0x70000000),
+            setattr(p, "page_size", 24),
+            setattr(p, "num_pages", 4),
+            setattr(p, "block_table_stride", 64),
+        ),
+        ["page_size"],
+    ),
     ("num_splits out of range", lambda p: setattr(p, "num_splits", 999), ["num_splits"]),
     ("head_dim_v not a multiple of 8", lambda p: setattr(p, "head_dim_v", 20), ["head_dim_v"]),
     ("heads_kv does not divide heads_q", lambda p: setattr(p, "heads_kv", 3), ["heads_kv", "heads_q"]),
@@ -138,7 +155,11 @@ BAD = [
     ("null o", lambda p: setattr(p, "o", None), ["o"]),
     ("misaligned k", lambda p: setattr(p, "k", BASE + 0x10000000 + 1), ["k"]),
     ("negative q stride", lambda p: setattr(p, "q_stride_seq", -1), ["q_stride_seq", "stride"]),
-    ("only one cu_seqlens", lambda p: setattr(p, "cu_seqlens_q", BASE + 7 * 0x10000000), ["cu_seqlens_q", "cu_seqlens_k"]),
+    (
+        "only one cu_seqlens",
+        lambda p: setattr(p, "cu_seqlens_q", BASE + 7 * 0x10000000),
+        ["cu_seqlens_q", "cu_seqlens_k"],
+    ),
 ]
 
 

@@ -3,6 +3,7 @@ tensor stand-ins, no GPU or torch needed: the same tensor at the same version ke
 tensor at the same address (the caching allocator's reuse), forget_contents (Mods.changed) or any changed buffer of
 several give an epoch never given before; no buffer gives 1; a tensor without a version counter (an inference
 tensor) gives 0, which turns the cache off for that call."""
+
 import gc
 
 from fa import mods as M

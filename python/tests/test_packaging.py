@@ -1,6 +1,7 @@
 """Installing the package (issue 40): `pip install ./python` writes nothing into the sources (no build/ or
 fa.egg-info/ beside pyproject.toml), and an installed package looks for libfa.so only where an install puts it (no
 build-tree paths relative to site-packages). Runs without torch, the library or a GPU."""
+
 import importlib.util
 import os
 import shutil
@@ -19,8 +20,9 @@ def files_under(root) -> set:
 
 
 def copy_sources(dst):
-    shutil.copytree(PYTHON_DIR, dst, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", "build",
-                                                                    "*.egg-info"))
+    shutil.copytree(
+        PYTHON_DIR, dst, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", "build", "*.egg-info")
+    )
     return dst
 
 
@@ -28,8 +30,9 @@ def candidate_paths_of(site_packages, env_extra=None):
     code = "import fa\nfor p in fa.candidate_paths(): print(p)"
     env = {k: v for k, v in os.environ.items() if k not in ("FA_PREFIX", "FA_LIBRARY")}
     env.update(FA_NO_TORCH="1", PYTHONPATH=str(site_packages), **(env_extra or {}))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60,
-                         cwd=site_packages)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, cwd=site_packages
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
@@ -65,9 +68,25 @@ def test_pip_install_leaves_the_sources_clean(tmp_path):
     src = copy_sources(tmp_path / "src")
     before = files_under(src)
     target = tmp_path / "target"
-    out = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-                          "--no-build-isolation", "--target", str(target), str(src)],
-                         capture_output=True, text=True, timeout=300, env=dict(os.environ, PIP_NO_INPUT="1"))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PIP_NO_INPUT="1"),
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert files_under(src) == before, f"pip wrote into the sources: {sorted(files_under(src) - before)}"
     installed = files_under(target / "fa")

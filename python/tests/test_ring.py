@@ -3,8 +3,8 @@ reference blocks against autograd, and ring attention with worlds of 2 and 4 (gl
 against the single-process float64 reference on the same inputs (forward and gradients, rounding level); on a GPU,
 a world of 1 (NCCL) against fa.attention, and a world of 2 on one GPU (gloo, host-staged send / recv) running fa's
 kernels against fa.attention on the full sequence."""
+
 import math
-import os
 import tempfile
 
 import pytest
@@ -39,6 +39,7 @@ def rel(a, b):
 
 def test_zigzag_round_trip_and_balance():
     from fa.ring import zigzag_shard, zigzag_unshard
+
     x = torch.arange(2 * 24 * 3).reshape(2, 24, 3)
     for world in (1, 2, 3, 4):
         shards = [zigzag_shard(x, r, world) for r in range(world)]
@@ -54,10 +55,11 @@ def test_zigzag_round_trip_and_balance():
 def test_merge_attention_matches_one_pass(device):
     """CPU: the reference formula on float64 parts; CUDA: fa_merge_partials on float32 parts."""
     import fa
+
     if device == "cuda" and cuda_reason() is not None:
         pytest.skip(cuda_reason())
     torch.manual_seed(0)
-    B, S, H, D, n = 2, 40, 3, 16, 4
+    B, S, H, D = 2, 40, 3, 16
     q, k, v = (torch.randn(B, S, H, D, dtype=torch.float64) for _ in range(3))
     o_full, lse_full, *_ = full_reference(q, k, v, torch.zeros(B, S, H, D), True, 0.3)
     cuts = [0, 7, 7, 25, S]  # an empty range included
@@ -75,7 +77,7 @@ def test_merge_attention_matches_one_pass(device):
         lses.append(lse_s)
     if device == "cuda":
         outs = [o.to(device, torch.float32) for o in outs]
-        lses = [l.to(device, torch.float32) for l in lses]
+        lses = [x.to(device, torch.float32) for x in lses]
     o, lse = fa.merge_attention(outs, lses)
     o, lse = o.cpu(), lse.cpu()
     tol = 1e-12 if device == "cpu" else 1e-6
@@ -83,14 +85,17 @@ def test_merge_attention_matches_one_pass(device):
     assert rel(o, o_full) < tol
     assert torch.allclose(lse.double(), lse_full, rtol=0, atol=tol * 10)
     # every part -inf: o 0, lse -inf
-    o0, lse0 = fa.merge_attention([torch.full((1, 3, 1, 8), float("nan"), device=device)] * 2,
-                                  [torch.full((1, 1, 3), -math.inf, device=device)] * 2)
+    o0, lse0 = fa.merge_attention(
+        [torch.full((1, 3, 1, 8), float("nan"), device=device)] * 2,
+        [torch.full((1, 1, 3), -math.inf, device=device)] * 2,
+    )
     o0, lse0 = o0.cpu(), lse0.cpu()
     assert torch.equal(o0, torch.zeros_like(o0)) and bool((lse0 == -math.inf).all())
 
 
 def test_reference_blocks_match_autograd():
     from fa.ring import ref_block_backward, ref_block_forward
+
     torch.manual_seed(1)
     B, S, H, Hk, D = 2, 24, 4, 2, 8
     q = torch.randn(B, S, H, D, dtype=torch.float64)
@@ -109,6 +114,7 @@ def _spawn_world(world, case, q, k, v, dout):
     import torch.multiprocessing as mp
     from fa.ring import zigzag_unshard
     import ring_workers
+
     with tempfile.TemporaryDirectory() as work:
         torch.save({"q": q, "k": k, "v": v, "dout": dout}, f"{work}/inputs.pt")
         mp.spawn(ring_workers.run_rank, args=(world, work, case), nprocs=world, join=True)
@@ -135,6 +141,7 @@ def test_gloo_cpu_world_matches_single_process_reference(world, causal):
 
 def _fa_single(q, k, v, dout, causal):
     import fa
+
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
     o, lse = fa.attention(q, k, v, causal=causal, return_lse=True)
     o.backward(dout)
@@ -145,6 +152,7 @@ def _fa_single(q, k, v, dout, causal):
 def test_gpu_world1_nccl_matches_fa_attention():
     import torch.distributed as dist
     import fa
+
     torch.manual_seed(3)
     B, S, H, Hk, D = 2, 1024, 8, 2, 64
     dev = torch.device("cuda", 0)

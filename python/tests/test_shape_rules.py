@@ -2,6 +2,7 @@
 perturbation of each relation (batch, keys, heads, head dims, bias, ALiBi, cu_seqlens, o / dout / lse, the KV cache's
 batch, pages, block table and used lengths, the merge's parts) raises fa.InvalidArgument whose message names both
 tensors and both values; random shapes over fixed seeds, and the cases of issue 40 word for word."""
+
 import os
 import random
 import re
@@ -54,7 +55,7 @@ def put(shape, dim, value) -> tuple:
 def broadcast_of(rng, target) -> tuple:
     """A shape that broadcasts to `target` (rank 0..4, each extent 1 or the target's)."""
     r = rng.randint(0, 4)
-    return tuple(rng.choice((1, t)) for t in target[4 - r:])
+    return tuple(rng.choice((1, t)) for t in target[4 - r :])
 
 
 # ---- the forward, fixed length ---------------------------------------------------------------------------------------
@@ -161,15 +162,26 @@ def varlen_case(rng):
     hq = hk * rng.randint(1, 3)
     d, dv = rng.choice((64, 128)), rng.choice((64, 128))
     mq, mk = rng.randint(1, tq), rng.randint(0, tk)
-    return {"q": (tq, hq, d), "k": (tk, hk, d), "v": (tk, hk, dv), "cu_seqlens_q": (B + 1,),
-            "cu_seqlens_k": (B + 1,), "max_seqlen_q": mq, "max_seqlen_k": mk,
-            "bias": broadcast_of(rng, (B, hq, mq, mk)) if rng.random() < 0.5 else None,
-            "alibi_slopes": (hq,) if rng.random() < 0.5 else None}
+    return {
+        "q": (tq, hq, d),
+        "k": (tk, hk, d),
+        "v": (tk, hk, dv),
+        "cu_seqlens_q": (B + 1,),
+        "cu_seqlens_k": (B + 1,),
+        "max_seqlen_q": mq,
+        "max_seqlen_k": mk,
+        "bias": broadcast_of(rng, (B, hq, mq, mk)) if rng.random() < 0.5 else None,
+        "alibi_slopes": (hq,) if rng.random() < 0.5 else None,
+    }
 
 
 def run_varlen(c):
-    R.attention(c["q"], c["k"], c["v"], **{n: c[n] for n in ("bias", "alibi_slopes", "cu_seqlens_q",
-                                                                 "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")})
+    R.attention(
+        c["q"],
+        c["k"],
+        c["v"],
+        **{n: c[n] for n in ("bias", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")},
+    )
 
 
 def varlen_perturbations(rng, c):
@@ -197,8 +209,14 @@ def varlen_perturbations(rng, c):
         m = other_than(rng, q[1])
         out.append((dict(c, alibi_slopes=(m,)), "alibi_slopes", m, "q", q[1]))
     if c["bias"]:
-        out.append(bias_perturbation(rng, c, (n1 - 1, q[1], c["max_seqlen_q"], c["max_seqlen_k"]),
-                                     ("cu_seqlens_q", "q", "max_seqlen_q", "max_seqlen_k")))
+        out.append(
+            bias_perturbation(
+                rng,
+                c,
+                (n1 - 1, q[1], c["max_seqlen_q"], c["max_seqlen_k"]),
+                ("cu_seqlens_q", "q", "max_seqlen_q", "max_seqlen_k"),
+            )
+        )
     return out
 
 
@@ -240,8 +258,9 @@ def backward_case(rng, varlen):
 
 
 def run_backward(c):
-    R.attention_backward(c["dout"], c["q"], c["k"], c["v"], c["o"], c["lse"],
-                         **{n: c[n] for n in FORWARD_ARGS if n in c})
+    R.attention_backward(
+        c["dout"], c["q"], c["k"], c["v"], c["o"], c["lse"], **{n: c[n] for n in FORWARD_ARGS if n in c}
+    )
 
 
 def backward_perturbations(rng, c):
@@ -284,8 +303,11 @@ def kv_case(rng, paged):
     hk = rng.choice((1, 2, 4, 8))
     hq = hk * rng.randint(1, 8)
     d, dv = rng.choice((64, 128, 576)), rng.choice((64, 128, 512))
-    c = {"q": (B, Sq, hq, d), "cache_seqlens": (B,) if rng.random() < 0.7 else None,
-         "alibi_slopes": (hq,) if rng.random() < 0.3 else None}
+    c = {
+        "q": (B, Sq, hq, d),
+        "cache_seqlens": (B,) if rng.random() < 0.7 else None,
+        "alibi_slopes": (hq,) if rng.random() < 0.3 else None,
+    }
     if paged:
         pages, page = rng.randint(1, 64), rng.choice((1, 16, 64, 256))
         c.update(k_cache=(pages, page, hk, d), v_cache=(pages, page, hk, dv), block_table=(B, rng.randint(1, 9)))
@@ -296,8 +318,14 @@ def kv_case(rng, paged):
 
 
 def run_kv(c):
-    R.kvcache(c["q"], c["k_cache"], c["v_cache"], cache_seqlens=c["cache_seqlens"], block_table=c["block_table"],
-              alibi_slopes=c["alibi_slopes"])
+    R.kvcache(
+        c["q"],
+        c["k_cache"],
+        c["v_cache"],
+        cache_seqlens=c["cache_seqlens"],
+        block_table=c["block_table"],
+        alibi_slopes=c["alibi_slopes"],
+    )
 
 
 def kv_perturbations(rng, c):
@@ -307,17 +335,20 @@ def kv_perturbations(rng, c):
     nb = other_than(rng, B)
     if c["block_table"] is not None:
         bt = c["block_table"]
-        out = [(dict(c, block_table=put(bt, 0, nb)), "block_table", nb, "q", B),
-               (dict(c, q=put(q, 0, nb), cache_seqlens=None), "block_table", B, "q", nb)]
+        out = [
+            (dict(c, block_table=put(bt, 0, nb)), "block_table", nb, "q", B),
+            (dict(c, q=put(q, 0, nb), cache_seqlens=None), "block_table", B, "q", nb),
+        ]
     else:
-        out = [(dict(c, k_cache=put(kc, 0, nb), v_cache=put(vc, 0, nb)), "k_cache", nb, "q", B),
-               (dict(c, q=put(q, 0, nb), cache_seqlens=None), "k_cache", B, "q", nb)]
+        out = [
+            (dict(c, k_cache=put(kc, 0, nb), v_cache=put(vc, 0, nb)), "k_cache", nb, "q", B),
+            (dict(c, q=put(q, 0, nb), cache_seqlens=None), "k_cache", B, "q", nb),
+        ]
     for i in range(3):
         n = other_than(rng, vc[i])
         out.append((dict(c, v_cache=put(vc, i, n)), "v_cache", n, "k_cache", kc[i]))
     nd = other_than(rng, d, hi=600)
-    out += [(dict(c, k_cache=put(kc, 3, nd)), "k_cache", nd, "q", d),
-            (dict(c, q=put(q, 3, nd)), "k_cache", d, "q", nd)]
+    out += [(dict(c, k_cache=put(kc, 3, nd)), "k_cache", nd, "q", d), (dict(c, q=put(q, 3, nd)), "k_cache", d, "q", nd)]
     nh = hq + rng.randint(1, 5)
     out.append((dict(c, k_cache=put(kc, 2, nh), v_cache=put(vc, 2, nh)), "q", hq, "k_cache", nh))
     if c["cache_seqlens"] is not None:
@@ -360,13 +391,15 @@ def merge_perturbations(rng, c):
     out = []
     for j in range(4):
         x = other_than(rng, outs[i][j])
-        out.append((dict(c, outs=outs[:i] + [put(outs[i], j, x)] + outs[i + 1:]), f"outs[{i}]", x, "outs[0]",
-                    outs[0][j]))
+        out.append(
+            (dict(c, outs=outs[:i] + [put(outs[i], j, x)] + outs[i + 1 :]), f"outs[{i}]", x, "outs[0]", outs[0][j])
+        )
     i = rng.randrange(n)
     for j in range(3):
         x = other_than(rng, lses[i][j])
-        out.append((dict(c, lses=lses[:i] + [put(lses[i], j, x)] + lses[i + 1:]), f"lses[{i}]", x, "outs[0]",
-                    lses[i][j]))
+        out.append(
+            (dict(c, lses=lses[:i] + [put(lses[i], j, x)] + lses[i + 1 :]), f"lses[{i}]", x, "outs[0]", lses[i][j])
+        )
     out.append((dict(c, lses=lses + lses[:1]), "lses", n + 1, "outs", n))
     return out
 
@@ -414,8 +447,7 @@ def test_ring():
 
 def test_same_dtype():
     R.same_dtype(("q", "float16"), ("k", "float16"), ("v", "float16"))
-    expect(lambda: R.same_dtype(("q", "float16"), ("k", "float16"), ("v", "float32")), "v", "float32", "q",
-           "float16")
+    expect(lambda: R.same_dtype(("q", "float16"), ("k", "float16"), ("v", "float32")), "v", "float32", "q", "float16")
 
 
 # ---- issue 40's cases, word for word ---------------------------------------------------------------------------------
@@ -426,17 +458,25 @@ def test_issue_40_cases():
     q = (4, 128, 8, 128)
     kv1 = (1, 128, 8, 128)
     assert msg(lambda: R.attention(q, kv1, kv1)) == "k: batch 1 does not match q's batch 4"
-    back = (lambda: R.attention_backward(q, q, kv1, kv1, q, (4, 8, 128)))
+
+    def back():
+        return R.attention_backward(q, q, kv1, kv1, q, (4, 8, 128))
+
     assert msg(back) == "k: batch 1 does not match q's batch 4"
     q1 = (1, 128, 8, 128)
-    assert msg(lambda: R.attention(q1, (1, 4096, 8, 128), (1, 16, 8, 128))) == \
-        "v: seqlen 16 does not match k's seqlen 4096"
-    assert msg(lambda: R.attention(q1, (1, 128, 8, 128), (1, 128, 1, 128))) == \
-        "v: heads 1 does not match k's heads 8"
-    assert msg(lambda: R.attention(q1, (1, 128, 8, 64), (1, 128, 8, 64))) == \
-        "k: head dim 64 does not match q's head dim 128"
-    assert msg(lambda: R.kvcache((2, 1, 8, 128), (2, 4096, 8, 64), (2, 4096, 8, 64))) == \
-        "k_cache: head dim 64 does not match q's head dim 128"
+    assert (
+        msg(lambda: R.attention(q1, (1, 4096, 8, 128), (1, 16, 8, 128)))
+        == "v: seqlen 16 does not match k's seqlen 4096"
+    )
+    assert msg(lambda: R.attention(q1, (1, 128, 8, 128), (1, 128, 1, 128))) == "v: heads 1 does not match k's heads 8"
+    assert (
+        msg(lambda: R.attention(q1, (1, 128, 8, 64), (1, 128, 8, 64)))
+        == "k: head dim 64 does not match q's head dim 128"
+    )
+    assert (
+        msg(lambda: R.kvcache((2, 1, 8, 128), (2, 4096, 8, 64), (2, 4096, 8, 64)))
+        == "k_cache: head dim 64 does not match q's head dim 128"
+    )
 
 
 def test_rules_import_no_torch():

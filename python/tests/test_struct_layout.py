@@ -1,4 +1,5 @@
 """The ctypes mirrors have the size and field offsets the C compiler gives the structs of include/fa/fa.h."""
+
 import ctypes
 import shutil
 import subprocess
@@ -10,8 +11,14 @@ from fa import structs as S
 
 CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 
-STRUCTS = [("fa_context_options", S.ContextOptions), ("fa_params", S.Params), ("fa_bwd_params", S.BwdParams),
-           ("fa_user_buffer", S.UserBuffer), ("fa_mods", S.Mods), ("fa_merge_params", S.MergeParams)]
+STRUCTS = [
+    ("fa_context_options", S.ContextOptions),
+    ("fa_params", S.Params),
+    ("fa_bwd_params", S.BwdParams),
+    ("fa_user_buffer", S.UserBuffer),
+    ("fa_mods", S.Mods),
+    ("fa_merge_params", S.MergeParams),
+]
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +34,9 @@ def c_layout(tmp_path_factory):
     work = tmp_path_factory.mktemp("layout")
     src, exe = work / "layout.c", work / "layout"
     src.write_text("\n".join(lines) + "\n")
-    build = subprocess.run([CC, "-std=c11", f"-I{HEADER.parent.parent}", str(src), "-o", str(exe)],
-                           capture_output=True, text=True)
+    build = subprocess.run(
+        [CC, "-std=c11", f"-I{HEADER.parent.parent}", str(src), "-o", str(exe)], capture_output=True, text=True
+    )
     assert build.returncode == 0, f"a ctypes field name is missing from fa.h:\n{build.stderr}"
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
     table = {}
@@ -51,11 +59,12 @@ def test_field_order_follows_header():
         pytest.skip("no include/fa/fa.h")
     text = HEADER.read_text()
     for cname, ctype in STRUCTS:
-        body = text[text.index(f"typedef struct {cname}"):]
-        body = body[:body.index(f"}} {cname};")]
+        body = text[text.index(f"typedef struct {cname}") :]
+        body = body[: body.index(f"}} {cname};")]
         last = -1
         for field, _ in ctype._fields_:
             import re
-            m = re.search(rf"\b{field}\b", body[last + 1:])
+
+            m = re.search(rf"\b{field}\b", body[last + 1 :])
             assert m is not None, f"{cname}.{field} not found after the previous field"
             last = last + 1 + m.start()

@@ -56,7 +56,11 @@ struct FaBlkCursor {
   int lo, base;
   unsigned visit, full;
   FA_DEVICE void start(const unsigned char* c, int l, int h) {
-    cls = c; lo = l; base = h - 1 + 32; visit = 0u; full = 0u;
+    cls = c;
+    lo = l;
+    base = h - 1 + 32;
+    visit = 0u;
+    full = 0u;
   }
   FA_DEVICE int next() {
     while (visit == 0u && base - 32 >= lo) {

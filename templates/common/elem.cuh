@@ -27,18 +27,22 @@ FA_DEVICE unsigned short fa_f2bf(float f) {
   return x;
 }
 
-template <int DT> struct FaElem;
-template <> struct FaElem<1> {
+template <int DT>
+struct FaElem;
+template <>
+struct FaElem<1> {
   typedef unsigned short T;
   static FA_DEVICE float to_float(T x) { return fa_h2f(x); }
   static FA_DEVICE T from_float(float f) { return fa_f2h(f); }
 };
-template <> struct FaElem<2> {
+template <>
+struct FaElem<2> {
   typedef unsigned short T;
   static FA_DEVICE float to_float(T x) { return fa_bf2f(x); }
   static FA_DEVICE T from_float(float f) { return fa_f2bf(f); }
 };
-template <> struct FaElem<3> {
+template <>
+struct FaElem<3> {
   typedef float T;
   static FA_DEVICE float to_float(T x) { return x; }
   static FA_DEVICE T from_float(float f) { return f; }

@@ -7,8 +7,8 @@
 #ifndef FA_COMMON_FWD_SCORE_CUH
 #define FA_COMMON_FWD_SCORE_CUH
 
-FA_DEVICE float fa_feature_score(float acc, const FaFwdArgs& a, const unsigned short* bias_g, float slope, int b,
-                                 int h, int i, int j, int sq, int sk, const FaUser& u) {
+FA_DEVICE float fa_feature_score(float acc, const FaFwdArgs& a, const unsigned short* bias_g, float slope, int b, int h,
+                                 int i, int j, int sq, int sk, const FaUser& u) {
   float x = acc * a.scale;
   if constexpr (fa_cfg::kHasSoftcap) x = a.softcap * fa_tanh(x * a.inv_softcap);
   if constexpr (fa_cfg::kHasBias) {
@@ -86,8 +86,8 @@ FA_DEVICE void fa_wg_user_mask_group(float (&s)[kJ * 4], unsigned code, const Fa
     if ((bits >> (q - kLo * 4)) & 1u) s[q] = __int_as_float(0xff800000);
 }
 template <int kJ>
-FA_DEVICE void fa_wg_user_mask(float (&s)[kJ * 4], const FaWgMaskWords& m, int b, int h, int i0, int j0, int sq,
-                               int sk, int wl, int wr, const FaUser& u) {
+FA_DEVICE void fa_wg_user_mask(float (&s)[kJ * 4], const FaWgMaskWords& m, int b, int h, int i0, int j0, int sq, int sk,
+                               int wl, int wr, const FaUser& u) {
   fa_wg_user_mask_group<kJ, 0, 0, kJ / 4>(s, m.codes & 3u, m, b, h, i0, j0, sq, sk, wl, wr, u);
   fa_wg_user_mask_group<kJ, 1, kJ / 4, 2 * kJ / 4>(s, (m.codes >> 2) & 3u, m, b, h, i0, j0, sq, sk, wl, wr, u);
   fa_wg_user_mask_group<kJ, 2, 2 * kJ / 4, 3 * kJ / 4>(s, (m.codes >> 4) & 3u, m, b, h, i0, j0, sq, sk, wl, wr, u);

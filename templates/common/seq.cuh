@@ -15,9 +15,15 @@ FA_DEVICE FaSeq fa_seq(const FaFwdArgs& a, int b) {
   if (a.cu_seqlens_q) {
     int q0 = a.cu_seqlens_q[b], q1 = a.cu_seqlens_q[b + 1];
     int k0 = a.cu_seqlens_k[b], k1 = a.cu_seqlens_k[b + 1];
-    s.sq = q1 - q0; s.sk = k1 - k0; s.base_q = q0; s.base_k = k0;
+    s.sq = q1 - q0;
+    s.sk = k1 - k0;
+    s.base_q = q0;
+    s.base_k = k0;
   } else {
-    s.sq = a.seqlen_q; s.sk = a.seqlen_k; s.base_q = 0; s.base_k = 0;
+    s.sq = a.seqlen_q;
+    s.sk = a.seqlen_k;
+    s.base_q = 0;
+    s.base_k = 0;
   }
   return s;
 }
@@ -40,7 +46,8 @@ FA_DEVICE void fa_key_range(const FaFwdArgs& a, int i, int sq, int sk, int* lo, 
   int l = 0, h = sk;
   if (a.win_left >= 0) l = max(l, diag - a.win_left);
   if (a.win_right >= 0) h = min(h, diag + a.win_right + 1);
-  *lo = l; *hi = h;
+  *lo = l;
+  *hi = h;
 }
 
 #endif  // FA_COMMON_SEQ_CUH

@@ -10,6 +10,7 @@ rule that stops matching fails the test. Exit 1 with one line per violation.
 
   python3 tests/bench/check_public_api.py [--root REPO]
 """
+
 import argparse
 import re
 import sys
@@ -18,8 +19,10 @@ from pathlib import Path
 INTERNAL = ("runtime/", "tuner/", "generator/", "api/", "cache_db/", "templates/", "tests/")
 C_EXT = {".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu", ".cuh", ".inc"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
-PY_PRIVATE = (re.compile(r"\bfa\._[A-Za-z]"),                      # fa._lib, import fa._structs
-              re.compile(r"^\s*from\s+fa\s+import\s+.*\b_[A-Za-z]"))  # from fa import _lib
+PY_PRIVATE = (
+    re.compile(r"\bfa\._[A-Za-z]"),  # fa._lib, import fa._structs
+    re.compile(r"^\s*from\s+fa\s+import\s+.*\b_[A-Za-z]"),
+)  # from fa import _lib
 
 
 def c_violation(line, support_headers):
@@ -46,14 +49,35 @@ def py_violation(line):
 
 def self_test():
     support = {"bench_support.h"}
-    good_c = ["#include <cstdio>", '#include "fa/fa.h"', "#include <fa/fa.h>", '#include "bench_support.h"',
-              "// #include the fa header"]
-    bad_c = ['#include "runtime/context.h"', "#include <tuner/chooser.h>", '#include "api/backward_at.h"',
-             '#include "other.h"', '  #  include "generator/family.h"', "#include <fa/internal.h>"]
-    good_py = ["import fa", "from fa import attention, structs", "x = fa.attention(q, k, v)", "fa.mods.document(d)",
-               "import fa  # not fa._lib"]
-    bad_py = ["from fa import _lib", "from fa import attention, _structs as S", "import fa._torch_ops",
-              "from fa._tensor_params import build_params", "t = fa._grad_step"]
+    good_c = [
+        "#include <cstdio>",
+        '#include "fa/fa.h"',
+        "#include <fa/fa.h>",
+        '#include "bench_support.h"',
+        "// #include the fa header",
+    ]
+    bad_c = [
+        '#include "runtime/context.h"',
+        "#include <tuner/chooser.h>",
+        '#include "api/backward_at.h"',
+        '#include "other.h"',
+        '  #  include "generator/family.h"',
+        "#include <fa/internal.h>",
+    ]
+    good_py = [
+        "import fa",
+        "from fa import attention, structs",
+        "x = fa.attention(q, k, v)",
+        "fa.mods.document(d)",
+        "import fa  # not fa._lib",
+    ]
+    bad_py = [
+        "from fa import _lib",
+        "from fa import attention, _structs as S",
+        "import fa._torch_ops",
+        "from fa._tensor_params import build_params",
+        "t = fa._grad_step",
+    ]
     wrong = [x for x in good_c if c_violation(x, support)] + [x for x in bad_c if not c_violation(x, support)]
     wrong += [x for x in good_py if py_violation(x)] + [x for x in bad_py if not py_violation(x)]
     return wrong
@@ -61,8 +85,11 @@ def self_test():
 
 def check(root: Path):
     bench = root / "bench"
-    files = [p for p in sorted(bench.rglob("*")) if p.is_file()
-             and not {"probes", "__pycache__"} & set(p.relative_to(bench).parts)]
+    files = [
+        p
+        for p in sorted(bench.rglob("*"))
+        if p.is_file() and not {"probes", "__pycache__"} & set(p.relative_to(bench).parts)
+    ]
     support = [p.name for p in files if p.suffix in {".h", ".hpp", ".cuh"}]
     problems = []
     if len(support) > 1:
@@ -93,8 +120,11 @@ def main():
     for p in problems:
         print(p, file=sys.stderr)
     if problems:
-        print(f"check_public_api: {len(problems)} violation(s); measurement code that needs internals belongs in "
-              "bench/probes/", file=sys.stderr)
+        print(
+            f"check_public_api: {len(problems)} violation(s); measurement code that needs internals belongs in "
+            "bench/probes/",
+            file=sys.stderr,
+        )
         return 1
     print(f"check_public_api: {n} files under bench/ (outside bench/probes/) use the public API only")
     return 0

@@ -66,8 +66,8 @@ TEST_F(AlignmentNote, ForwardSaysItOnceAtInfoLevel) {
 TEST_F(AlignmentNote, BackwardNamesItsTensors) {
   ASSERT_NE(c, nullptr);
   const fa::gen::ProblemDesc d = problem(fa::gen::kBf16, 96, false, true);
-  ASSERT_FALSE(fa::gen::select(fa::gen::Role::Backward, problem(fa::gen::kBf16, 96, true, true), c->arch)
-                   .family->reference);
+  ASSERT_FALSE(
+      fa::gen::select(fa::gen::Role::Backward, problem(fa::gen::kBf16, 96, true, true), c->arch).family->reference);
   const std::string err = note(c, LogLevel::kInfo, fa::gen::Role::Backward, d);
   EXPECT_EQ(count_of(err, "fa: info: backward "), 1u) << err;
   EXPECT_NE(err.find("dout, dq, dk, dv"), std::string::npos) << err;
@@ -95,10 +95,22 @@ TEST(AlignmentNoteThroughPrepare, OneMessageForAMisalignedFp16Problem) {
   p.head_dim = 56;
   const int64_t D = 56;
   auto at = [](uintptr_t x) { return reinterpret_cast<void*>(x); };
-  p.q = at(0x10000002); p.q_stride_batch = 200 * 2 * D; p.q_stride_seq = 2 * D; p.q_stride_head = D;
-  p.k = at(0x20000000); p.k_stride_batch = 200 * 2 * D; p.k_stride_seq = 2 * D; p.k_stride_head = D;
-  p.v = at(0x30000000); p.v_stride_batch = 200 * 2 * D; p.v_stride_seq = 2 * D; p.v_stride_head = D;
-  p.o = at(0x40000000); p.o_stride_batch = 200 * 2 * D; p.o_stride_seq = 2 * D; p.o_stride_head = D;
+  p.q = at(0x10000002);
+  p.q_stride_batch = 200 * 2 * D;
+  p.q_stride_seq = 2 * D;
+  p.q_stride_head = D;
+  p.k = at(0x20000000);
+  p.k_stride_batch = 200 * 2 * D;
+  p.k_stride_seq = 2 * D;
+  p.k_stride_head = D;
+  p.v = at(0x30000000);
+  p.v_stride_batch = 200 * 2 * D;
+  p.v_stride_seq = 2 * D;
+  p.v_stride_head = D;
+  p.o = at(0x40000000);
+  p.o_stride_batch = 200 * 2 * D;
+  p.o_stride_seq = 2 * D;
+  p.o_stride_head = D;
   testing::internal::CaptureStderr();
   const fa_status st = fa_prepare(c, &p);
   const std::string err = testing::internal::GetCapturedStderr();

@@ -17,18 +17,19 @@ namespace {
 
 TEST(Arch, ParserTakesTheKnownArchsInEverySpelling) {
   const std::pair<const char*, int> good[] = {
-      {"80", 80},       {"86", 86},     {"89", 89},        {"90", 90},       {"sm_90", 90},     {"sm90", 90},
-      {"90a", 90},      {"sm_90a", 90}, {"sm_80", 80},     {"sm86", 86},     {"sm_89", 89},     {"100", 100},
-      {"sm_100", 100},  {"sm100", 100}, {"100a", 100},     {"sm_100a", 100}, {"103", 103},      {"sm_103a", 103},
-      {"120", 120},     {"sm_120", 120}, {"sm120a", 120},  {"120a", 120},    {"121", 121},      {"sm_121a", 121}};
+      {"80", 80},      {"86", 86},      {"89", 89},      {"90", 90},       {"sm_90", 90}, {"sm90", 90},
+      {"90a", 90},     {"sm_90a", 90},  {"sm_80", 80},   {"sm86", 86},     {"sm_89", 89}, {"100", 100},
+      {"sm_100", 100}, {"sm100", 100},  {"100a", 100},   {"sm_100a", 100}, {"103", 103},  {"sm_103a", 103},
+      {"120", 120},    {"sm_120", 120}, {"sm120a", 120}, {"120a", 120},    {"121", 121},  {"sm_121a", 121}};
   for (const auto& [text, want] : good) {
     int got = -1;
     EXPECT_TRUE(fa::rt::parse_arch(text, &got)) << text;
     EXPECT_EQ(got, want) << text;
   }
   // No arch-specific target below sm_90, no family ("f") suffix, no arch fa does not know (Thor's 110, 101, 75).
-  for (const char* bad : {"", "banana", "75", "sm_75", "70", "80a", "86a", "sm_89a", "sm_", "090", " 90", "90 ",
-                          "SM_90", "110", "sm_110a", "101", "1000", "12.0", "120f", "sm_100f", "100aa", "a", "sma"}) {
+  for (const char* bad :
+       {"",      "banana", "75",      "sm_75", "70",   "80a",  "86a",  "sm_89a",  "sm_",   "090", " 90", "90 ",
+        "SM_90", "110",    "sm_110a", "101",   "1000", "12.0", "120f", "sm_100f", "100aa", "a",   "sma"}) {
     int got = -1;
     EXPECT_FALSE(fa::rt::parse_arch(bad, &got)) << bad;
     EXPECT_EQ(got, -1) << bad;
@@ -50,9 +51,9 @@ TEST(Arch, DeviceCapabilityMapsToItsArchAndLimits) {
     int major, minor, arch, smem, threads;
   };
   // the arch-table figures: sm_100 / 103 227 KB and 2048 threads per SM, sm_120 / 121 99 KB and 1536
-  for (const Case& k : {Case{8, 0, 80, 163 * 1024, 2048}, Case{9, 0, 90, 227 * 1024, 2048},
-                        Case{10, 0, 100, 232448, 2048}, Case{10, 3, 103, 232448, 2048},
-                        Case{12, 0, 120, 101376, 1536}, Case{12, 1, 121, 101376, 1536}}) {
+  for (const Case& k :
+       {Case{8, 0, 80, 163 * 1024, 2048}, Case{9, 0, 90, 227 * 1024, 2048}, Case{10, 0, 100, 232448, 2048},
+        Case{10, 3, 103, 232448, 2048}, Case{12, 0, 120, 101376, 1536}, Case{12, 1, 121, 101376, 1536}}) {
     EXPECT_EQ(fa::rt::arch_of_capability(k.major, k.minor), k.arch);
     EXPECT_TRUE(fa::rt::known_arch(k.arch)) << k.arch;
     const fa::gen::DeviceLimits table = fa::gen::limits_for_arch(k.arch);

@@ -11,7 +11,6 @@
 
 #include "cache_db/cache_db.h"
 #include "context_support.h"
-#include "tuner_support.h"
 #include "fa/fa.h"
 #include "generator/family.h"
 #include "runtime/context.h"
@@ -22,6 +21,7 @@
 #include "tuner/chooser.h"
 #include "tuner/timer.h"
 #include "tuner/tuner.h"
+#include "tuner_support.h"
 
 using namespace fa;
 
@@ -215,7 +215,8 @@ TEST(BackgroundTuner, StopAbandonsTheJobInFlightAndDropsTheQueue) {
   ASSERT_TRUE(bg.submit({"slow", {}, {}}));
   ASSERT_TRUE(bg.submit({"queued", {}, {}}));
   const auto t0 = Clock::now();
-  while (!started && Clock::now() - t0 < std::chrono::seconds(10)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (!started && Clock::now() - t0 < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(started.load());
   EXPECT_FALSE(bg.wait_idle(0.05));
   const auto t1 = Clock::now();
@@ -223,8 +224,8 @@ TEST(BackgroundTuner, StopAbandonsTheJobInFlightAndDropsTheQueue) {
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t1).count(), 5.0);
   const tune::BackgroundStats s = bg.stats();
   EXPECT_EQ(s.submitted, 3);
-  EXPECT_EQ(s.failed, 1);     // the throwing job
-  EXPECT_EQ(s.abandoned, 2);  // the slow one in flight and the queued one
+  EXPECT_EQ(s.failed, 1);      // the throwing job
+  EXPECT_EQ(s.abandoned, 2);   // the slow one in flight and the queued one
   EXPECT_EQ(dones.load(), 1);  // only the throwing job reached done (abandoned ones never do)
 }
 
@@ -247,18 +248,18 @@ TEST(BackgroundTuner, ChooserServesDefaultsThenSwapsTheWinnerIn) {
     timer.ms[gen::tunables_key(cands[i].s, cands[i].t)] = i == fast ? 0.5 : 1.0 + 0.01 * static_cast<double>(i);
   const std::string winner = gen::tunables_key(s, cands[fast].t);
   std::atomic<bool> release{false};
-  chooser->set_background_runner([&](const tune::BackgroundJob& job, const std::function<bool()>& cancelled,
-                                     tune::TuneOutcome* out) {
-    while (!release && !cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    tune::TuneOptions o;
-    o.timer = &timer;
-    o.compile = [](const gen::KernelConfig&, rt::PtxasInfo* info) {
-      info->registers = 64;
-      return rt::Status::Ok();
-    };
-    o.cancelled = cancelled;
-    return tune::tune(c, job.s, job.p, rt::TuneRequest{}, o, out);
-  });
+  chooser->set_background_runner(
+      [&](const tune::BackgroundJob& job, const std::function<bool()>& cancelled, tune::TuneOutcome* out) {
+        while (!release && !cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        tune::TuneOptions o;
+        o.timer = &timer;
+        o.compile = [](const gen::KernelConfig&, rt::PtxasInfo* info) {
+          info->registers = 64;
+          return rt::Status::Ok();
+        };
+        o.cancelled = cancelled;
+        return tune::tune(c, job.s, job.p, rt::TuneRequest{}, o, out);
+      });
   const uint64_t g0 = c->plans.generation();
   rt::TuneRequest req;  // a call outside capture
   gen::Tunables t;
@@ -301,19 +302,20 @@ TEST(BackgroundTuner, DestroyWhileTuningReturnsAndStoresNothing) {
   auto* chooser = dynamic_cast<tune::TuningChooser*>(c->chooser.get());
   ASSERT_NE(chooser, nullptr);
   std::atomic<bool> started{false};
-  chooser->set_background_runner([&](const tune::BackgroundJob&, const std::function<bool()>& cancelled,
-                                     tune::TuneOutcome*) {
-    started = true;
-    while (!cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return rt::error(FA_ERROR_INTERNAL, "tuning cancelled");
-  });
+  chooser->set_background_runner(
+      [&](const tune::BackgroundJob&, const std::function<bool()>& cancelled, tune::TuneOutcome*) {
+        started = true;
+        while (!cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return rt::error(FA_ERROR_INTERNAL, "tuning cancelled");
+      });
   const gen::ProblemDesc p = problem(gen::kFp16, 3000);
   const gen::Semantic s = gen::select_forward(p, c->arch);
   rt::TuneRequest req;
   gen::Tunables t;
   ASSERT_TRUE(c->chooser->choose(c, s, p, &req, &t).ok());
   const auto t0 = Clock::now();
-  while (!started && Clock::now() - t0 < std::chrono::seconds(10)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (!started && Clock::now() - t0 < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(started.load());
   const auto t1 = Clock::now();
   fa_context_destroy(c);
@@ -333,9 +335,12 @@ TEST(TunerPrune, PriorWinnersComeRightAfterTheDefault) {
   auto key = [&](size_t i) { return gen::tunables_key(s, cands[i].t); };
   // Candidate 4 won two buckets, candidate 3 one; candidate 2 lost everywhere.
   std::vector<cache::TuneRow> rows = {
-      {sem, "b1", key(4), 1.0, "ok"}, {sem, "b1", key(2), 2.0, "ok"},
-      {sem, "b2", key(4), 1.5, "ok"}, {sem, "b2", key(3), 1.6, "ok"},
-      {sem, "b3", key(3), 0.5, "ok"}, {sem, "b3", key(2), 0.4, "spill"},
+      {sem, "b1", key(4), 1.0, "ok"},
+      {sem, "b1", key(2), 2.0, "ok"},
+      {sem, "b2", key(4), 1.5, "ok"},
+      {sem, "b2", key(3), 1.6, "ok"},
+      {sem, "b3", key(3), 0.5, "ok"},
+      {sem, "b3", key(2), 0.4, "spill"},
       {"other|semantic", "b1", key(2), 0.1, "ok"},
   };
   ASSERT_TRUE(tune::context_db(c)->put_tune_results(rows));

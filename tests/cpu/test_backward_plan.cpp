@@ -87,20 +87,18 @@ TEST(BackwardPlan, WorkspaceRegionsAreAlignedDisjointAndSized) {
     if (uses_mma(plan)) {
       EXPECT_EQ(plan.accum_q_stride_row, static_cast<long long>(p.heads_q) * p.head_dim);
       const size_t rows8 = (rows_q + 7) / 8 * 8;  // 8 x 8 tiled (fa_dq_accum_off)
-      region(plan.off_dq_accum, rows8 * static_cast<size_t>(p.heads_q) * static_cast<size_t>(p.head_dim) * sizeof(float),
-             "dq_accum");
+      region(plan.off_dq_accum,
+             rows8 * static_cast<size_t>(p.heads_q) * static_cast<size_t>(p.head_dim) * sizeof(float), "dq_accum");
       if (p.deterministic)
         region(plan.off_dk_accum, rows_q * static_cast<size_t>(p.heads_q) * sizeof(int), "semaphores");
-      else
-        EXPECT_EQ(plan.off_dk_accum, SIZE_MAX);
+      else EXPECT_EQ(plan.off_dk_accum, SIZE_MAX);
     } else {
       EXPECT_EQ(plan.off_dq_accum, SIZE_MAX);
       EXPECT_EQ(plan.off_dk_accum, SIZE_MAX);
     }
     EXPECT_EQ(plan.workspace_bytes % 256, 0u);
     std::sort(regions.begin(), regions.end());
-    for (size_t i = 1; i < regions.size(); ++i)
-      EXPECT_LE(regions[i - 1].second, regions[i].first) << "regions overlap";
+    for (size_t i = 1; i < regions.size(); ++i) EXPECT_LE(regions[i - 1].second, regions[i].first) << "regions overlap";
   }
 }
 

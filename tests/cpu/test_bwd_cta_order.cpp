@@ -20,8 +20,7 @@ TEST(BwdCtaOrder, DivisionByMagicIsExact) {
   for (int i = 0; i < 100; ++i) ds.push_back(std::uniform_int_distribution<unsigned>(601, 32767)(rng));
   for (unsigned d : ds) {
     const unsigned m = fa_div_magic(d);
-    for (unsigned n = 0; n < (1u << 16); ++n)
-      ASSERT_EQ(fa_div_by_magic(n, m), n / d) << n << " / " << d;
+    for (unsigned n = 0; n < (1u << 16); ++n) ASSERT_EQ(fa_div_by_magic(n, m), n / d) << n << " / " << d;
   }
 }
 
@@ -76,9 +75,9 @@ TEST(BwdCtaOrder, TailSize) {
   EXPECT_EQ(fa_bwd_lpt_tail(16, 1, 8, 132, 2, true), 0);
   EXPECT_EQ(fa_bwd_lpt_tail(32, 64, 64, 132, 2, true), 0);  // 131072 tail CTAs
   // Outside the decode's ranges: the plain order.
-  EXPECT_EQ(fa_bwd_lpt_tail(8, 8192, 4, 132, 2), 0);      // 65536 pairs
-  EXPECT_EQ(fa_bwd_lpt_tail(32768, 1, 4, 132, 2), 0);     // heads >= 2^15
-  EXPECT_EQ(fa_bwd_lpt_tail(4, 4, 70000, 132, 2), 0);     // tail CTAs >= 2^16
+  EXPECT_EQ(fa_bwd_lpt_tail(8, 8192, 4, 132, 2), 0);   // 65536 pairs
+  EXPECT_EQ(fa_bwd_lpt_tail(32768, 1, 4, 132, 2), 0);  // heads >= 2^15
+  EXPECT_EQ(fa_bwd_lpt_tail(4, 4, 70000, 132, 2), 0);  // tail CTAs >= 2^16
   // The tail covers at least `waves` waves of CTAs when it can, and not a pair more.
   for (int nbk = 2; nbk < 200; nbk += 7)
     for (int slots : {84, 108, 132, 264}) {

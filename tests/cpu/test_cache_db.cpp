@@ -101,8 +101,9 @@ TEST_F(CacheDbTest, CreatesSchemaV1InNewDirectories) {
   EXPECT_TRUE(warnings.list.empty()) << warnings.list.front();
   EXPECT_TRUE(fs::exists(path));
   EXPECT_EQ(raw_scalar(path, "PRAGMA user_version"), fa::cache::kSchemaVersion);
-  EXPECT_EQ(raw_scalar(path, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN "
-                             "('cubins','tune_results')"),
+  EXPECT_EQ(raw_scalar(path,
+                       "SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN "
+                       "('cubins','tune_results')"),
             2);
   EXPECT_EQ(raw_text(path, "PRAGMA journal_mode"), "wal");
   // Reopening an existing current-version file changes nothing and warns nothing.
@@ -165,8 +166,8 @@ TEST_F(CacheDbTest, TuneResultsKeepEveryCandidateAndBestIsMinOk) {
                                               : 0.01 + std::uniform_real_distribution<double>(0.0, 5.0)(rng());
     rows.push_back(r);
   }
-  rows[0].status = "ok";                                   // at least one ok row
-  rows[1].status = "spill";                                // a faster non-ok row must not win
+  rows[0].status = "ok";     // at least one ok row
+  rows[1].status = "spill";  // a faster non-ok row must not win
   rows[1].median_ms = 0.001;
   // Another key in the same file must not interfere.
   TuneRow other = rows[0];
@@ -224,8 +225,8 @@ TEST_F(CacheDbTest, TuneResultsKeepEveryCandidateAndBestIsMinOk) {
   }
   ASSERT_TRUE(db->put_tune_results(fresh, true));
   EXPECT_EQ(db->tune_rows(sem, bucket).size(), 3u);
-  const auto fresh_best = *std::min_element(fresh.begin(), fresh.end(),
-                                            [](const TuneRow& a, const TuneRow& b) { return a.median_ms < b.median_ms; });
+  const auto fresh_best = *std::min_element(
+      fresh.begin(), fresh.end(), [](const TuneRow& a, const TuneRow& b) { return a.median_ms < b.median_ms; });
   EXPECT_EQ(db->best(sem, bucket)->tunables, fresh_best.tunables);
   EXPECT_EQ(db->tune_rows(other.semantic_key, bucket).size(), 1u);
   EXPECT_TRUE(warnings.list.empty());
@@ -461,8 +462,7 @@ class ScopedEnvVar {
 TEST_F(CacheDbTest, DefaultPathFollowsEnvironment) {
   const std::string home = dir.file("home"), xdg = dir.file("xdg"), explicit_path = dir.file("explicit/c.db");
   {
-    ScopedEnvVar a("FA_CACHE_PATH", explicit_path.c_str()), b("XDG_CACHE_HOME", xdg.c_str()),
-        c("HOME", home.c_str());
+    ScopedEnvVar a("FA_CACHE_PATH", explicit_path.c_str()), b("XDG_CACHE_HOME", xdg.c_str()), c("HOME", home.c_str());
     EXPECT_EQ(fa::cache::default_cache_path(), explicit_path);
     // open("") uses it and creates the directories.
     auto db = Db::open("", env, warnings.fn());

@@ -1,8 +1,8 @@
 // test_cache_db_robustness.cpp -- fa::cache::Db under real conditions: schema migration (v0 files, old layouts,
 // a transactional fake v1 -> v2 step, newer files left untouched), several processes writing one file at once, a
 // writer killed by SIGKILL mid-transaction, corrupt and truncated files moved aside, a read-only location (a cache in
-// it served read-only), an uncreatable directory and a full disk (RLIMIT_FSIZE) degrading to memory. Child processes report through their
-// exit status; each test uses a fresh temporary directory and random data.
+// it served read-only), an uncreatable directory and a full disk (RLIMIT_FSIZE) degrading to memory. Child processes
+// report through their exit status; each test uses a fresh temporary directory and random data.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -72,8 +72,8 @@ class CacheDbRobustTest : public ::testing::Test {
 TEST_F(CacheDbRobustTest, MigratesVersion0FileAndKeepsForeignTables) {
   const std::string path = dir.file("v0.sqlite");
   const int64_t marker = static_cast<int64_t>(rng()() >> 2);
-  ASSERT_TRUE(raw_exec(path, "CREATE TABLE unrelated(x); INSERT INTO unrelated VALUES(" + std::to_string(marker) +
-                                 ");"));
+  ASSERT_TRUE(
+      raw_exec(path, "CREATE TABLE unrelated(x); INSERT INTO unrelated VALUES(" + std::to_string(marker) + ");"));
   ASSERT_EQ(raw_scalar(path, "PRAGMA user_version"), 0);
   auto db = Db::open(path, env, warnings.fn());
   EXPECT_FALSE(db->in_memory());
@@ -111,8 +111,7 @@ TEST_F(CacheDbRobustTest, MigratesOldLayoutLackingColumns) {
     sqlite3_bind_int64(st, 6, static_cast<sqlite3_int64>(env.templates_hash));
     sqlite3_bind_blob(st, 7, c.cubin.data(), static_cast<int>(c.cubin.size()), SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 8, static_cast<sqlite3_int64>(c.cubin.size()));
-    sqlite3_bind_int64(st, 9,
-                       static_cast<sqlite3_int64>(fa::cache::blob_checksum(c.cubin.data(), c.cubin.size())));
+    sqlite3_bind_int64(st, 9, static_cast<sqlite3_int64>(fa::cache::blob_checksum(c.cubin.data(), c.cubin.size())));
     ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
     sqlite3_finalize(st);
     sqlite3_close(raw);
@@ -134,8 +133,8 @@ TEST_F(CacheDbRobustTest, MigratesOldLayoutLackingColumns) {
 }
 
 TEST_F(CacheDbRobustTest, MigrationMachineryRunsStepsInOneTransaction) {
-  using fa::cache::detail::Migration;
   using fa::cache::detail::migrate;
+  using fa::cache::detail::Migration;
   const std::string path = dir.file("m.sqlite");
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
@@ -254,10 +253,12 @@ TEST_F(CacheDbRobustTest, ProcessesWritingOneFileLoseAndDuplicateNothing) {
   auto db = Db::open(path, env, warnings.fn());
   ASSERT_FALSE(db->in_memory());
   EXPECT_EQ(raw_scalar(path, "SELECT count(*) FROM cubins"), kChildren * kDistinct + kShared);
-  EXPECT_EQ(raw_scalar(path, "SELECT count(*) FROM (SELECT compile_key FROM cubins GROUP BY compile_key "
-                             "HAVING count(*) > 1)"),
+  EXPECT_EQ(raw_scalar(path,
+                       "SELECT count(*) FROM (SELECT compile_key FROM cubins GROUP BY compile_key "
+                       "HAVING count(*) > 1)"),
             0);
-  EXPECT_EQ(raw_scalar(path, "SELECT count(*) FROM tune_results"), kChildren * kDistinct + kShared + kChildren * kBatch);
+  EXPECT_EQ(raw_scalar(path, "SELECT count(*) FROM tune_results"),
+            kChildren * kDistinct + kShared + kChildren * kBatch);
   for (const auto& v : own) {
     for (const auto& r : v) {
       auto g = db->get_cubin(r.compile_hash, r.compile_key);
@@ -284,8 +285,9 @@ TEST_F(CacheDbRobustTest, ShardedSweepOfNWritersEqualsOneWriter) {
     std::vector<TuneRow> rows;
     for (int k = 0; k < kCandidates; ++k) {
       const double ms = 1.0 + 0.25 * ((key * 7 + k * 3 + round * 5) % 11);
-      rows.push_back({numbered("sem", key % 5), numbered("q", key), kernels[size_t(key + k) % kernels.size()].compile_key,
-                      k == kCandidates - 1 ? std::nan("") : ms, k == kCandidates - 1 ? "spill" : "ok"});
+      rows.push_back({numbered("sem", key % 5), numbered("q", key),
+                      kernels[size_t(key + k) % kernels.size()].compile_key, k == kCandidates - 1 ? std::nan("") : ms,
+                      k == kCandidates - 1 ? "spill" : "ok"});
     }
     return rows;
   };
@@ -325,7 +327,8 @@ TEST_F(CacheDbRobustTest, ShardedSweepOfNWritersEqualsOneWriter) {
   }
   close(go[0]);
   close(go[1]);
-  for (pid_t p : pids) EXPECT_EQ(wait_child(p), 0) << "bit 1: warning, 4: write failed, 8: own key missing, 16: torn read";
+  for (pid_t p : pids)
+    EXPECT_EQ(wait_child(p), 0) << "bit 1: warning, 4: write failed, 8: own key missing, 16: torn read";
   {
     auto db = Db::open(alone, env, warnings.fn());
     for (int key = 0; key < kKeys; ++key) ASSERT_TRUE(write_key(db.get(), key, 1));
@@ -376,8 +379,8 @@ TEST_F(CacheDbRobustTest, WriterKilledMidTransactionLeavesUsableDb) {
     if (sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) _exit(4);
     const std::string sql =
         "INSERT INTO cubins (compile_hash, compile_key, arch, nvrtc_version, generator_version, templates_hash, cubin, "
-        "cubin_size, checksum) VALUES (random(), 'uncommitted_' || random(), 90, '" + env.nvrtc_version + "', " +
-        std::to_string(env.generator_version) + ", 0, randomblob(8000), 8000, 0)";
+        "cubin_size, checksum) VALUES (random(), 'uncommitted_' || random(), 90, '" +
+        env.nvrtc_version + "', " + std::to_string(env.generator_version) + ", 0, randomblob(8000), 8000, 0)";
     for (int i = 0; i < 500; ++i) {
       if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) _exit(5);
     }
@@ -522,8 +525,9 @@ TEST_F(CacheDbRobustTest, ReadOnlyDirectoryIsServedReadOnlyOrDegradesToMemory) {
                   fs::perm_options::replace);
   const std::vector<char> before = read_file(ro_existing + "/cache.sqlite");
   for (const auto& d : {ro_empty, ro_existing}) {
-    fs::permissions(d, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read | fs::perms::group_exec |
-                           fs::perms::others_read | fs::perms::others_exec,
+    fs::permissions(d,
+                    fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read | fs::perms::group_exec |
+                        fs::perms::others_read | fs::perms::others_exec,
                     fs::perm_options::replace);
   }
   const pid_t pid = fork();

@@ -45,8 +45,9 @@ Env make_env() {
 void make_read_only(const std::string& dir, const std::string& file) {
   fs::permissions(file, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read,
                   fs::perm_options::replace);
-  fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
-                           fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec,
+  fs::permissions(dir,
+                  fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec,
                   fs::perm_options::replace);
 }
 

@@ -75,8 +75,8 @@ TEST(ChooserValidity, StoredWinnersNeverServeACallTheyAreInvalidFor) {
               if (!gen::is_valid(gen::finalize(s0, w, p0), c->limits, nullptr)) continue;  // not tunable at p0
               ++points;
               // The winner of p0's key, stored as the tuner stores it; a fresh chooser reads it.
-              const cache::TuneRow row{tune::tuning_semantic_key(s0), tune::shape_bucket(p0),
-                                       gen::tunables_key(s0, w), 0.5, "ok"};
+              const cache::TuneRow row{tune::tuning_semantic_key(s0), tune::shape_bucket(p0), gen::tunables_key(s0, w),
+                                       0.5, "ok"};
               ASSERT_TRUE(db->put_tune_results({row}, true));
               tune::TuningChooser chooser;
               gen::Tunables t;

@@ -63,8 +63,8 @@ TEST(ExportImport, AnImportedCacheServesItsKeysWithoutCompilingOrTuning) {
     if (!(t == def) && fa::gen::is_valid(fa::gen::finalize(s, t, d), a->limits, nullptr)) winner = t;
   ASSERT_FALSE(winner == def) << "no second valid point for " << fa::gen::semantic_key(s);
   const std::string sem = fa::tune::tuning_semantic_key(s), bucket = fa::tune::shape_bucket(d);
-  ASSERT_TRUE(fa::tune::context_db(a)->put_tune_results(
-      {{sem, bucket, fa::gen::tunables_key(s, def), 2.0, "ok"}, {sem, bucket, fa::gen::tunables_key(s, winner), 1.0, "ok"}}));
+  ASSERT_TRUE(fa::tune::context_db(a)->put_tune_results({{sem, bucket, fa::gen::tunables_key(s, def), 2.0, "ok"},
+                                                         {sem, bucket, fa::gen::tunables_key(s, winner), 1.0, "ok"}}));
   const fa_status prepared = fa_prepare(a, &p);
   const bool device = fa_context_has_device(a) == 1;
   EXPECT_EQ(prepared, device ? FA_OK : FA_ERROR_NO_DEVICE) << fa_last_error();

@@ -16,14 +16,14 @@
 
 #include "cache_db/cache_db.h"
 #include "fa/fa.h"
+#include "tests/cpu/context_support.h"
+#include "tests/cpu/fa_tune_support.h"
+#include "tests/cpu/temp_dir.h"
 #include "tuner/bucket.h"
 #include "tuner/fa_tune_args.h"
 #include "tuner/fa_tune_cli.h"
 #include "tuner/thread_pool.h"
 #include "tuner/tuner.h"
-#include "tests/cpu/context_support.h"
-#include "tests/cpu/fa_tune_support.h"
-#include "tests/cpu/temp_dir.h"
 
 using namespace fa;
 
@@ -45,7 +45,8 @@ TEST(FaTuneArgs, SeqlenRangesExpandToPowersOfTwo) {
   EXPECT_EQ(v, (std::vector<int>{100, 300, 600, 1200}));
   std::mt19937 rng(std::random_device{}());
   for (int i = 0; i < 50; ++i) {
-    const int a = std::uniform_int_distribution<int>(1, 5000)(rng), b = std::uniform_int_distribution<int>(a, 100000)(rng);
+    const int a = std::uniform_int_distribution<int>(1, 5000)(rng),
+              b = std::uniform_int_distribution<int>(a, 100000)(rng);
     ASSERT_TRUE(tune::parse_seqlens(std::to_string(a) + ":" + std::to_string(b), &v, &why));
     ASSERT_FALSE(v.empty());
     EXPECT_EQ(v.front(), a);
@@ -112,9 +113,7 @@ TEST(FaTuneArgs, ErrorsNameTheFlagAndExitWith2) {
     const CliRun r = run_cli(args);
     EXPECT_EQ(r.rc, 2) << (args.empty() ? "(none)" : args[0]) << ": " << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-    if (!args.empty()) {
-      EXPECT_FALSE(tune::parse_tune_args(args, &a, &e));
-    }
+    if (!args.empty()) { EXPECT_FALSE(tune::parse_tune_args(args, &a, &e)); }
   }
   const CliRun h = run_cli({"--help"});
   EXPECT_EQ(h.rc, 0);
@@ -166,10 +165,11 @@ TEST(FaTuneArgs, PresetsAndOverrides) {
   EXPECT_EQ(tune::expand_grid(a).size(), 2u);  // none + causal, one length
 
   // A full explicit grid: the product of the lists.
-  ASSERT_TRUE(tune::parse_tune_args({"--dtypes", "bf16,fp16", "--head-dims", "64,128", "--heads", "16", "--kv-heads",
-                                     "16,4", "--seqlens", "512:2048", "--masks", "none,causal,window:128:0",
-                                     "--features", "none,bias+alibi,softcap:30"},
-                                    &a, &e)) << e;
+  ASSERT_TRUE(tune::parse_tune_args(
+      {"--dtypes", "bf16,fp16", "--head-dims", "64,128", "--heads", "16", "--kv-heads", "16,4", "--seqlens", "512:2048",
+       "--masks", "none,causal,window:128:0", "--features", "none,bias+alibi,softcap:30"},
+      &a, &e))
+      << e;
   g = tune::expand_grid(a);
   EXPECT_EQ(g.size(), 2u * 2 * 2 * 3 * 3 * 3);
   int gqa = 0, bias_alibi = 0;
@@ -218,7 +218,8 @@ TEST(FaTuneArgs, ShardUnitsKeepEachTuningKeyTogetherInGridOrder) {
   std::string e;
   ASSERT_TRUE(tune::parse_tune_args({"--dtypes", "bf16,fp16", "--head-dims", "64,128", "--heads", "8", "--masks",
                                      "none,causal", "--seqlens", "512,600,700,1024,4096", "--batch-tokens", "512"},
-                                    &a, &e)) << e;
+                                    &a, &e))
+      << e;
   const std::vector<tune::GridPoint> grid = tune::expand_grid(a);
   for (bool by_semantic : {false, true}) {
     const auto units = tune::shard_units(grid, 90, by_semantic);
@@ -239,9 +240,7 @@ TEST(FaTuneArgs, ShardUnitsKeepEachTuningKeyTogetherInGridOrder) {
       for (size_t k = 0; k < units[u].size(); ++k) {
         ++seen[units[u][k]];
         EXPECT_EQ(key(units[u][k]), key(units[u].front()));
-        if (k > 0) {
-          EXPECT_GT(units[u][k], units[u][k - 1]);
-        }
+        if (k > 0) { EXPECT_GT(units[u][k], units[u][k - 1]); }
       }
     }
     for (int n : seen) EXPECT_EQ(n, 1);
@@ -284,12 +283,14 @@ TEST(FaTuneEnv, ThreadsAndBudgetAreValidated) {
   for (const char* bad : {"abc", "0", "-3", "257", "4x", "1.5"}) {
     const std::string err = test::context_create_error("FA_TUNE_THREADS", bad);
     EXPECT_EQ(err, std::string("FA_ERROR_INVALID_ARGUMENT: FA_TUNE_THREADS: expected a whole number of compile "
-                               "threads in [1, 256] (unset: automatic), got '") + bad + "'");
+                               "threads in [1, 256] (unset: automatic), got '") +
+                       bad + "'");
   }
   for (const char* bad : {"fast", "0", "-1", "4000000", "nan", "inf", "10ms"}) {
     const std::string err = test::context_create_error("FA_TUNE_BUDGET_MS", bad);
     EXPECT_EQ(err, std::string("FA_ERROR_INVALID_ARGUMENT: FA_TUNE_BUDGET_MS: expected milliseconds in (0, 3600000] "
-                               "(unset: 2000), got '") + bad + "'");
+                               "(unset: 2000), got '") +
+                       bad + "'");
   }
   {
     test::ScopedEnv threads("FA_TUNE_THREADS", "3"), budget("FA_TUNE_BUDGET_MS", "250.5");
@@ -340,8 +341,8 @@ TEST(FaTuneCli, DryRunOfTheCiPresetCompilesAndPersists) {
   const test::TempDir tmp("tune_cli");
   const std::string dir = tmp.path();
   const std::string cache = dir + "/cache.sqlite", json = dir + "/dry.json", exported = dir + "/export.sqlite";
-  const std::vector<std::string> args = {"--preset", "ci", "--dry-run", "--arch", "80", "--max-candidates", "2",
-                                         "--cache", cache, "--json", json, "--no-progress"};
+  const std::vector<std::string> args = {"--preset", "ci",      "--dry-run", "--arch", "80", "--max-candidates",
+                                         "2",        "--cache", cache,       "--json", json, "--no-progress"};
   const CliRun r = run_cli(args);
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("dry run for sm_80: 2 grid points, 2 kernel semantics"), std::string::npos) << r.out;
@@ -363,7 +364,9 @@ TEST(FaTuneCli, DryRunOfTheCiPresetCompilesAndPersists) {
   const CliRun again = run_cli(with_progress);
   ASSERT_EQ(again.rc, 0) << again.err;
   EXPECT_NE(again.out.find(": 0 compiled by NVRTC (0.0 s of NVRTC time), " + std::to_string(kernels) +
-                           " loaded from the cache"), std::string::npos) << again.out;
+                           " loaded from the cache"),
+            std::string::npos)
+      << again.out;
   EXPECT_EQ(lines(again.err), 1u) << again.err;
   EXPECT_EQ(again.err.rfind("compile: " + std::to_string(kernels) + " done in ", 0), 0u) << again.err;
   with_progress.push_back("--progress=lines");
@@ -382,8 +385,10 @@ TEST(FaTuneCli, DryRunOfTheCiPresetCompilesAndPersists) {
   EXPECT_EQ(list.out.find(" smem 0 "), std::string::npos) << list.out;
   EXPECT_EQ(list.out.find(" smem -1 "), std::string::npos) << list.out;
   EXPECT_EQ(read_bytes(cache), before);
-  EXPECT_NE(list.out.find("exported " + std::to_string(kernels) + " rows of " + cache + " into the new file " +
-                          exported), std::string::npos) << list.out;
+  EXPECT_NE(
+      list.out.find("exported " + std::to_string(kernels) + " rows of " + cache + " into the new file " + exported),
+      std::string::npos)
+      << list.out;
   EXPECT_EQ(test::side_files(dir), std::vector<std::string>{}) << "--list / --export left SQLite's side files";
   {
     cache::Env env;
@@ -441,8 +446,9 @@ TEST(FaTuneCli, FailedExportAndImportSayItOnce) {
   EXPECT_EQ(lines(ex.err), 1u) << ex.err;
   EXPECT_EQ(ex.err.rfind("fa-tune: export to " + bad_target + ": ", 0), 0u) << ex.err;
   EXPECT_EQ(im.rc, 1);
-  EXPECT_EQ(im.err, "fa-tune: --import: " + missing + " is not a valid fa cache: no such file; nothing was imported or "
-                    "created\n");
+  EXPECT_EQ(im.err, "fa-tune: --import: " + missing +
+                        " is not a valid fa cache: no such file; nothing was imported or "
+                        "created\n");
   EXPECT_EQ(ex.err.find("fa cache"), std::string::npos) << ex.err;
   EXPECT_EQ(ex.err.find("cache: cache"), std::string::npos) << ex.err;
 }

@@ -148,9 +148,7 @@ TEST(Registry, EveryFamilyIsRegisteredOnceWithAValidDefault) {
     const auto fwd = ranked_families(Role::Forward, arch);
     ASSERT_GE(fwd.size(), 3u);
     const size_t o = arch == 90 ? 1 : 0;
-    if (arch == 90) {
-      EXPECT_STREQ(fwd.front()->name, "fwd_mla");
-    }
+    if (arch == 90) { EXPECT_STREQ(fwd.front()->name, "fwd_mla"); }
     EXPECT_STREQ(fwd[o]->name, "fwd_split");
     EXPECT_STREQ(fwd[o + 1]->name, arch == 90 ? "fwd_wgmma" : "fwd_mma");
     EXPECT_STREQ(fwd[arch == 90 ? o + 2 : 1]->name, "fwd_mma");
@@ -243,9 +241,12 @@ TEST(Validity, FwdWgmmaDefaultsUnderABuiltInMaskTakeTheMeasuredPersistentPoints)
     Tunables want;
   };
   const Case cases[] = {
-      {128, kMaskCausal, false, Tunables{{2, 128, 2, 1, 1, 2}}}, {96, kMaskWindow, false, Tunables{{2, 128, 2, 1, 1, 2}}},
-      {64, kMaskCausal, false, Tunables{{3, 128, 3, 0, 1, 1}}},  {128, 0, false, Tunables{{2, 128, 2, 1, 1, 0}}},
-      {64, 0, false, Tunables{{3, 128, 2, 1, 1, 0}}},            {128, kMaskCausal, true, Tunables{{2, 128, 2, 1, 1, 0}}},
+      {128, kMaskCausal, false, Tunables{{2, 128, 2, 1, 1, 2}}},
+      {96, kMaskWindow, false, Tunables{{2, 128, 2, 1, 1, 2}}},
+      {64, kMaskCausal, false, Tunables{{3, 128, 3, 0, 1, 1}}},
+      {128, 0, false, Tunables{{2, 128, 2, 1, 1, 0}}},
+      {64, 0, false, Tunables{{3, 128, 2, 1, 1, 0}}},
+      {128, kMaskCausal, true, Tunables{{2, 128, 2, 1, 1, 0}}},
       {256, kMaskCausal, false, Tunables{{2, 80, 2, 1, 1, 0}}},
   };
   for (const Case& c : cases) {
@@ -293,7 +294,8 @@ TEST(Validity, DefaultsOfEverySelectedKernelAreValid) {
           std::string why;
           EXPECT_TRUE(is_valid(c, lim, &why)) << canonical_key(c) << ": " << why;
           const auto space = full_space(s);
-          EXPECT_NE(std::find(space.begin(), space.end(), t), space.end()) << canonical_key(c) << " default not in space";
+          EXPECT_NE(std::find(space.begin(), space.end(), t), space.end())
+              << canonical_key(c) << " default not in space";
           p.backward = true;
           for (const KernelConfig& step : make_plan(select_backward(p, arch), p).steps)
             EXPECT_TRUE(is_valid(step, lim, &why)) << "backward step " << canonical_key(step) << ": " << why;

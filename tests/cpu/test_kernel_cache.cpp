@@ -14,7 +14,6 @@ using fa::test::ref_config;
 
 namespace {
 
-
 TEST(KernelCache, ConcurrentRequestsCompileOnce) {
   rt::KernelCache cache(nullptr);
   const gen::KernelConfig c = ref_config(64);

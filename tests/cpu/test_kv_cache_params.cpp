@@ -69,8 +69,12 @@ TEST_F(KvCache, PagedDecodeIsSupported) {
 }
 
 TEST_F(KvCache, ContiguousWithUsedLengthsAvoidsThePrefillFamilies) {
-  p.block_table = nullptr; p.block_table_stride = 0; p.page_size = 0; p.num_pages = 0;
-  p.k_stride_batch = 80 * 2 * 64; p.v_stride_batch = 80 * 2 * 64;
+  p.block_table = nullptr;
+  p.block_table_stride = 0;
+  p.page_size = 0;
+  p.num_pages = 0;
+  p.k_stride_batch = 80 * 2 * 64;
+  p.v_stride_batch = 80 * 2 * 64;
   EXPECT_EQ(fa_is_supported(ctx, &p), 1) << fa_last_error();
   char key[256];
   ASSERT_EQ(fa_problem_key(ctx, &p, key, sizeof key), FA_OK) << fa_last_error();
@@ -84,7 +88,8 @@ TEST_F(KvCache, VersionOneStructStillValidates) {
   std::memcpy(&v1, &p, offsetof(fa_params, seqused_k));
   v1.version = 1;
   v1.struct_size = offsetof(fa_params, seqused_k);
-  v1.k_stride_batch = 80 * 2 * 64; v1.v_stride_batch = 80 * 2 * 64;
+  v1.k_stride_batch = 80 * 2 * 64;
+  v1.v_stride_batch = 80 * 2 * 64;
   // Whatever lies past the version-1 size is never read: poison it.
   std::memset(reinterpret_cast<char*>(&v1) + offsetof(fa_params, seqused_k), 0xab,
               sizeof v1 - offsetof(fa_params, seqused_k));
@@ -100,13 +105,23 @@ TEST_F(KvCache, VersionOneStructStillValidates) {
   EXPECT_NE(std::string(fa_last_error()).find("struct_size"), std::string::npos) << fa_last_error();
 }
 
-TEST_F(KvCache, PageSizeNotAPowerOfTwo) { p.page_size = 24; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "page_size"); }
-TEST_F(KvCache, PageSizeAbove512) {
-  p.page_size = 1024; p.block_table_stride = 1;
+TEST_F(KvCache, PageSizeNotAPowerOfTwo) {
+  p.page_size = 24;
   expect_rejected(FA_ERROR_INVALID_ARGUMENT, "page_size");
 }
-TEST_F(KvCache, PageSizeZero) { p.page_size = 0; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "page_size"); }
-TEST_F(KvCache, NoPages) { p.num_pages = 0; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "num_pages"); }
+TEST_F(KvCache, PageSizeAbove512) {
+  p.page_size = 1024;
+  p.block_table_stride = 1;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "page_size");
+}
+TEST_F(KvCache, PageSizeZero) {
+  p.page_size = 0;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "page_size");
+}
+TEST_F(KvCache, NoPages) {
+  p.num_pages = 0;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "num_pages");
+}
 TEST_F(KvCache, BlockTableTooNarrow) {
   p.block_table_stride = 4;  // 80 keys need 5 pages of 16
   expect_rejected(FA_ERROR_INVALID_ARGUMENT, "block_table_stride");
@@ -121,19 +136,35 @@ TEST_F(KvCache, SequsedMisaligned) {
 }
 TEST_F(KvCache, PageFieldsWithoutTable) {
   p.block_table = nullptr;
-  p.k_stride_batch = 80 * 2 * 64; p.v_stride_batch = 80 * 2 * 64;
+  p.k_stride_batch = 80 * 2 * 64;
+  p.v_stride_batch = 80 * 2 * 64;
   expect_rejected(FA_ERROR_INVALID_ARGUMENT, "page_size");
 }
 TEST_F(KvCache, PagedVarlen) {
   static int32_t cu[3] = {0, 1, 2};
-  p.cu_seqlens_q = cu; p.cu_seqlens_k = cu; p.max_seqlen_q = 1; p.max_seqlen_k = 80; p.total_q = 2; p.total_k = 160;
+  p.cu_seqlens_q = cu;
+  p.cu_seqlens_k = cu;
+  p.max_seqlen_q = 1;
+  p.max_seqlen_k = 80;
+  p.total_q = 2;
+  p.total_k = 160;
   expect_rejected(FA_ERROR_INVALID_ARGUMENT, "block_table");
 }
-TEST_F(KvCache, SplitsOutOfRange) { p.num_splits = 257; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "num_splits"); }
-TEST_F(KvCache, SplitsNegative) { p.num_splits = -1; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "num_splits"); }
-TEST_F(KvCache, ReservedNotZero) { p.reserved1 = 3; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "reserved1"); }
+TEST_F(KvCache, SplitsOutOfRange) {
+  p.num_splits = 257;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "num_splits");
+}
+TEST_F(KvCache, SplitsNegative) {
+  p.num_splits = -1;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "num_splits");
+}
+TEST_F(KvCache, ReservedNotZero) {
+  p.reserved1 = 3;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "reserved1");
+}
 TEST_F(KvCache, WorkspaceMisaligned) {
-  p.workspace = addr(0x70000010); p.workspace_size = 1 << 20;
+  p.workspace = addr(0x70000010);
+  p.workspace_size = 1 << 20;
   expect_rejected(FA_ERROR_INVALID_ARGUMENT, "workspace");
 }
 TEST_F(KvCache, WorkspaceSizeWithoutWorkspace) {
@@ -146,12 +177,24 @@ TEST_F(KvCache, PagePoolStridesMustNotAlias) {
 }
 
 TEST_F(KvCache, MlaHeadDimsReachTheForward) {
-  p.heads_q = 128; p.heads_kv = 1; p.head_dim = 576; p.head_dim_v = 512; p.page_size = 64;
-  p.block_table_stride = 2; p.num_pages = 4;
-  p.q_stride_head = 576; p.q_stride_seq = p.q_stride_batch = 128 * 576;
-  p.k_stride_head = 576; p.k_stride_seq = 576; p.k_stride_batch = 64 * 576;
-  p.v = addr(0x20000000); p.v_stride_head = 576; p.v_stride_seq = 576; p.v_stride_batch = 64 * 576;  // V = K's first 512
-  p.o_stride_head = 512; p.o_stride_seq = p.o_stride_batch = 128 * 512;
+  p.heads_q = 128;
+  p.heads_kv = 1;
+  p.head_dim = 576;
+  p.head_dim_v = 512;
+  p.page_size = 64;
+  p.block_table_stride = 2;
+  p.num_pages = 4;
+  p.q_stride_head = 576;
+  p.q_stride_seq = p.q_stride_batch = 128 * 576;
+  p.k_stride_head = 576;
+  p.k_stride_seq = 576;
+  p.k_stride_batch = 64 * 576;
+  p.v = addr(0x20000000);
+  p.v_stride_head = 576;
+  p.v_stride_seq = 576;
+  p.v_stride_batch = 64 * 576;  // V = K's first 512
+  p.o_stride_head = 512;
+  p.o_stride_seq = p.o_stride_batch = 128 * 512;
   EXPECT_EQ(fa_is_supported(ctx, &p), 1) << fa_last_error();
 }
 
@@ -161,15 +204,31 @@ TEST_F(KvCache, BackwardRefusesTheCacheFields) {
   fa_bwd_params_init(&b);
   b.fwd = &p;
   const int64_t D = 64;
-  b.dout = addr(0x90000000); b.dout_stride_batch = 8 * D; b.dout_stride_seq = 8 * D; b.dout_stride_head = D;
-  b.dq = addr(0xa0000000); b.dq_stride_batch = 8 * D; b.dq_stride_seq = 8 * D; b.dq_stride_head = D;
-  b.dk = addr(0xb0000000); b.dk_stride_batch = 80 * 2 * D; b.dk_stride_seq = 2 * D; b.dk_stride_head = D;
-  b.dv = addr(0xc0000000); b.dv_stride_batch = 80 * 2 * D; b.dv_stride_seq = 2 * D; b.dv_stride_head = D;
+  b.dout = addr(0x90000000);
+  b.dout_stride_batch = 8 * D;
+  b.dout_stride_seq = 8 * D;
+  b.dout_stride_head = D;
+  b.dq = addr(0xa0000000);
+  b.dq_stride_batch = 8 * D;
+  b.dq_stride_seq = 8 * D;
+  b.dq_stride_head = D;
+  b.dk = addr(0xb0000000);
+  b.dk_stride_batch = 80 * 2 * D;
+  b.dk_stride_seq = 2 * D;
+  b.dk_stride_head = D;
+  b.dv = addr(0xc0000000);
+  b.dv_stride_batch = 80 * 2 * D;
+  b.dv_stride_seq = 2 * D;
+  b.dv_stride_head = D;
   size_t bytes = 0;
   EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_ERROR_NOT_SUPPORTED);
   EXPECT_NE(std::string(fa_last_error()).find("block_table"), std::string::npos) << fa_last_error();
-  p.block_table = nullptr; p.block_table_stride = 0; p.page_size = 0; p.num_pages = 0;
-  p.k_stride_batch = 80 * 2 * D; p.v_stride_batch = 80 * 2 * D;
+  p.block_table = nullptr;
+  p.block_table_stride = 0;
+  p.page_size = 0;
+  p.num_pages = 0;
+  p.k_stride_batch = 80 * 2 * D;
+  p.v_stride_batch = 80 * 2 * D;
   EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_ERROR_NOT_SUPPORTED);
   EXPECT_NE(std::string(fa_last_error()).find("seqused_k"), std::string::npos) << fa_last_error();
   p.seqused_k = nullptr;

@@ -103,9 +103,9 @@ TEST(Log, VerboseRaisesTheLevelToInfo) {
     int verbose;
     LogLevel want;
   };
-  for (const Case& k : {Case{nullptr, 0, LogLevel::kWarn}, Case{nullptr, 1, LogLevel::kInfo},
-                        Case{"off", 0, LogLevel::kOff}, Case{"debug", 0, LogLevel::kDebug},
-                        Case{"debug", 1, LogLevel::kDebug}, Case{"warn", 1, LogLevel::kInfo}}) {
+  for (const Case& k :
+       {Case{nullptr, 0, LogLevel::kWarn}, Case{nullptr, 1, LogLevel::kInfo}, Case{"off", 0, LogLevel::kOff},
+        Case{"debug", 0, LogLevel::kDebug}, Case{"debug", 1, LogLevel::kDebug}, Case{"warn", 1, LogLevel::kInfo}}) {
     fa::test::ScopedEnv env("FA_LOG", k.env);
     fa_context_options o;
     fa_context_options_init(&o);

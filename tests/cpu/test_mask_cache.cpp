@@ -141,7 +141,8 @@ TEST_F(MaskKeys, WgmmaPlansKeepTheHiddenPairSlotsInTheClassesSpan) {
   const size_t tiles = static_cast<size_t>(plan.blk_mblocks) * plan.blk_nkb;
   const size_t classified = ((plan.blk_shared & 1) ? 1 : 2) * ((plan.blk_shared & 2) ? 1 : 4);  // batch 2, 4 heads
   EXPECT_EQ(plan.blk_mblocks, (1024 + bm - 1) / bm);
-  EXPECT_EQ(static_cast<size_t>(plan.blk_bits_cap), std::min(tiles, 4 * static_cast<size_t>(plan.blk_mblocks)) * classified);
+  EXPECT_EQ(static_cast<size_t>(plan.blk_bits_cap),
+            std::min(tiles, 4 * static_cast<size_t>(plan.blk_mblocks)) * classified);
   EXPECT_LE(plan.off_blk_cls, plan.off_blk_sub);
   EXPECT_GE(plan.off_blk_bits, plan.off_blk_sub + classified * tiles * (bm / 64 + 1) * sizeof(unsigned))
       << "the records (block_m / 64 code words and a slot per tile) end before the slots";

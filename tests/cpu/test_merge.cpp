@@ -48,7 +48,8 @@ void merge_like_the_kernel(const MergeCase& c, std::vector<float>* o, std::vecto
         for (int s = 0; s < c.parts; ++s) {
           const float l = c.part_lse[size_t(s) * rows + r];
           if (l == -INFINITY) continue;
-          x += fa_lse_merge_weight(fa_lse_merge_weights(lane[0]), l) * c.part_o[(size_t(s) * rows + r) * c.dim + size_t(d)];
+          x += fa_lse_merge_weight(fa_lse_merge_weights(lane[0]), l) *
+               c.part_o[(size_t(s) * rows + r) * c.dim + size_t(d)];
         }
       }
       (*o)[r * c.dim + size_t(d)] = x;
@@ -90,9 +91,12 @@ std::mt19937_64& rng() {
 }
 
 TEST(MergeMath, MatchesTheOnePassOracle) {
-  struct Shape { int batch, seqlen, heads, dim, parts; double scale; };
-  const Shape shapes[] = {{1, 37, 2, 8, 1, 0.0},   {2, 64, 3, 16, 2, 0.0},  {1, 90, 1, 32, 5, 0.0},
-                          {2, 33, 2, 8, 40, 0.0},  {1, 70, 2, 24, 3, 6.0},  {1, 50, 1, 64, 70, 0.5}};
+  struct Shape {
+    int batch, seqlen, heads, dim, parts;
+    double scale;
+  };
+  const Shape shapes[] = {{1, 37, 2, 8, 1, 0.0},  {2, 64, 3, 16, 2, 0.0}, {1, 90, 1, 32, 5, 0.0},
+                          {2, 33, 2, 8, 40, 0.0}, {1, 70, 2, 24, 3, 6.0}, {1, 50, 1, 64, 70, 0.5}};
   for (const Shape& s : shapes) {
     const MergeCase c = fa::oracle::make_merge_case(rng(), s.batch, s.seqlen, s.heads, s.dim, s.parts, s.scale);
     std::vector<float> o, lse;
@@ -126,7 +130,11 @@ TEST(MergeMath, OnePartIsItselfAndDroppingAPartIsSeen) {
 
 TEST(MergeMath, MinusInfinityNeverGivesNaN) {
   MergeCase c;
-  c.batch = 1; c.heads = 1; c.seqlen = 3; c.dim = 8; c.parts = 37;
+  c.batch = 1;
+  c.heads = 1;
+  c.seqlen = 3;
+  c.dim = 8;
+  c.parts = 37;
   const size_t rows = c.rows();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   c.part_o.assign(size_t(c.parts) * rows * c.dim, nan);  // every -inf part's output is poison
@@ -166,11 +174,17 @@ class MergeApi : public ::testing::Test {
     ASSERT_EQ(fa_context_create(&o, &ctx), FA_OK) << fa_last_error();
     ASSERT_EQ(fa_merge_params_init(&p), FA_OK);
     p.dtype = FA_DTYPE_BF16;
-    p.num_parts = 3; p.batch = 2; p.heads = 4; p.seqlen = 100; p.head_dim = 64;
+    p.num_parts = 3;
+    p.batch = 2;
+    p.heads = 4;
+    p.seqlen = 100;
+    p.head_dim = 64;
     p.part_o = static_cast<const float*>(fa::test::fake_addr(0x10000000));
     p.part_lse = static_cast<const float*>(fa::test::fake_addr(0x20000000));
     p.o = fa::test::fake_addr(0x30000000);
-    p.o_stride_batch = 100 * 4 * 64; p.o_stride_seq = 4 * 64; p.o_stride_head = 64;
+    p.o_stride_batch = 100 * 4 * 64;
+    p.o_stride_seq = 4 * 64;
+    p.o_stride_head = 64;
     p.lse = static_cast<float*>(fa::test::fake_addr(0x40000000));
   }
   void TearDown() override { fa_context_destroy(ctx); }
@@ -191,7 +205,11 @@ TEST_F(MergeApi, InitSetsVersionAndSize) {
 }
 
 TEST_F(MergeApi, EachBadFieldIsNamed) {
-  struct Bad { const char* field; void (*edit)(fa_merge_params*); fa_status code; };
+  struct Bad {
+    const char* field;
+    void (*edit)(fa_merge_params*);
+    fa_status code;
+  };
   const Bad cases[] = {
       {"version", [](fa_merge_params* q) { q->version = 7; }, FA_ERROR_INVALID_VERSION},
       {"struct_size", [](fa_merge_params* q) { q->struct_size -= 8; }, FA_ERROR_INVALID_VERSION},
@@ -200,7 +218,12 @@ TEST_F(MergeApi, EachBadFieldIsNamed) {
       {"batch", [](fa_merge_params* q) { q->batch = 70000; }, FA_ERROR_INVALID_ARGUMENT},
       {"heads", [](fa_merge_params* q) { q->heads = 0; }, FA_ERROR_INVALID_ARGUMENT},
       {"seqlen", [](fa_merge_params* q) { q->seqlen = -1; }, FA_ERROR_INVALID_ARGUMENT},
-      {"seqlen", [](fa_merge_params* q) { q->heads = 1 << 16; q->seqlen = 1 << 15; }, FA_ERROR_INVALID_ARGUMENT},
+      {"seqlen",
+       [](fa_merge_params* q) {
+         q->heads = 1 << 16;
+         q->seqlen = 1 << 15;
+       },
+       FA_ERROR_INVALID_ARGUMENT},
       {"head_dim", [](fa_merge_params* q) { q->head_dim = 12; }, FA_ERROR_INVALID_ARGUMENT},
       {"head_dim", [](fa_merge_params* q) { q->head_dim = 520; }, FA_ERROR_INVALID_ARGUMENT},
       {"part_o", [](fa_merge_params* q) { q->part_o = nullptr; }, FA_ERROR_INVALID_ARGUMENT},
@@ -246,7 +269,9 @@ TEST_F(MergeApi, ValidParamsReachTheDevice) {
   fa_merge_params q = p;
   q.num_parts = 1;
   q.head_dim = 512;
-  q.o_stride_batch = 100 * 4 * 512; q.o_stride_seq = 4 * 512; q.o_stride_head = 512;
+  q.o_stride_batch = 100 * 4 * 512;
+  q.o_stride_seq = 4 * 512;
+  q.o_stride_head = 512;
   std::string msg;
   EXPECT_EQ(run(q, &msg), FA_ERROR_NO_DEVICE) << msg;
 }

@@ -169,7 +169,12 @@ const std::vector<Case>& all_cases() {
       {.name = "window_2_1", .sq = 7, .sk = 7, .mask = kMaskSlidingWindow, .wl = 2, .wr = 1},
       {.name = "window_left_unbounded", .sq = 4, .sk = 7, .mask = kMaskSlidingWindow, .wl = -1, .wr = 1},
       {.name = "window_right_unbounded", .sq = 7, .sk = 4, .mask = kMaskSlidingWindow, .wl = 1, .wr = -1},
-      {.name = "window_0_0_q_gt_k", .sq = 7, .sk = 3, .mask = kMaskSlidingWindow, .wl = 0, .wr = 0,
+      {.name = "window_0_0_q_gt_k",
+       .sq = 7,
+       .sk = 3,
+       .mask = kMaskSlidingWindow,
+       .wl = 0,
+       .wr = 0,
        .expect_masked_rows = true},
       {.name = "window_unbounded", .sq = 4, .sk = 6, .mask = kMaskSlidingWindow},
       {.name = "bias_full", .bias = BiasKind::Full},
@@ -189,19 +194,44 @@ const std::vector<Case>& all_cases() {
       {.name = "bhsd", .layout = Layout::Bhsd},
       {.name = "padded_causal", .mask = kMaskCausal, .layout = Layout::Padded},
       {.name = "sk_zero", .sq = 3, .sk = 0, .expect_masked_rows = true},
-      {.name = "varlen",
-       .batch = 4,
-       .lens_q = {3, 0, 4, 2},
-       .lens_k = {5, 3, 0, 2},
+      {.name = "varlen", .batch = 4, .lens_q = {3, 0, 4, 2}, .lens_k = {5, 3, 0, 2}, .expect_masked_rows = true},
+      {.name = "varlen_causal",
+       .batch = 3,
+       .lens_q = {4, 2, 5},
+       .lens_k = {2, 6, 5},
+       .mask = kMaskCausal,
        .expect_masked_rows = true},
-      {.name = "varlen_causal", .batch = 3, .lens_q = {4, 2, 5}, .lens_k = {2, 6, 5}, .mask = kMaskCausal,
-       .expect_masked_rows = true},
-      {.name = "varlen_window_bhsd", .batch = 3, .lens_q = {4, 0, 3}, .lens_k = {6, 2, 3},
-       .mask = kMaskSlidingWindow, .wl = 1, .wr = 0, .layout = Layout::Bhsd},
-      {.name = "varlen_bias_alibi_gqa_padded", .batch = 3, .hq = 4, .hkv = 2, .lens_q = {3, 5, 0},
-       .lens_k = {4, 2, 0}, .bias = BiasKind::BroadcastHeads, .alibi = true, .layout = Layout::Padded},
-      {.name = "everything", .sq = 5, .sk = 7, .hq = 4, .hkv = 2, .d = 8, .dv = 4, .mask = kMaskSlidingWindow,
-       .wl = 2, .wr = 1, .bias = BiasKind::BroadcastBatch, .alibi = true, .softcap = 1.2, .scale = 0.5,
+      {.name = "varlen_window_bhsd",
+       .batch = 3,
+       .lens_q = {4, 0, 3},
+       .lens_k = {6, 2, 3},
+       .mask = kMaskSlidingWindow,
+       .wl = 1,
+       .wr = 0,
+       .layout = Layout::Bhsd},
+      {.name = "varlen_bias_alibi_gqa_padded",
+       .batch = 3,
+       .hq = 4,
+       .hkv = 2,
+       .lens_q = {3, 5, 0},
+       .lens_k = {4, 2, 0},
+       .bias = BiasKind::BroadcastHeads,
+       .alibi = true,
+       .layout = Layout::Padded},
+      {.name = "everything",
+       .sq = 5,
+       .sk = 7,
+       .hq = 4,
+       .hkv = 2,
+       .d = 8,
+       .dv = 4,
+       .mask = kMaskSlidingWindow,
+       .wl = 2,
+       .wr = 1,
+       .bias = BiasKind::BroadcastBatch,
+       .alibi = true,
+       .softcap = 1.2,
+       .scale = 0.5,
        .layout = Layout::Padded},
   };
   return cases;
@@ -267,14 +297,11 @@ struct Instance {
       case BiasKind::BroadcastHeads:
         p.bias_sk = 1, p.bias_sq = mk, p.bias_sh = 0, p.bias_sb = mq * mk, size = nb * mq * mk;
         break;
-      case BiasKind::BroadcastBoth:
-        p.bias_sk = 1, p.bias_sq = mk, p.bias_sh = 0, p.bias_sb = 0, size = mq * mk;
-        break;
+      case BiasKind::BroadcastBoth: p.bias_sk = 1, p.bias_sq = mk, p.bias_sh = 0, p.bias_sb = 0, size = mq * mk; break;
       case BiasKind::Transposed:
         p.bias_sq = 1, p.bias_sk = mq, p.bias_sh = mq * mk, p.bias_sb = nh * mq * mk, size = nb * nh * mq * mk;
         break;
-      case BiasKind::None:
-        break;
+      case BiasKind::None: break;
     }
     std::uniform_real_distribution<double> dist(-2.0, 2.0);
     bias_store.resize(static_cast<size_t>(size));
@@ -339,8 +366,9 @@ struct Naive {
         for (int i = 0; i < lq; ++i) {
           for (int j = 0; j < lk; ++j) {
             double x = 0.0;
-            for (int d = 0; d < c.d; ++d) x += qm[static_cast<size_t>(i)][static_cast<size_t>(d)] *
-                                              km[static_cast<size_t>(j)][static_cast<size_t>(d)];
+            for (int d = 0; d < c.d; ++d)
+              x += qm[static_cast<size_t>(i)][static_cast<size_t>(d)] *
+                   km[static_cast<size_t>(j)][static_cast<size_t>(d)];
             x *= scale;
             if (c.softcap > 0.0) x = c.softcap * std::tanh(x / c.softcap);
             x += in.bias_at(b, h, i, j);
@@ -365,8 +393,7 @@ struct Naive {
           row_lse = mx + std::log(sum);
           for (int j = 0; j < lk; ++j) {
             const double pij = std::exp(row[static_cast<size_t>(j)] - mx) / sum;
-            for (int d = 0; d < c.dv; ++d)
-              o.at(b, i, h, d) += pij * vm[static_cast<size_t>(j)][static_cast<size_t>(d)];
+            for (int d = 0; d < c.dv; ++d) o.at(b, i, h, d) += pij * vm[static_cast<size_t>(j)][static_cast<size_t>(d)];
           }
         }
       }
@@ -403,8 +430,8 @@ TEST_P(OracleCase, ForwardMatchesNaive) {
       for (int i = 0; i < in.sq.lens[ub]; ++i) {
         const double want = ref.lse[ub][static_cast<size_t>(h)][static_cast<size_t>(i)];
         // LSE layout of fa.h: [batch, heads_q, seqlen_q], or [heads_q, total_q] in varlen mode.
-        const long long idx = in.sq.varlen ? h * in.sq.total + in.sq.start[ub] + i
-                                           : (static_cast<long long>(b) * c.hq + h) * c.sq + i;
+        const long long idx =
+            in.sq.varlen ? h * in.sq.total + in.sq.start[ub] + i : (static_cast<long long>(b) * c.hq + h) * c.sq + i;
         EXPECT_EQ(fo::lse_index(in.p, b, h, i), idx);
         const double got = lse[static_cast<size_t>(idx)];
         got_lse.push_back(got);
@@ -422,9 +449,7 @@ TEST_P(OracleCase, ForwardMatchesNaive) {
   EXPECT_EQ(static_cast<long long>(got_lse.size()), fo::lse_size(in.p)) << "lse layout covers every row once";
   for (double x : lse) EXPECT_FALSE(std::isnan(x)) << "an lse entry was not written";
   EXPECT_LE(fo::relative_error(got_lse, want_lse), 1e-12) << "lse";
-  if (c.expect_masked_rows) {
-    EXPECT_GT(masked_rows, 0) << "case should exercise fully masked rows";
-  }
+  if (c.expect_masked_rows) { EXPECT_GT(masked_rows, 0) << "case should exercise fully masked rows"; }
 }
 
 // ---- backward vs central finite differences --------------------------------------------------------------------
@@ -540,7 +565,9 @@ TEST(Oracle, ModsBackwardMatchesFiniteDifferences) {
   p.scale = 0.9;
   const double cap = 1.7;
   p.mask_mod = [](int b, int h, int i, int j) { return (i + j + b + h) % 5 != 0 && !(i == 3 && b == 1); };
-  p.score_mod = [cap](double s, int, int h, int i, int j) { return cap * std::tanh(s / cap) + 0.1 * h - 0.05 * (i - j); };
+  p.score_mod = [cap](double s, int, int h, int i, int j) {
+    return cap * std::tanh(s / cap) + 0.1 * h - 0.05 * (i - j);
+  };
   p.score_mod_grad = [cap](double s, int, int, int, int) {
     const double t = std::tanh(s / cap);
     return 1.0 - t * t;

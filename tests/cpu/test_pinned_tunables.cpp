@@ -146,19 +146,19 @@ TEST(PinnedTunables, BadValuesNameTheVariableTheExpectedAndTheActual) {
     std::string value, actual;
   };
   const std::vector<Case> cases = {
-      {"fwd_wgmma", "fwd_wgmma"},                                    // no key
-      {":" + first_point_key(*fwd), ":"},                            // no family
-      {"fwd_wgmma:", "fwd_wgmma:"},                                  // empty key
-      {"no_such_family:c1", "no_such_family"},                       // unknown family
-      {"bwd_pre:" + first_point_key(*pre), "bwd_pre"},               // a plan step: never chosen
-      {"bwd_ref_dq:" + first_point_key(*ref), "bwd_ref_dq"},         // not tuned: never chosen
-      {"fwd_wgmma:c2.n128", "fwd_wgmma:c2.n128"},                    // knobs missing
-      {good + "x", good + "x"},                                      // trailing garbage
+      {"fwd_wgmma", "fwd_wgmma"},                                                    // no key
+      {":" + first_point_key(*fwd), ":"},                                            // no family
+      {"fwd_wgmma:", "fwd_wgmma:"},                                                  // empty key
+      {"no_such_family:c1", "no_such_family"},                                       // unknown family
+      {"bwd_pre:" + first_point_key(*pre), "bwd_pre"},                               // a plan step: never chosen
+      {"bwd_ref_dq:" + first_point_key(*ref), "bwd_ref_dq"},                         // not tuned: never chosen
+      {"fwd_wgmma:c2.n128", "fwd_wgmma:c2.n128"},                                    // knobs missing
+      {good + "x", good + "x"},                                                      // trailing garbage
       {"fwd_wgmma:" + first_point_key(*gen::find_family("bwd_mma")), "fwd_wgmma:"},  // another family's key
-      {out_of_range, out_of_range},                                  // a value outside the knob's values
-      {good + "," + good, good + "," + good},                        // a family twice
-      {good + ",", good + ","},                                      // an empty last entry
-      {good + ",,", ""},                                             // an empty entry
+      {out_of_range, out_of_range},            // a value outside the knob's values
+      {good + "," + good, good + "," + good},  // a family twice
+      {good + ",", good + ","},                // an empty last entry
+      {good + ",,", ""},                       // an empty entry
   };
   for (const Case& c : cases) {
     rt::PinnedTunables pins;
@@ -221,8 +221,8 @@ TEST(PinnedTunables, TheChooserTakesThePinBeforeItsWinnerAndItsPolicy) {
     cache::Db* db = tune::context_db(c);
     ASSERT_NE(db, nullptr);
     if (policy == FA_TUNE_DEFAULTS_ONLY) {
-      const cache::TuneRow row{tune::tuning_semantic_key(h.s), tune::shape_bucket(h.p),
-                               gen::tunables_key(h.s, h.def), 0.1, "ok"};
+      const cache::TuneRow row{tune::tuning_semantic_key(h.s), tune::shape_bucket(h.p), gen::tunables_key(h.s, h.def),
+                               0.1, "ok"};
       ASSERT_TRUE(db->put_tune_results({row}, true));
     }
     tune::TuningChooser chooser;

@@ -58,12 +58,25 @@ std::vector<CallCase> calls() {
   };
   std::vector<CallCase> out = {
       {"decode contiguous", decode(8, 1, 4096, 32, 8, 128)},
-      {"decode used lengths", [&](fa_params* p) { decode(8, 1, 4096, 32, 8, 128)(p); used(p); }},
+      {"decode used lengths",
+       [&](fa_params* p) {
+         decode(8, 1, 4096, 32, 8, 128)(p);
+         used(p);
+       }},
       {"MQA decode", decode(4, 1, 8192, 16, 1, 128)},
       {"speculative decode", decode(4, 4, 2048, 32, 8, 128)},
-      {"forced splits", [&](fa_params* p) { decode(2, 1, 16384, 8, 8, 128)(p); p->num_splits = 4; }},
-      {"decode softcap", [&](fa_params* p) { decode(8, 1, 4096, 16, 8, 256)(p); p->softcap = 50.0f; }},
-      {"decode window", [&](fa_params* p) {
+      {"forced splits",
+       [&](fa_params* p) {
+         decode(2, 1, 16384, 8, 8, 128)(p);
+         p->num_splits = 4;
+       }},
+      {"decode softcap",
+       [&](fa_params* p) {
+         decode(8, 1, 4096, 16, 8, 256)(p);
+         p->softcap = 50.0f;
+       }},
+      {"decode window",
+       [&](fa_params* p) {
          decode(8, 1, 4096, 32, 8, 128)(p);
          p->mask = FA_MASK_SLIDING_WINDOW;
          p->window_left = 1024;
@@ -71,22 +84,37 @@ std::vector<CallCase> calls() {
        }},
       {"MLA contiguous", [](fa_params* p) { mla(p, 128, 1, 4096); }},
       {"MLA 16 heads, 2 queries", [](fa_params* p) { mla(p, 16, 2, 8192); }},
-      {"MLA paged", [](fa_params* p) { mla(p, 128, 1, 4096); page(p, 64); }},
-      {"prefill causal", [&](fa_params* p) { decode(2, 2048, 2048, 16, 16, 128)(p); p->mask = FA_MASK_CAUSAL; }},
-      {"prefill ALiBi", [&](fa_params* p) {
+      {"MLA paged",
+       [](fa_params* p) {
+         mla(p, 128, 1, 4096);
+         page(p, 64);
+       }},
+      {"prefill causal",
+       [&](fa_params* p) {
+         decode(2, 2048, 2048, 16, 16, 128)(p);
+         p->mask = FA_MASK_CAUSAL;
+       }},
+      {"prefill ALiBi",
+       [&](fa_params* p) {
          decode(2, 1024, 1024, 8, 8, 64)(p);
          p->alibi_slopes = reinterpret_cast<const float*>(test::fake_addr(0x70000000));
        }},
   };
   for (int ps : {1, 16, 64, 256, 512}) {
-    out.push_back({"paged " + std::to_string(ps), [=](fa_params* p) { decode(8, 1, 4096, 32, 8, 128)(p); page(p, ps); }});
+    out.push_back({"paged " + std::to_string(ps), [=](fa_params* p) {
+                     decode(8, 1, 4096, 32, 8, 128)(p);
+                     page(p, ps);
+                   }});
     out.push_back({"paged used " + std::to_string(ps), [=](fa_params* p) {
                      decode(8, 1, 2000, 32, 4, 128)(p);
                      page(p, ps);
                      used(p);
                    }});
   }
-  out.push_back({"paged MQA speculative", [&](fa_params* p) { decode(4, 3, 4096, 16, 1, 64)(p); page(p, 128); }});
+  out.push_back({"paged MQA speculative", [&](fa_params* p) {
+                   decode(4, 3, 4096, 16, 1, 64)(p);
+                   page(p, 128);
+                 }});
   return out;
 }
 

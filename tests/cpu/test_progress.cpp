@@ -35,9 +35,13 @@ TEST(Progress, ModeFollowsTheFlagElseTheTerminal) {
     EXPECT_EQ(progress_mode(2, terminal), ProgressMode::kLines);
     EXPECT_EQ(progress_mode(3, terminal), ProgressMode::kFinal);
   }
-  const std::vector<std::pair<std::vector<std::string>, int>> flags = {
-      {{}, -1}, {{"--no-progress"}, 0}, {{"--progress"}, 1}, {{"--progress=bar"}, 1}, {{"--progress=lines"}, 2},
-      {{"--progress=final"}, 3}, {{"--progress=lines", "--no-progress"}, 0}};
+  const std::vector<std::pair<std::vector<std::string>, int>> flags = {{{}, -1},
+                                                                       {{"--no-progress"}, 0},
+                                                                       {{"--progress"}, 1},
+                                                                       {{"--progress=bar"}, 1},
+                                                                       {{"--progress=lines"}, 2},
+                                                                       {{"--progress=final"}, 3},
+                                                                       {{"--progress=lines", "--no-progress"}, 0}};
   for (const auto& [args, want] : flags) {
     TuneArgs a;
     std::string e;
@@ -54,7 +58,10 @@ TEST(Progress, LineTexts) {
   EXPECT_EQ(Progress::final_text("tune", 3, 5, 3725), "tune: 3 of 5 done in 1:02:05");
   const std::string bar = Progress::bar_text("compile", 3, 12, 65, std::string(50, 'k'));
   EXPECT_EQ(bar.rfind("compile [#######" + std::string(23, '.') + "] 3/12  25% elapsed 1:05 ETA 3:15  " +
-                          std::string(37, 'k') + "...", 0), 0u) << bar;
+                          std::string(37, 'k') + "...",
+                      0),
+            0u)
+      << bar;
   EXPECT_EQ(Progress::bar_text("x", 9, 4, 1, "").find("[" + std::string(30, '#') + "]"), 2u);  // never past full
 }
 

@@ -1,8 +1,9 @@
 // test_selector_defaults.cpp -- the selector never names a family whose heuristic default is invalid for the
 // problem: every head-dim pair the API takes (multiples of 8 up to 256), decode and prefill shapes, paged and not,
-// sm_80, sm_90, sm_100 and sm_120 (99 KB of shared memory a block). (A decode family once covered d 128 / dv 248, where no tile fits its register budget, and
-// fa_run failed with an internal error; the random GPU tests found it.) Also with the score features: fwd_wgmma's
-// rules at head dims past 224 (a bias, or ALiBi with softcap, on 1 consumer; a bias beside ALiBi on the mma forward).
+// sm_80, sm_90, sm_100 and sm_120 (99 KB of shared memory a block). (A decode family once covered d 128 / dv 248, where
+// no tile fits its register budget, and fa_run failed with an internal error; the random GPU tests found it.) Also with
+// the score features: fwd_wgmma's rules at head dims past 224 (a bias, or ALiBi with softcap, on 1 consumer; a bias
+// beside ALiBi on the mma forward).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -118,8 +119,7 @@ TEST(SelectorBlackwell, PicksTheMmaFamiliesAndNeverTheHopperOnes) {
   for (const int arch : {100, 103, 120, 121}) {
     for (const fa::gen::Role role : {fwd, bwd, fa::gen::Role::Step})
       for (const fa::gen::Family* f : fa::gen::ranked_families(role, arch))
-        for (const char* hopper : {"fwd_wgmma", "bwd_wgmma", "fwd_mla"})
-          EXPECT_STRNE(f->name, hopper) << "sm_" << arch;
+        for (const char* hopper : {"fwd_wgmma", "bwd_wgmma", "fwd_mla"}) EXPECT_STRNE(f->name, hopper) << "sm_" << arch;
     EXPECT_EQ(plan_families(prefill(false), arch, fwd), "fwd_mma") << "sm_" << arch;
     EXPECT_EQ(plan_families(prefill(true), arch, bwd), "bwd_pre bwd_mma bwd_post") << "sm_" << arch;
     EXPECT_EQ(plan_families(decode, arch, fwd), "fwd_split fwd_combine") << "sm_" << arch;
@@ -182,8 +182,9 @@ TEST(SelectorBlackwell, Fa2D128TileIsSm90sAlone) {
     std::string why;
     const bool ok = mma.valid(fa::gen::KernelConfig{s, fa::gen::Tunables{{128, 64, 4, 2, 0, 1}}}, &why);
     EXPECT_EQ(ok, arch == 90) << "sm_" << arch << ": " << why;
-    if (arch != 90)
+    if (arch != 90) {
       EXPECT_NE(why.find("register pressure: 192 accumulator registers per thread > 160"), std::string::npos) << why;
+    }
   }
 }
 

@@ -21,10 +21,7 @@
 using namespace fa;
 using fa::test::ref_config;
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 TEST(SerialWorker, CompilesEachKernelOnceAheadOfTheRequest) {
   rt::KernelCache cache(nullptr);

@@ -203,12 +203,8 @@ TEST(SplitPlan, MlaPlanSplitsSmallBatchesAndSizesTheWorkspaceForEveryPoint) {
         EXPECT_EQ(l.grid[2], unsigned(batch));
         EXPECT_EQ(l.block, 384u);
       }
-      if (batch == 1 && sk == 32768) {
-        EXPECT_GE(make_plan(s, p).num_splits, 32);
-      }
-      if (batch == 128) {
-        EXPECT_EQ(make_plan(s, p).num_splits, 1);
-      }
+      if (batch == 1 && sk == 32768) { EXPECT_GE(make_plan(s, p).num_splits, 32); }
+      if (batch == 128) { EXPECT_EQ(make_plan(s, p).num_splits, 1); }
     }
 }
 

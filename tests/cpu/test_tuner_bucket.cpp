@@ -98,9 +98,9 @@ TEST(TunerBucket, TuningKeyIgnoresEvenKAndLseAndLengthsNeverEnterCompileKeys) {
 
 // fa_prepare, the sibling prefetch and the background winner's swap compile the kernels of bucket_class_lengths:
 // every length of the bucket must find its kernel among them. For every forward and backward family covering a
-// fixed-length problem on sm_80, sm_90, sm_100 and sm_120 and every point of its space, the compile keys over the class lengths are
-// those over every length of the bucket. (The bucket of 2048: fwd_wgmma's tiles of 80, 160 and 176 keys have
-// multiples there, 2000 and 1920, that no power-of-two offset from the top reaches; a kernel compiled for one of
+// fixed-length problem on sm_80, sm_90, sm_100 and sm_120 and every point of its space, the compile keys over the class
+// lengths are those over every length of the bucket. (The bucket of 2048: fwd_wgmma's tiles of 80, 160 and 176 keys
+// have multiples there, 2000 and 1920, that no power-of-two offset from the top reaches; a kernel compiled for one of
 // those lengths' class was missing, so a random length compiled after fa_prepare.)
 TEST(TunerBucket, ClassLengthsMeetEveryCompileKeyOfTheBucket) {
   for (int top : {64, 2048}) {
@@ -133,8 +133,8 @@ TEST(TunerBucket, ClassLengthsMeetEveryCompileKeyOfTheBucket) {
               q.seqlen_k = a.seqlen_k;
               from_all.insert(gen::canonical_key(gen::finalize(s, t, q)));
             }
-            EXPECT_EQ(from_classes, from_all) << f->name << " sm_" << arch << " " << gen::tunables_key(s, t)
-                                              << " bucket " << top;
+            EXPECT_EQ(from_classes, from_all)
+                << f->name << " sm_" << arch << " " << gen::tunables_key(s, t) << " bucket " << top;
             ++points;
           }
           EXPECT_GT(points, 0) << f->name;

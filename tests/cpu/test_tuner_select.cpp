@@ -200,9 +200,7 @@ TEST(TunerSelect, FastestValidCandidateWinsAndEveryRowIsStored) {
     for (const auto& r : rows) by_key[r.tunables] = r;
     EXPECT_EQ(by_key[spill_key].status, "spill");
     EXPECT_EQ(by_key[error_key].status, "compile_error");
-    if (launch_key != "-") {
-      EXPECT_EQ(by_key[launch_key].status, "launch_error");
-    }
+    if (launch_key != "-") { EXPECT_EQ(by_key[launch_key].status, "launch_error"); }
     EXPECT_TRUE(std::isnan(by_key[spill_key].median_ms));
     int finalists = 0;
     for (size_t i = 0; i < cands.size(); ++i) {
@@ -212,9 +210,7 @@ TEST(TunerSelect, FastestValidCandidateWinsAndEveryRowIsStored) {
         finalists += by_key[k].status == "ok";
       }
     }
-    if (out.finalists > 0) {
-      EXPECT_EQ(finalists, out.finalists);
-    }
+    if (out.finalists > 0) { EXPECT_EQ(finalists, out.finalists); }
     auto b = db->best(tune::tuning_semantic_key(s), tune::shape_bucket(p));
     ASSERT_TRUE(b.has_value());
     EXPECT_EQ(b->tunables, expected);

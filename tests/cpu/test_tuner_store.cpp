@@ -8,8 +8,8 @@
 #include "fa/fa.h"
 #include "generator/family.h"
 #include "runtime/kernel_cache.h"
-#include "tuner/cache_store.h"
 #include "tests/cpu/context_support.h"
+#include "tuner/cache_store.h"
 
 using namespace fa;
 

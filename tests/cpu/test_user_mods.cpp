@@ -33,8 +33,9 @@ struct UserMods : ::testing::Test {
     fa::test::fake_bshd_params(&p, 2, 64, 64, 4, 4, 64);
     ASSERT_EQ(fa_mods_init(&m), FA_OK);
     // A document mask: buffer 0 holds the document id of each key position.
-    m.mask_mod = "const int* doc = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
-                 "return doc[i * u.stride[0][0]] == doc[j * u.stride[0][0]];";
+    m.mask_mod =
+        "const int* doc = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
+        "return doc[i * u.stride[0][0]] == doc[j * u.stride[0][0]];";
     m.num_buffers = 1;
     m.buffers[0].ptr = addr(0x50000000);
     m.buffers[0].dtype = FA_USER_I32;
@@ -74,8 +75,9 @@ TEST_F(UserMods, KeyHoldsTheCodeHashNotTheValues) {
   m.buffers[0].dtype = FA_USER_I32;
   m.mask_mod = "return j <= i;";  // other code: another kernel
   EXPECT_NE(key(), k1);
-  std::string copy = "const int* doc = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
-                     "return doc[i * u.stride[0][0]] == doc[j * u.stride[0][0]];";
+  std::string copy =
+      "const int* doc = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
+      "return doc[i * u.stride[0][0]] == doc[j * u.stride[0][0]];";
   m.mask_mod = copy.c_str();  // the same text at another address: the same kernel
   EXPECT_EQ(key(), k1);
 }
@@ -100,8 +102,14 @@ TEST(UserModsInit, DependsOnBatchAndHeadByDefault) {
   EXPECT_EQ(fresh.mask_mod, nullptr);
 }
 
-TEST_F(UserMods, BadDepends) { m.mask_mod_depends = 4; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.mask_mod_depends"); }
-TEST_F(UserMods, Reserved1) { m.reserved1 = 1; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.reserved1"); }
+TEST_F(UserMods, BadDepends) {
+  m.mask_mod_depends = 4;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.mask_mod_depends");
+}
+TEST_F(UserMods, Reserved1) {
+  m.reserved1 = 1;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.reserved1");
+}
 TEST_F(UserMods, VersionOneStillAccepted) {
   m.version = 1;
   m.struct_size = offsetof(fa_mods, mask_mod_depends);
@@ -157,7 +165,8 @@ TEST_F(UserMods, MaskModPlanClassifiesBlocks) {
 // A caller sizes its workspace with fa_forward_workspace_size before tuning may swap in another tile: the size must
 // cover the plan of every valid point (smaller tiles mean more tile classes and longer visiting lists).
 TEST_F(UserMods, WorkspaceSizeCoversEveryTunablePoint) {
-  p.seqlen_q = 1000; p.seqlen_k = 1000;
+  p.seqlen_q = 1000;
+  p.seqlen_k = 1000;
   const int64_t D = 64;
   p.q_stride_batch = p.k_stride_batch = p.v_stride_batch = p.o_stride_batch = 1000 * 4 * D;
   size_t reported = 0;
@@ -180,14 +189,38 @@ TEST_F(UserMods, WorkspaceSizeCoversEveryTunablePoint) {
   EXPECT_EQ(most, reported) << "the report is the largest layout, not more";
 }
 
-TEST_F(UserMods, WrongVersion) { m.version = 7; expect_rejected(FA_ERROR_INVALID_VERSION, "mods.version"); }
-TEST_F(UserMods, WrongStructSize) { m.struct_size = 8; expect_rejected(FA_ERROR_INVALID_VERSION, "mods.struct_size"); }
-TEST_F(UserMods, TooManyBuffers) { m.num_buffers = 5; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.num_buffers"); }
-TEST_F(UserMods, UnknownBufferDtype) { m.buffers[0].dtype = 42; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].dtype"); }
-TEST_F(UserMods, BadRank) { m.buffers[0].rank = 5; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].rank"); }
-TEST_F(UserMods, NullBuffer) { m.buffers[0].ptr = nullptr; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].ptr"); }
-TEST_F(UserMods, MisalignedBuffer) { m.buffers[0].ptr = addr(0x50000002); expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].ptr"); }
-TEST_F(UserMods, NegativeStride) { m.buffers[0].stride[0] = -1; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].stride[0]"); }
+TEST_F(UserMods, WrongVersion) {
+  m.version = 7;
+  expect_rejected(FA_ERROR_INVALID_VERSION, "mods.version");
+}
+TEST_F(UserMods, WrongStructSize) {
+  m.struct_size = 8;
+  expect_rejected(FA_ERROR_INVALID_VERSION, "mods.struct_size");
+}
+TEST_F(UserMods, TooManyBuffers) {
+  m.num_buffers = 5;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.num_buffers");
+}
+TEST_F(UserMods, UnknownBufferDtype) {
+  m.buffers[0].dtype = 42;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].dtype");
+}
+TEST_F(UserMods, BadRank) {
+  m.buffers[0].rank = 5;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].rank");
+}
+TEST_F(UserMods, NullBuffer) {
+  m.buffers[0].ptr = nullptr;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].ptr");
+}
+TEST_F(UserMods, MisalignedBuffer) {
+  m.buffers[0].ptr = addr(0x50000002);
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].ptr");
+}
+TEST_F(UserMods, NegativeStride) {
+  m.buffers[0].stride[0] = -1;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mods.buffers[0].stride[0]");
+}
 
 // The backward of the fixture's problem (placeholder gradient buffers: nothing is launched on the CPU).
 struct UserModsBackward : UserMods {
@@ -198,10 +231,22 @@ struct UserModsBackward : UserMods {
     fa_bwd_params_init(&b);
     b.fwd = &p;
     const int64_t D = 64, sb = 64 * 4 * D, ss = 4 * D;
-    b.dout = addr(0x90000000); b.dout_stride_batch = sb; b.dout_stride_seq = ss; b.dout_stride_head = D;
-    b.dq = addr(0xa0000000); b.dq_stride_batch = sb; b.dq_stride_seq = ss; b.dq_stride_head = D;
-    b.dk = addr(0xb0000000); b.dk_stride_batch = sb; b.dk_stride_seq = ss; b.dk_stride_head = D;
-    b.dv = addr(0xc0000000); b.dv_stride_batch = sb; b.dv_stride_seq = ss; b.dv_stride_head = D;
+    b.dout = addr(0x90000000);
+    b.dout_stride_batch = sb;
+    b.dout_stride_seq = ss;
+    b.dout_stride_head = D;
+    b.dq = addr(0xa0000000);
+    b.dq_stride_batch = sb;
+    b.dq_stride_seq = ss;
+    b.dq_stride_head = D;
+    b.dk = addr(0xb0000000);
+    b.dk_stride_batch = sb;
+    b.dk_stride_seq = ss;
+    b.dk_stride_head = D;
+    b.dv = addr(0xc0000000);
+    b.dv_stride_batch = sb;
+    b.dv_stride_seq = ss;
+    b.dv_stride_head = D;
   }
   fa::gen::Plan plan() {
     fa::rt::BwdView v;

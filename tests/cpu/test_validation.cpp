@@ -3,11 +3,11 @@
 // on a machine with a GPU the same calls must fail the same way).
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <functional>
-#include <thread>
 #include <string>
+#include <thread>
 
 #include "fa/fa.h"
 #include "generator/problem.h"
@@ -64,60 +64,154 @@ TEST_F(Validation, NullParams) {
   EXPECT_EQ(fa_run(ctx, nullptr, nullptr), FA_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fa_last_error()).find("params"), std::string::npos);
 }
-TEST_F(Validation, WrongVersion) { p.version = 99; expect_rejected(FA_ERROR_INVALID_VERSION, "version"); }
-TEST_F(Validation, WrongStructSize) { p.struct_size = 12; expect_rejected(FA_ERROR_INVALID_VERSION, "struct_size"); }
-TEST_F(Validation, UnknownDtype) { p.dtype = 7; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "dtype"); }
-TEST_F(Validation, BatchZero) { p.batch = 0; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "batch"); }
-TEST_F(Validation, SeqlenQZero) { p.seqlen_q = 0; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "seqlen_q"); }
-TEST_F(Validation, SeqlenKNegative) { p.seqlen_k = -1; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "seqlen_k"); }
-TEST_F(Validation, HeadsQZero) { p.heads_q = 0; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "heads_q"); }
-TEST_F(Validation, HeadsKvZero) { p.heads_kv = 0; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "heads_kv"); }
-TEST_F(Validation, HeadsNotDivisible) { p.heads_kv = 3; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "heads_kv"); }
-TEST_F(Validation, HeadDimNotMultipleOf8) { p.head_dim = 60; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "head_dim"); }
-TEST_F(Validation, HeadDimTooLarge) { p.head_dim = 584; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "head_dim"); }
-TEST_F(Validation, HeadDimVTooLarge) { p.head_dim_v = 520; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "head_dim_v"); }
-TEST_F(Validation, HeadDimVOutOfRange) { p.head_dim_v = 4; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "head_dim_v"); }
-TEST_F(Validation, NullQ) { p.q = nullptr; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "q"); }
-TEST_F(Validation, NullK) { p.k = nullptr; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "k"); }
-TEST_F(Validation, NullV) { p.v = nullptr; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "v"); }
-TEST_F(Validation, NullO) { p.o = nullptr; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "o"); }
-TEST_F(Validation, MisalignedQ) { p.q = addr(0x10000001); expect_rejected(FA_ERROR_INVALID_ARGUMENT, "q"); }
+TEST_F(Validation, WrongVersion) {
+  p.version = 99;
+  expect_rejected(FA_ERROR_INVALID_VERSION, "version");
+}
+TEST_F(Validation, WrongStructSize) {
+  p.struct_size = 12;
+  expect_rejected(FA_ERROR_INVALID_VERSION, "struct_size");
+}
+TEST_F(Validation, UnknownDtype) {
+  p.dtype = 7;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "dtype");
+}
+TEST_F(Validation, BatchZero) {
+  p.batch = 0;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "batch");
+}
+TEST_F(Validation, SeqlenQZero) {
+  p.seqlen_q = 0;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "seqlen_q");
+}
+TEST_F(Validation, SeqlenKNegative) {
+  p.seqlen_k = -1;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "seqlen_k");
+}
+TEST_F(Validation, HeadsQZero) {
+  p.heads_q = 0;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "heads_q");
+}
+TEST_F(Validation, HeadsKvZero) {
+  p.heads_kv = 0;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "heads_kv");
+}
+TEST_F(Validation, HeadsNotDivisible) {
+  p.heads_kv = 3;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "heads_kv");
+}
+TEST_F(Validation, HeadDimNotMultipleOf8) {
+  p.head_dim = 60;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "head_dim");
+}
+TEST_F(Validation, HeadDimTooLarge) {
+  p.head_dim = 584;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "head_dim");
+}
+TEST_F(Validation, HeadDimVTooLarge) {
+  p.head_dim_v = 520;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "head_dim_v");
+}
+TEST_F(Validation, HeadDimVOutOfRange) {
+  p.head_dim_v = 4;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "head_dim_v");
+}
+TEST_F(Validation, NullQ) {
+  p.q = nullptr;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "q");
+}
+TEST_F(Validation, NullK) {
+  p.k = nullptr;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "k");
+}
+TEST_F(Validation, NullV) {
+  p.v = nullptr;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "v");
+}
+TEST_F(Validation, NullO) {
+  p.o = nullptr;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "o");
+}
+TEST_F(Validation, MisalignedQ) {
+  p.q = addr(0x10000001);
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "q");
+}
 TEST_F(Validation, MisalignedFp32O) {
   p.dtype = FA_DTYPE_FP32;
   p.o = addr(0x40000002);
   expect_rejected(FA_ERROR_INVALID_ARGUMENT, "o");
 }
-TEST_F(Validation, NegativeStride) { p.k_stride_seq = -128; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "k_stride_seq"); }
-TEST_F(Validation, ZeroStrideAliases) { p.v_stride_seq = 0; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "v_stride_seq"); }
-TEST_F(Validation, HeadStrideOverlapsRows) { p.q_stride_head = 32; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "q_stride_head"); }
-TEST_F(Validation, SeqStrideOverlapsHeads) { p.o_stride_seq = 100; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "o_stride_seq"); }
+TEST_F(Validation, NegativeStride) {
+  p.k_stride_seq = -128;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "k_stride_seq");
+}
+TEST_F(Validation, ZeroStrideAliases) {
+  p.v_stride_seq = 0;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "v_stride_seq");
+}
+TEST_F(Validation, HeadStrideOverlapsRows) {
+  p.q_stride_head = 32;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "q_stride_head");
+}
+TEST_F(Validation, SeqStrideOverlapsHeads) {
+  p.o_stride_seq = 100;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "o_stride_seq");
+}
 TEST_F(Validation, OffsetOverflow) {
   p.q_stride_batch = int64_t(1) << 62;
   expect_rejected(FA_ERROR_INVALID_ARGUMENT, "q_stride_batch");
 }
-TEST_F(Validation, OutputOverlapsInput) { p.o = const_cast<void*>(p.q); expect_rejected(FA_ERROR_INVALID_ARGUMENT, "o"); }
+TEST_F(Validation, OutputOverlapsInput) {
+  p.o = const_cast<void*>(p.q);
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "o");
+}
 TEST_F(Validation, LseOverlapsOutput) {
   p.lse = static_cast<float*>(p.o);
   expect_rejected(FA_ERROR_INVALID_ARGUMENT, "lse");
 }
-TEST_F(Validation, MisalignedLse) { p.lse = reinterpret_cast<float*>(0x50000002); expect_rejected(FA_ERROR_INVALID_ARGUMENT, "lse"); }
-TEST_F(Validation, UnknownMask) { p.mask = 5; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mask"); }
-TEST_F(Validation, WindowWithoutWindowMask) { p.mask = FA_MASK_CAUSAL; p.window_left = 4; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "window_left"); }
-TEST_F(Validation, WindowRightWithoutWindowMask) { p.window_right = 0; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "window_right"); }
+TEST_F(Validation, MisalignedLse) {
+  p.lse = reinterpret_cast<float*>(0x50000002);
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "lse");
+}
+TEST_F(Validation, UnknownMask) {
+  p.mask = 5;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "mask");
+}
+TEST_F(Validation, WindowWithoutWindowMask) {
+  p.mask = FA_MASK_CAUSAL;
+  p.window_left = 4;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "window_left");
+}
+TEST_F(Validation, WindowRightWithoutWindowMask) {
+  p.window_right = 0;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "window_right");
+}
 TEST_F(Validation, WindowBelowMinusOne) {
   p.mask = FA_MASK_SLIDING_WINDOW;
   p.window_left = -2;
   expect_rejected(FA_ERROR_INVALID_ARGUMENT, "window_left");
 }
-TEST_F(Validation, NegativeSoftcap) { p.softcap = -1.0f; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "softcap"); }
-TEST_F(Validation, NanScale) { p.softmax_scale = NAN; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "softmax_scale"); }
-TEST_F(Validation, BiasStridesWithoutBias) { p.bias_stride_q = 80; expect_rejected(FA_ERROR_INVALID_ARGUMENT, "bias"); }
+TEST_F(Validation, NegativeSoftcap) {
+  p.softcap = -1.0f;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "softcap");
+}
+TEST_F(Validation, NanScale) {
+  p.softmax_scale = NAN;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "softmax_scale");
+}
+TEST_F(Validation, BiasStridesWithoutBias) {
+  p.bias_stride_q = 80;
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "bias");
+}
 TEST_F(Validation, NegativeBiasStride) {
   p.bias = addr(0x60000000);
   p.bias_stride_k = -1;
   expect_rejected(FA_ERROR_INVALID_ARGUMENT, "bias_stride_k");
 }
-TEST_F(Validation, MisalignedBias) { p.bias = addr(0x60000001); expect_rejected(FA_ERROR_INVALID_ARGUMENT, "bias"); }
+TEST_F(Validation, MisalignedBias) {
+  p.bias = addr(0x60000001);
+  expect_rejected(FA_ERROR_INVALID_ARGUMENT, "bias");
+}
 TEST_F(Validation, MisalignedAlibi) {
   p.alibi_slopes = reinterpret_cast<const float*>(0x70000002);
   expect_rejected(FA_ERROR_INVALID_ARGUMENT, "alibi_slopes");
@@ -182,10 +276,22 @@ struct BwdValidation : Fixture {
     p.lse = reinterpret_cast<float*>(0x50000000);
     const int64_t D = 64;
     b.fwd = &p;
-    b.dout = addr(0x90000000); b.dout_stride_batch = 64 * 8 * D; b.dout_stride_seq = 8 * D; b.dout_stride_head = D;
-    b.dq = addr(0xa0000000); b.dq_stride_batch = 64 * 8 * D; b.dq_stride_seq = 8 * D; b.dq_stride_head = D;
-    b.dk = addr(0xb0000000); b.dk_stride_batch = 80 * 2 * D; b.dk_stride_seq = 2 * D; b.dk_stride_head = D;
-    b.dv = addr(0xc0000000); b.dv_stride_batch = 80 * 2 * D; b.dv_stride_seq = 2 * D; b.dv_stride_head = D;
+    b.dout = addr(0x90000000);
+    b.dout_stride_batch = 64 * 8 * D;
+    b.dout_stride_seq = 8 * D;
+    b.dout_stride_head = D;
+    b.dq = addr(0xa0000000);
+    b.dq_stride_batch = 64 * 8 * D;
+    b.dq_stride_seq = 8 * D;
+    b.dq_stride_head = D;
+    b.dk = addr(0xb0000000);
+    b.dk_stride_batch = 80 * 2 * D;
+    b.dk_stride_seq = 2 * D;
+    b.dk_stride_head = D;
+    b.dv = addr(0xc0000000);
+    b.dv_stride_batch = 80 * 2 * D;
+    b.dv_stride_seq = 2 * D;
+    b.dv_stride_head = D;
   }
   void expect_bwd_rejected(fa_status status, const char* field) {
     EXPECT_EQ(fa_run_backward(ctx, &b, nullptr), status) << fa_last_error();
@@ -202,15 +308,42 @@ TEST_F(BwdValidation, ValidParamsPassValidation) {
   EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_OK) << fa_last_error();
   EXPECT_GT(bytes, 0u);
 }
-TEST_F(BwdValidation, NullForward) { b.fwd = nullptr; expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "fwd"); }
-TEST_F(BwdValidation, WrongVersion) { b.version = 0; expect_bwd_rejected(FA_ERROR_INVALID_VERSION, "version"); }
-TEST_F(BwdValidation, ForwardInvalid) { p.head_dim = 7; expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "head_dim"); }
-TEST_F(BwdValidation, MissingLse) { p.lse = nullptr; expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "lse"); }
-TEST_F(BwdValidation, NullDout) { b.dout = nullptr; expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "dout"); }
-TEST_F(BwdValidation, NullDq) { b.dq = nullptr; expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "dq"); }
-TEST_F(BwdValidation, DkOverlapsDv) { b.dv = b.dk; expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "dv"); }
-TEST_F(BwdValidation, DqOverlapsQ) { b.dq = const_cast<void*>(p.q); expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "dq"); }
-TEST_F(BwdValidation, BadDeterministicFlag) { b.deterministic = 2; expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "deterministic"); }
+TEST_F(BwdValidation, NullForward) {
+  b.fwd = nullptr;
+  expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "fwd");
+}
+TEST_F(BwdValidation, WrongVersion) {
+  b.version = 0;
+  expect_bwd_rejected(FA_ERROR_INVALID_VERSION, "version");
+}
+TEST_F(BwdValidation, ForwardInvalid) {
+  p.head_dim = 7;
+  expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "head_dim");
+}
+TEST_F(BwdValidation, MissingLse) {
+  p.lse = nullptr;
+  expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "lse");
+}
+TEST_F(BwdValidation, NullDout) {
+  b.dout = nullptr;
+  expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "dout");
+}
+TEST_F(BwdValidation, NullDq) {
+  b.dq = nullptr;
+  expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "dq");
+}
+TEST_F(BwdValidation, DkOverlapsDv) {
+  b.dv = b.dk;
+  expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "dv");
+}
+TEST_F(BwdValidation, DqOverlapsQ) {
+  b.dq = const_cast<void*>(p.q);
+  expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "dq");
+}
+TEST_F(BwdValidation, BadDeterministicFlag) {
+  b.deterministic = 2;
+  expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "deterministic");
+}
 TEST_F(BwdValidation, MisalignedWorkspace) {
   b.workspace = addr(0xd0000010);
   b.workspace_size = 1 << 20;
@@ -220,7 +353,10 @@ TEST_F(BwdValidation, WorkspaceSizeWithoutWorkspace) {
   b.workspace_size = 4096;
   expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "workspace_size");
 }
-TEST_F(BwdValidation, DkStrideOverlap) { b.dk_stride_seq = 10; expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "dk_stride_seq"); }
+TEST_F(BwdValidation, DkStrideOverlap) {
+  b.dk_stride_seq = 10;
+  expect_bwd_rejected(FA_ERROR_INVALID_ARGUMENT, "dk_stride_seq");
+}
 
 TEST(Api, StatusStringsAreStableAndNeverNull) {
   EXPECT_STREQ(fa_status_string(FA_OK), "FA_OK");

@@ -163,21 +163,35 @@ fa_params params_of(DecodeData& x, Cache& c, bool with_used, int num_splits) {
   p.head_dim = s.d;
   p.head_dim_v = s.dv;
   p.q = x.dq.get();
-  p.q_stride_batch = (int64_t)s.sq * s.hq * s.d; p.q_stride_seq = (int64_t)s.hq * s.d; p.q_stride_head = s.d;
+  p.q_stride_batch = (int64_t)s.sq * s.hq * s.d;
+  p.q_stride_seq = (int64_t)s.hq * s.d;
+  p.q_stride_head = s.d;
   p.o = x.d_o.get();
-  p.o_stride_batch = (int64_t)s.sq * s.hq * s.dv; p.o_stride_seq = (int64_t)s.hq * s.dv; p.o_stride_head = s.dv;
+  p.o_stride_batch = (int64_t)s.sq * s.hq * s.dv;
+  p.o_stride_seq = (int64_t)s.hq * s.dv;
+  p.o_stride_head = s.dv;
   p.k = c.dk.get();
   p.v = c.dv.get();
   const int64_t rows = s.cap;
-  p.k_stride_batch = rows * s.hkv * s.d; p.k_stride_seq = (int64_t)s.hkv * s.d; p.k_stride_head = s.d;
-  p.v_stride_batch = rows * s.hkv * s.dv; p.v_stride_seq = (int64_t)s.hkv * s.dv; p.v_stride_head = s.dv;
+  p.k_stride_batch = rows * s.hkv * s.d;
+  p.k_stride_seq = (int64_t)s.hkv * s.d;
+  p.k_stride_head = s.d;
+  p.v_stride_batch = rows * s.hkv * s.dv;
+  p.v_stride_seq = (int64_t)s.hkv * s.dv;
+  p.v_stride_head = s.dv;
   if (c.page_size > 0) {
-    p.k_stride_batch = c.k_sb; p.k_stride_seq = c.k_ss; p.k_stride_head = c.k_sh;
-    p.v_stride_batch = c.v_sb; p.v_stride_seq = c.v_ss; p.v_stride_head = c.v_sh;
+    p.k_stride_batch = c.k_sb;
+    p.k_stride_seq = c.k_ss;
+    p.k_stride_head = c.k_sh;
+    p.v_stride_batch = c.v_sb;
+    p.v_stride_seq = c.v_ss;
+    p.v_stride_head = c.v_sh;
   }
   if (c.latent) {
     p.v = p.k;
-    p.v_stride_batch = p.k_stride_batch; p.v_stride_seq = p.k_stride_seq; p.v_stride_head = p.k_stride_head;
+    p.v_stride_batch = p.k_stride_batch;
+    p.v_stride_seq = p.k_stride_seq;
+    p.v_stride_head = p.k_stride_head;
   }
   if (c.page_size > 0) {
     p.block_table = static_cast<const int32_t*>(c.d_bt.get());
@@ -246,7 +260,11 @@ std::vector<int> random_used(std::mt19937_64& rng, int batch, int cap) {
   std::vector<int> used(static_cast<size_t>(batch), 0);
   std::uniform_int_distribution<int> u(0, cap);
   for (int b = 0; b < batch; ++b) used[size_t(b)] = u(rng);
-  if (batch >= 3) { used[0] = 0; used[1] = 1; used[2] = cap; }
+  if (batch >= 3) {
+    used[0] = 0;
+    used[1] = 1;
+    used[2] = cap;
+  }
   return used;
 }
 

@@ -46,7 +46,7 @@ void oracle_of(const DecodeData& x, const std::vector<int>& used, const std::vec
 enum PageLayout { kRowMajor, kHeadMajor, kPadded };
 
 struct Cache {
-  int page_size = 0;  // 0: contiguous
+  int page_size = 0;    // 0: contiguous
   bool latent = false;  // v is k's first head_dim_v columns (MLA's latent cache): params_of passes v = k
   int num_pages = 0, bt_stride = 0;
   int64_t k_sb = 0, k_ss = 0, k_sh = 0, v_sb = 0, v_ss = 0, v_sh = 0;  // paged: the pools' strides (elements)

@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <thread>
 
 namespace fa::test {
 
@@ -267,7 +267,8 @@ void make_random_case(std::mt19937_64& rng, const CaseOptions& opt, Case* c) {
     p.softcap = uni(rng, 0, 4) == 0 ? unif(rng, 5.0, 50.0) : 0.0;
     p.scale = uni(rng, 0, 3) == 0 ? unif(rng, 0.05, 0.3) : 0.0;
     const bool bias = uni(rng, 0, 4) == 0, alibi = uni(rng, 0, 5) == 0;
-    const double work = double(p.batch) * p.heads_q * std::max(maxq, 1) * std::max(maxk, 1) * (p.head_dim + p.head_dim_v);
+    const double work =
+        double(p.batch) * p.heads_q * std::max(maxq, 1) * std::max(maxk, 1) * (p.head_dim + p.head_dim_v);
     if (work > opt.max_work && attempt < 50) continue;
     c->op = p;
     c->bhsd = !varlen && uni(rng, 0, 1);
@@ -369,10 +370,22 @@ void materialize(std::mt19937_64& rng, Case* c) {
   P.heads_kv = p.heads_kv;
   P.head_dim = p.head_dim;
   P.head_dim_v = p.head_dim_v == p.head_dim && uni(rng, 0, 1) ? 0 : dv;
-  P.q = c->dq.get(); P.q_stride_batch = c->q_sb; P.q_stride_seq = c->q_ss; P.q_stride_head = c->q_sh;
-  P.k = c->dk.get(); P.k_stride_batch = c->k_sb; P.k_stride_seq = c->k_ss; P.k_stride_head = c->k_sh;
-  P.v = c->dv.get(); P.v_stride_batch = c->v_sb; P.v_stride_seq = c->v_ss; P.v_stride_head = c->v_sh;
-  P.o = c->d_o.get(); P.o_stride_batch = c->o_sb; P.o_stride_seq = c->o_ss; P.o_stride_head = c->o_sh;
+  P.q = c->dq.get();
+  P.q_stride_batch = c->q_sb;
+  P.q_stride_seq = c->q_ss;
+  P.q_stride_head = c->q_sh;
+  P.k = c->dk.get();
+  P.k_stride_batch = c->k_sb;
+  P.k_stride_seq = c->k_ss;
+  P.k_stride_head = c->k_sh;
+  P.v = c->dv.get();
+  P.v_stride_batch = c->v_sb;
+  P.v_stride_seq = c->v_ss;
+  P.v_stride_head = c->v_sh;
+  P.o = c->d_o.get();
+  P.o_stride_batch = c->o_sb;
+  P.o_stride_seq = c->o_ss;
+  P.o_stride_head = c->o_sh;
   if (varlen) {
     c->d_cuq = DevBuf(p.cu_seqlens_q.size() * 4);
     c->d_cuq.upload(p.cu_seqlens_q.data(), p.cu_seqlens_q.size() * 4);
@@ -395,7 +408,10 @@ void materialize(std::mt19937_64& rng, Case* c) {
     c->d_bias = DevBuf(c->bias.size() * es);
     c->d_bias.upload(encode(c->dtype, c->bias).data(), c->bias.size() * es);
     P.bias = c->d_bias.get();
-    P.bias_stride_batch = p.bias_sb; P.bias_stride_head = p.bias_sh; P.bias_stride_q = p.bias_sq; P.bias_stride_k = p.bias_sk;
+    P.bias_stride_batch = p.bias_sb;
+    P.bias_stride_head = p.bias_sh;
+    P.bias_stride_q = p.bias_sq;
+    P.bias_stride_k = p.bias_sk;
   }
   if (p.alibi) {
     c->d_alibi = DevBuf(c->alibi_f.size() * 4);
@@ -406,10 +422,14 @@ void materialize(std::mt19937_64& rng, Case* c) {
   P.softmax_scale = float(p.scale);
   if (p.scale != 0.0) p.scale = double(float(p.scale));  // the kernel sees the float value
   P.lse = c->want_lse ? reinterpret_cast<float*>(c->d_lse.get()) : nullptr;
-  c->desc = fmt::format("{} b{} hq{} hkv{} d{} dv{} {} sq{} sk{} mask{} win({},{}) bias{} alibi{} softcap{:.3g} scale{:.3g} {} lse{}",
-                        c->dtype == 1 ? "fp16" : c->dtype == 2 ? "bf16" : "fp32", p.batch, p.heads_q, p.heads_kv,
-                        p.head_dim, dv, varlen ? "varlen" : "fixed", maxq, maxk, p.mask, p.window_left, p.window_right,
-                        p.bias != nullptr, p.alibi != nullptr, p.softcap, p.scale, c->bhsd ? "bhsd" : "bshd", c->want_lse);
+  c->desc = fmt::format(
+      "{} b{} hq{} hkv{} d{} dv{} {} sq{} sk{} mask{} win({},{}) bias{} alibi{} softcap{:.3g} scale{:.3g} {} lse{}",
+      c->dtype == 1   ? "fp16"
+      : c->dtype == 2 ? "bf16"
+                      : "fp32",
+      p.batch, p.heads_q, p.heads_kv, p.head_dim, dv, varlen ? "varlen" : "fixed", maxq, maxk, p.mask, p.window_left,
+      p.window_right, p.bias != nullptr, p.alibi != nullptr, p.softcap, p.scale, c->bhsd ? "bhsd" : "bshd",
+      c->want_lse);
   if (p.scale != 0.0 || p.softcap != 0.0) {  // recompute the oracle with float-rounded scalars
     p.softcap = double(float(p.softcap));
     oracle::forward(p, {c->q.data(), c->q_sb, c->q_ss, c->q_sh}, {c->k.data(), c->k_sb, c->k_ss, c->k_sh},

@@ -39,7 +39,10 @@ struct DevBuf {
   ~DevBuf();
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
-  DevBuf(DevBuf&& o) noexcept : ptr(o.ptr), bytes(o.bytes) { o.ptr = 0; o.bytes = 0; }
+  DevBuf(DevBuf&& o) noexcept : ptr(o.ptr), bytes(o.bytes) {
+    o.ptr = 0;
+    o.bytes = 0;
+  }
   DevBuf& operator=(DevBuf&& o) noexcept {
     std::swap(ptr, o.ptr);
     std::swap(bytes, o.bytes);
@@ -80,9 +83,9 @@ struct Case {
 
 struct CaseOptions {
   bool allow_fp32 = true;
-  int max_seq = 300;          // cap on random lengths (odd lengths 1, 7, 127, 129, 1000 also drawn)
-  double max_work = 4e7;      // cap on b*hq*sq*sk*(d+dv) so the float64 oracle stays fast
-  bool force_aligned = false; // strides multiples of 8 elements and 16-byte pointers (fast path eligible)
+  int max_seq = 300;           // cap on random lengths (odd lengths 1, 7, 127, 129, 1000 also drawn)
+  double max_work = 4e7;       // cap on b*hq*sq*sk*(d+dv) so the float64 oracle stays fast
+  bool force_aligned = false;  // strides multiples of 8 elements and 16-byte pointers (fast path eligible)
 };
 
 // Builds a random problem (fresh random inputs, outputs poisoned on the device) and the oracle result.

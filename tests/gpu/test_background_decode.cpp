@@ -162,9 +162,10 @@ TEST(GpuBackgroundDecode, EveryDecodeFamilysFirstUseKeyIsTunedWithoutAWarning) {
   EXPECT_EQ(bs.finished, bs.submitted);
   EXPECT_EQ(bs.failed, 0);
   EXPECT_EQ(printed.find("warning"), std::string::npos) << printed;
-  std::printf("GPU SUMMARY background decode: %zu keys, %lld tuned in the background, %lld failed, %d wrong answers, "
-              "%d untuned under require\n",
-              list.size(), bs.finished, bs.failed, failures, untuned);
+  std::printf(
+      "GPU SUMMARY background decode: %zu keys, %lld tuned in the background, %lld failed, %d wrong answers, "
+      "%d untuned under require\n",
+      list.size(), bs.finished, bs.failed, failures, untuned);
 }
 
 }  // namespace

@@ -3,9 +3,9 @@
 // bitwise stable over 10 runs; caller-provided workspace and the size query.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -78,8 +78,8 @@ TEST(GpuBackward, RandomProblemsMatchOracle) {
     const bool ok = st == FA_OK && e <= bwd_tolerance(c.dtype) && pad;
     if (!ok) {
       ++failures;
-      ADD_FAILURE() << "case " << i << " [" << c.desc << " det" << g.b.deterministic << "]: " << why
-                    << " (tol " << bwd_tolerance(c.dtype) << ") padding " << (pad ? "intact" : "WRITTEN");
+      ADD_FAILURE() << "case " << i << " [" << c.desc << " det" << g.b.deterministic << "]: " << why << " (tol "
+                    << bwd_tolerance(c.dtype) << ") padding " << (pad ? "intact" : "WRITTEN");
     }
     ++count[c.dtype];
     if (!(e <= worst[c.dtype])) {
@@ -128,20 +128,19 @@ TEST(GpuBackward, FirstUseTuningInPrepareAndRunMatchesOracle) {
       setup_grads(rng, c, g);
       g.b.deterministic = det;
       const bool in_prepare = n++ % 2 == 0;
-      if (in_prepare) {
-        ASSERT_EQ(fa_prepare_backward(ctx, &g.b), FA_OK) << fa_last_error() << " [" << c.desc << "]";
-      }
+      if (in_prepare) { ASSERT_EQ(fa_prepare_backward(ctx, &g.b), FA_OK) << fa_last_error() << " [" << c.desc << "]"; }
       poison_grads(c, g);  // what tuning wrote there is not the answer
       ASSERT_EQ(fa_run_backward(ctx, &g.b, gp.stream), FA_OK) << fa_last_error() << " [" << c.desc << "]";
       const GradResult r = measure_grads(c, g);
-      EXPECT_TRUE(r.ok(c.dtype)) << "[" << c.desc << " det" << det << (in_prepare ? ", tuned in prepare" : ", tuned in run")
-                                 << "]: " << r.describe();
+      EXPECT_TRUE(r.ok(c.dtype)) << "[" << c.desc << " det" << det
+                                 << (in_prepare ? ", tuned in prepare" : ", tuned in run") << "]: " << r.describe();
     }
   auto* store = dynamic_cast<tune::CacheStore*>(ctx->store.get());
   ASSERT_NE(store, nullptr);
   std::set<std::string> tuned;
   for (const auto& rec : store->db()->list_tune_rows())
-    if (rec.row.semantic_key.find("bwd") != std::string::npos) tuned.insert(rec.row.semantic_key + " " + rec.row.bucket);
+    if (rec.row.semantic_key.find("bwd") != std::string::npos)
+      tuned.insert(rec.row.semantic_key + " " + rec.row.bucket);
   std::printf("GPU SUMMARY backward first-use tuning: %d problems, %zu backward keys tuned\n", n, tuned.size());
   EXPECT_GE(tuned.size(), 3u) << "the backward keys were not tuned on first use";
   fa_context_destroy(ctx);
@@ -251,8 +250,15 @@ TEST(GpuBackward, LargeProblemMatchesTheReferencePath) {
     fa_params p;
     fa_params_init(&p);
     p.dtype = dt;
-    p.batch = 1; p.seqlen_q = p.seqlen_k = S; p.heads_q = p.heads_kv = H; p.head_dim = D;
-    p.q = q.get(); p.k = k.get(); p.v = v.get(); p.o = o.get(); p.lse = reinterpret_cast<float*>(lse.get());
+    p.batch = 1;
+    p.seqlen_q = p.seqlen_k = S;
+    p.heads_q = p.heads_kv = H;
+    p.head_dim = D;
+    p.q = q.get();
+    p.k = k.get();
+    p.v = v.get();
+    p.o = o.get();
+    p.lse = reinterpret_cast<float*>(lse.get());
     p.q_stride_batch = p.k_stride_batch = p.v_stride_batch = p.o_stride_batch = int64_t(n);
     p.q_stride_seq = p.k_stride_seq = p.v_stride_seq = p.o_stride_seq = int64_t(H) * D;
     p.q_stride_head = p.k_stride_head = p.v_stride_head = p.o_stride_head = D;
@@ -262,8 +268,13 @@ TEST(GpuBackward, LargeProblemMatchesTheReferencePath) {
       fa_bwd_params b;
       fa_bwd_params_init(&b);
       b.fwd = &p;
-      b.dout = dout.get(); b.dout_stride_batch = int64_t(n); b.dout_stride_seq = int64_t(H) * D; b.dout_stride_head = D;
-      b.dq = dq[path].get(); b.dk = dk[path].get(); b.dv = dv[path].get();
+      b.dout = dout.get();
+      b.dout_stride_batch = int64_t(n);
+      b.dout_stride_seq = int64_t(H) * D;
+      b.dout_stride_head = D;
+      b.dq = dq[path].get();
+      b.dk = dk[path].get();
+      b.dv = dv[path].get();
       b.dq_stride_batch = b.dk_stride_batch = b.dv_stride_batch = int64_t(n);
       b.dq_stride_seq = b.dk_stride_seq = b.dv_stride_seq = int64_t(H) * D;
       b.dq_stride_head = b.dk_stride_head = b.dv_stride_head = D;
@@ -285,10 +296,14 @@ TEST(GpuBackward, LargeProblemMatchesTheReferencePath) {
         EXPECT_LE(e, 3e-2) << "causal " << causal << (path == 2 ? " deterministic" : "");
       }
       grad[3].download(again.data(), again.size());
-      EXPECT_EQ(std::memcmp(a.data(), again.data(), a.size()), 0) << "causal " << causal << ": deterministic runs differ";
+      EXPECT_EQ(std::memcmp(a.data(), again.data(), a.size()), 0)
+          << "causal " << causal << ": deterministic runs differ";
     }
   }
-  std::printf("GPU SUMMARY backward large: tensor-core (plain, deterministic) vs reference backward at seqlen 4k d128 h16, worst rel err %.3g\n", worst);
+  std::printf(
+      "GPU SUMMARY backward large: tensor-core (plain, deterministic) vs reference backward at seqlen 4k d128 h16, "
+      "worst rel err %.3g\n",
+      worst);
 }
 
 }  // namespace

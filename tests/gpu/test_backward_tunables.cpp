@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "generator/problem.h"
 #include "generator/family.h"
+#include "generator/problem.h"
 #include "runtime/context.h"
 #include "runtime/launch.h"
 #include "tests/gpu/grad_support.h"
@@ -71,9 +71,10 @@ TEST(GpuBackwardTunables, EveryValidPointGivesTheSameGradients) {
       g.b.deterministic = 0;
     }
   }
-  std::printf("GPU SUMMARY backward tunables: %d (problem, bwd_mma / bwd_wgmma point) pairs over %d (problem, "
-              "family) pairs, worst grad err %.3g\n",
-              points, problems_run, worst);
+  std::printf(
+      "GPU SUMMARY backward tunables: %d (problem, bwd_mma / bwd_wgmma point) pairs over %d (problem, "
+      "family) pairs, worst grad err %.3g\n",
+      points, problems_run, worst);
 }
 
 }  // namespace

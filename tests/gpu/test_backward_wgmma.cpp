@@ -60,9 +60,10 @@ TEST(GpuBackwardWgmma, SelectedWhereItCoversAndMatchesTheOracle) {
     d.deterministic = true;
     EXPECT_STREQ(gen::select_backward(d, gp.ctx->arch).family->name, "bwd_mma") << c.desc;
   }
-  std::printf("GPU SUMMARY backward wgmma: %zu problems selected bwd_wgmma, %d (problem, point) pairs, worst grad err "
-              "%.3g\n",
-              std::size(problems), points, worst);
+  std::printf(
+      "GPU SUMMARY backward wgmma: %zu problems selected bwd_wgmma, %d (problem, point) pairs, worst grad err "
+      "%.3g\n",
+      std::size(problems), points, worst);
 }
 
 }  // namespace

@@ -84,8 +84,9 @@ struct SparseMasks {
     d1.upload(doc1.data(), doc1.size() * 4);
     d2.upload(doc2.data(), doc2.size() * 4);
     d8.upload(doc8.data(), doc8.size() * 4);
-    const char* doc_body = "const fa_buf0_t* d = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
-                           "return j <= i && d[b * u.stride[0][0] + i] == d[b * u.stride[0][0] + j];";
+    const char* doc_body =
+        "const fa_buf0_t* d = static_cast<const fa_buf0_t*>(u.buf[0]);\n"
+        "return j <= i && d[b * u.stride[0][0] + i] == d[b * u.stride[0][0] + j];";
     auto doc_ref = [len](const std::vector<int>* ids) {
       return [ids, len](int b, int, int i, int j) {
         return j <= i && (*ids)[size_t(b) * len + i] == (*ids)[size_t(b) * len + j];
@@ -186,8 +187,8 @@ TEST(GpuBlockSparse, BackwardMatchesTheOracle) {
   for (size_t n = 0; n < cases.size(); ++n) {
     Case& c = *cases[n];
     const CaseResult fwd = check_case(c);
-    const bool fwd_ok = fwd.failure.empty() && fwd.err_o <= tolerance(FA_DTYPE_BF16) && fwd.err_lse <= 1e-3 &&
-                        fwd.padding_intact;
+    const bool fwd_ok =
+        fwd.failure.empty() && fwd.err_o <= tolerance(FA_DTYPE_BF16) && fwd.err_lse <= 1e-3 && fwd.padding_intact;
     Grads gr;
     setup_grads(rng, c, gr);
     gr.b.deterministic = static_cast<int>(n % 2);
@@ -207,8 +208,9 @@ TEST(GpuBlockSparse, CallerWorkspaceAndSizes) {
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
   std::mt19937_64 rng(test_seed() + 2223);
   Case c;
-  sparse_case(rng, "chunked 64, caller workspace", FA_DTYPE_FP16, 2, 515, 4, 4, 128,
-              [](int, int, int i, int j) { return j <= i && i / 64 == j / 64; }, &c);
+  sparse_case(
+      rng, "chunked 64, caller workspace", FA_DTYPE_FP16, 2, 515, 4, 4, 128,
+      [](int, int, int i, int j) { return j <= i && i / 64 == j / 64; }, &c);
   fa_mods m;
   fa_mods_init(&m);
   m.mask_mod = "return j <= i && i / 64 == j / 64;";
@@ -257,8 +259,9 @@ struct DocumentFive {
     dids = DevBuf(ids.size() * 4);
     dids.upload(ids.data(), ids.size() * 4);
     const std::vector<int>* doc = &ids;
-    sparse_case(rng, fmt::format("document 5 s {} d {}", s, d), dtype, 2, s, hq, hkv, d,
-                [doc](int, int, int i, int j) { return j <= i && (*doc)[size_t(i)] == (*doc)[size_t(j)]; }, c);
+    sparse_case(
+        rng, fmt::format("document 5 s {} d {}", s, d), dtype, 2, s, hq, hkv, d,
+        [doc](int, int, int i, int j) { return j <= i && (*doc)[size_t(i)] == (*doc)[size_t(j)]; }, c);
     fa_mods_init(&m);
     m.mask_mod = "const int* d = static_cast<const int*>(u.buf[0]);\nreturn j <= i && d[i] == d[j];";
     m.num_buffers = 1;

@@ -1,5 +1,5 @@
-// test_decode.cpp -- the KV-cache forward (fwd_split / fwd_mla + fwd_combine, issue 21) against the float64 oracle on fresh
-// random problems: paged vs contiguous caches bit for bit at every page size 1..512 (same split count), split vs
+// test_decode.cpp -- the KV-cache forward (fwd_split / fwd_mla + fwd_combine, issue 21) against the float64 oracle on
+// fresh random problems: paged vs contiguous caches bit for bit at every page size 1..512 (same split count), split vs
 // unsplit, random used lengths (0 and 1 included: o = 0, lse = -inf for 0), masks / softcap / ALiBi / GQA ratios /
 // query tokens / head dims / dtypes, block-table entries outside the pool (masked, never read: the pool's other
 // pages and the cache past the used lengths hold NaN), page layouts other than row-major pages (head-major, padded),
@@ -20,8 +20,8 @@
 namespace fa::test {
 namespace {
 
-#define REQUIRE_GPU()  \
-  Gpu& g = gpu();      \
+#define REQUIRE_GPU() \
+  Gpu& g = gpu();     \
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why
 
 // Paged caches in `layout` at each of page_sizes bit for bit against the contiguous cache at the same split count
@@ -132,7 +132,10 @@ TEST(GpuDecode, RandomUsedLengthsFeaturesAndShapes) {
     s.batch = pick({1, 3});
     s.cap = pick({1, 17, 200, 640});
     s.mask = pick({0, 1, 2});
-    if (s.mask == 2) { s.wl = pick({-1, 0, 5, 60}); s.wr = pick({-1, 0, 3}); }
+    if (s.mask == 2) {
+      s.wl = pick({-1, 0, 5, 60});
+      s.wr = pick({-1, 0, 3});
+    }
     s.alibi = c % 3 == 0;
     s.softcap = c % 5 == 0 ? 20.f : 0.f;
     DecodeData x;
@@ -281,11 +284,9 @@ void check_pages_outside_the_pool(const DecodeSpec& s, bool latent, std::initial
     oracle_of(x, used, masked, &o_ref, &lse_ref);
     for (int splits : {1, 4}) {
       const Out r = run(x, params_of(x, cache, true, splits));
-      EXPECT_EQ(compare(x, r, o_ref, lse_ref), "") << describe(s) << " page size " << ps << " splits " << splits
-                                                    << " layout " << int(layout);
-      if (latent) {
-        EXPECT_NE(r.key.find(latent_family(r.key)), std::string::npos) << r.key;
-      }
+      EXPECT_EQ(compare(x, r, o_ref, lse_ref), "")
+          << describe(s) << " page size " << ps << " splits " << splits << " layout " << int(layout);
+      if (latent) { EXPECT_NE(r.key.find(latent_family(r.key)), std::string::npos) << r.key; }
     }
   }
 }

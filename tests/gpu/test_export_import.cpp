@@ -46,9 +46,30 @@ TEST(ExportImport, AnExportServesAnotherProcessWithoutCompilingOrTuning) {
   const TempDir tmp("export_import");
   const std::string dir = tmp.path();
   std::string log;
-  ASSERT_EQ(cli({"--cache", dir + "/tuned.sqlite", "--dtypes", "bf16", "--head-dims", "64", "--heads", "4",
-                 "--masks", "causal", "--seqlens", "512", "--batch-tokens", "1024", "--max-candidates", "3",
-                 "--budget-ms", "200", "--no-progress", "--export", dir + "/shipped.sqlite"}, &log), 0) << log;
+  ASSERT_EQ(cli({"--cache",
+                 dir + "/tuned.sqlite",
+                 "--dtypes",
+                 "bf16",
+                 "--head-dims",
+                 "64",
+                 "--heads",
+                 "4",
+                 "--masks",
+                 "causal",
+                 "--seqlens",
+                 "512",
+                 "--batch-tokens",
+                 "1024",
+                 "--max-candidates",
+                 "3",
+                 "--budget-ms",
+                 "200",
+                 "--no-progress",
+                 "--export",
+                 dir + "/shipped.sqlite"},
+                &log),
+            0)
+      << log;
   EXPECT_NE(log.find("tuned"), std::string::npos) << log;
   const std::string self = "/proc/self/exe", filter = "--gtest_filter=ExportImportChild.*";
   std::vector<std::string> env_s = {"FA_TEST_IMPORT_DIR=" + dir};

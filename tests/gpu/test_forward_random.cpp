@@ -36,8 +36,8 @@ TEST(GpuForward, RandomProblemsMatchOracle) {
     const bool ok = r.failure.empty() && r.err_o <= tol && r.err_lse <= 2e-3 && r.padding_intact;
     if (!ok) {
       ++failures;
-      ADD_FAILURE() << "case " << i << " [" << c.desc << "]: " << (r.failure.empty() ? "" : r.failure)
-                    << " err_o " << r.err_o << " (tol " << tol << ") err_lse " << r.err_lse << " padding "
+      ADD_FAILURE() << "case " << i << " [" << c.desc << "]: " << (r.failure.empty() ? "" : r.failure) << " err_o "
+                    << r.err_o << " (tol " << tol << ") err_lse " << r.err_lse << " padding "
                     << (r.padding_intact ? "intact" : "WRITTEN");
     }
     ++count[c.dtype];
@@ -46,8 +46,11 @@ TEST(GpuForward, RandomProblemsMatchOracle) {
   }
   std::printf("GPU SUMMARY forward: device %s, %d random problems, %d failed;", g.name.c_str(), n, failures);
   for (auto& [dt, cnt] : count)
-    std::printf(" %s: %d cases worst err_o %.3g err_lse %.3g;", dt == 1 ? "fp16" : dt == 2 ? "bf16" : "fp32", cnt,
-                worst_o[dt], worst_lse[dt]);
+    std::printf(" %s: %d cases worst err_o %.3g err_lse %.3g;",
+                dt == 1   ? "fp16"
+                : dt == 2 ? "bf16"
+                          : "fp32",
+                cnt, worst_o[dt], worst_lse[dt]);
   std::printf("\n");
 }
 
@@ -55,14 +58,14 @@ TEST(GpuForward, EdgeCases) {
   Gpu& g = gpu();
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
   std::mt19937_64 rng(test_seed() + 1);
-  struct E { const char* name; int sq, sk, mask, wl, wr; };
+  struct E {
+    const char* name;
+    int sq, sk, mask, wl, wr;
+  };
   const E edges[] = {
-      {"sk=0 gives zeros and -inf", 5, 0, 0, -1, -1},
-      {"causal sq>sk: first rows fully masked", 40, 9, 1, -1, -1},
-      {"window (0,0) sq>sk", 33, 7, 2, 0, 0},
-      {"window left only", 129, 129, 2, 16, -1},
-      {"window right only, sq<sk", 7, 1000, 2, -1, 3},
-      {"single row single key", 1, 1, 1, -1, -1},
+      {"sk=0 gives zeros and -inf", 5, 0, 0, -1, -1},  {"causal sq>sk: first rows fully masked", 40, 9, 1, -1, -1},
+      {"window (0,0) sq>sk", 33, 7, 2, 0, 0},          {"window left only", 129, 129, 2, 16, -1},
+      {"window right only, sq<sk", 7, 1000, 2, -1, 3}, {"single row single key", 1, 1, 1, -1, -1},
   };
   for (int dt : {FA_DTYPE_FP16, FA_DTYPE_BF16, FA_DTYPE_FP32}) {
     for (const E& e : edges) {

@@ -17,15 +17,16 @@
 namespace fa::test {
 namespace {
 
-constexpr const char* kDocBody =
-    "const int* d = static_cast<const int*>(u.buf[0]);\nreturn j <= i && d[i] == d[j];";
+constexpr const char* kDocBody = "const int* d = static_cast<const int*>(u.buf[0]);\nreturn j <= i && d[i] == d[j];";
 
 // Document ids [s] (`docs` random documents) on the device, and the oracle's mask over the host copy.
 struct DocIds {
   int s = 0;
   std::vector<int> ids;
   DevBuf buf;
-  DocIds(std::mt19937_64& rng, int len, int docs) : s(len), ids(size_t(len)), buf(size_t(len) * 4) { refill(rng, docs); }
+  DocIds(std::mt19937_64& rng, int len, int docs) : s(len), ids(size_t(len)), buf(size_t(len) * 4) {
+    refill(rng, docs);
+  }
   // New ids written at the same device address.
   void refill(std::mt19937_64& rng, int docs) {
     std::vector<int> cuts;

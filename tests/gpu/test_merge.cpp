@@ -21,8 +21,8 @@ namespace {
 using oracle::MergeCase;
 
 struct MergeRun {
-  std::vector<double> o;    // BSHD [batch, seqlen, heads, dim], decoded
-  std::vector<float> lse;   // [batch, heads, seqlen]
+  std::vector<double> o;   // BSHD [batch, seqlen, heads, dim], decoded
+  std::vector<float> lse;  // [batch, heads, seqlen]
   bool lse_untouched = true;
   std::string failure;
 };
@@ -41,15 +41,23 @@ MergeRun run_merge(const MergeCase& c, int dtype, bool bhsd, bool want_lse) {
   fa_merge_params p;
   fa_merge_params_init(&p);
   p.dtype = dtype;
-  p.num_parts = c.parts; p.batch = c.batch; p.heads = c.heads; p.seqlen = c.seqlen; p.head_dim = c.dim;
+  p.num_parts = c.parts;
+  p.batch = c.batch;
+  p.heads = c.heads;
+  p.seqlen = c.seqlen;
+  p.head_dim = c.dim;
   p.part_o = static_cast<const float*>(po.get());
   p.part_lse = static_cast<const float*>(pl.get());
   p.o = o.get();
   const long long D = c.dim, H = c.heads, S = c.seqlen;
   if (bhsd) {
-    p.o_stride_batch = H * S * D; p.o_stride_head = S * D; p.o_stride_seq = D;
+    p.o_stride_batch = H * S * D;
+    p.o_stride_head = S * D;
+    p.o_stride_seq = D;
   } else {
-    p.o_stride_batch = S * H * D; p.o_stride_seq = H * D; p.o_stride_head = D;
+    p.o_stride_batch = S * H * D;
+    p.o_stride_seq = H * D;
+    p.o_stride_head = D;
   }
   p.lse = want_lse ? static_cast<float*>(lse.get()) : nullptr;
   if (fa_merge_partials(g.ctx, &p, g.stream) != FA_OK) {
@@ -98,19 +106,22 @@ void errors(const MergeCase& c, const MergeRun& r, double* eo, double* el) {
 TEST(Merge, MatchesTheOnePassOracle) {
   if (!gpu().ok()) GTEST_SKIP() << gpu().why;
   std::mt19937_64 rng(test_seed() ^ 0x6d65726765ull);
-  struct Shape { int batch, seqlen, heads, dim, parts; double scale; };
-  const Shape shapes[] = {{1, 77, 2, 64, 1, 0.0},   {2, 128, 3, 128, 2, 0.0}, {1, 200, 2, 64, 5, 0.0},
-                          {2, 65, 2, 8, 40, 0.0},    {1, 96, 4, 256, 3, 6.0},  {1, 50, 1, 512, 70, 0.5},
-                          {3, 33, 5, 40, 4, 0.0},   {1, 64, 2, 128, 9, 0.0}};
+  struct Shape {
+    int batch, seqlen, heads, dim, parts;
+    double scale;
+  };
+  const Shape shapes[] = {{1, 77, 2, 64, 1, 0.0}, {2, 128, 3, 128, 2, 0.0}, {1, 200, 2, 64, 5, 0.0},
+                          {2, 65, 2, 8, 40, 0.0}, {1, 96, 4, 256, 3, 6.0},  {1, 50, 1, 512, 70, 0.5},
+                          {3, 33, 5, 40, 4, 0.0}, {1, 64, 2, 128, 9, 0.0}};
   for (const Shape& s : shapes) {
     const MergeCase c = oracle::make_merge_case(rng, s.batch, s.seqlen, s.heads, s.dim, s.parts, s.scale);
     // Every dtype at d 128, bf16 elsewhere (each (dtype, dim) is a kernel of its own to compile).
-    const std::vector<int> dtypes = s.dim == 128 ? std::vector<int>{FA_DTYPE_FP16, FA_DTYPE_BF16, FA_DTYPE_FP32}
-                                                 : std::vector<int>{FA_DTYPE_BF16};
+    const std::vector<int> dtypes =
+        s.dim == 128 ? std::vector<int>{FA_DTYPE_FP16, FA_DTYPE_BF16, FA_DTYPE_FP32} : std::vector<int>{FA_DTYPE_BF16};
     for (int dtype : dtypes) {
       for (bool bhsd : {false, true}) {
-        const std::string what = fmt::format("b{} s{} h{} d{} parts {} dtype {} {}", s.batch, s.seqlen, s.heads,
-                                             s.dim, s.parts, dtype, bhsd ? "bhsd" : "bshd");
+        const std::string what = fmt::format("b{} s{} h{} d{} parts {} dtype {} {}", s.batch, s.seqlen, s.heads, s.dim,
+                                             s.parts, dtype, bhsd ? "bhsd" : "bshd");
         const MergeRun r = run_merge(c, dtype, bhsd, true);
         ASSERT_EQ(r.failure, "") << what;
         double eo = 0, el = 0;
@@ -129,7 +140,11 @@ TEST(Merge, MatchesTheOnePassOracle) {
 TEST(Merge, EveryPartMinusInfinityGivesZeroAndMinusInfinity) {
   if (!gpu().ok()) GTEST_SKIP() << gpu().why;
   MergeCase c;
-  c.batch = 2; c.heads = 3; c.seqlen = 45; c.dim = 128; c.parts = 33;
+  c.batch = 2;
+  c.heads = 3;
+  c.seqlen = 45;
+  c.dim = 128;
+  c.parts = 33;
   c.part_o.assign(size_t(c.parts) * c.rows() * c.dim, std::numeric_limits<float>::quiet_NaN());
   c.part_lse.assign(size_t(c.parts) * c.rows(), -INFINITY);
   c.o.assign(c.rows() * c.dim, 0.0);

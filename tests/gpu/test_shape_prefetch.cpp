@@ -79,13 +79,11 @@ long long compiles_after_first(bool prefetch, const Variant& v, std::mt19937_64&
     const CaseResult r = compare_outputs(c);
     EXPECT_TRUE(r.err_o <= tolerance(c.dtype) && r.padding_intact) << c.desc << " err_o " << r.err_o;
   }
-  if (ctx->prefetch) {
-    EXPECT_TRUE(ctx->prefetch->wait_idle(120.0));
-  }
+  if (ctx->prefetch) { EXPECT_TRUE(ctx->prefetch->wait_idle(120.0)); }
   const long long before = ctx->kernels->stats().compiles;
   for (int i = 0; i < n; ++i) {
     int sk = 1025 + static_cast<int>(rng() % 1023);  // the first call's tuning bucket (1025..2047)
-    if (i == 0 && sk % 2 == 0) --sk;                  // one odd count at least
+    if (i == 0 && sk % 2 == 0) --sk;                 // one odd count at least
     const int sq = sk - static_cast<int>(rng() % 64);
     Case c;
     fill(&c, v.dtype, v.d, v.mask, v.mod, sq, sk);
@@ -120,8 +118,10 @@ TEST(GpuShapePrefetch, NewLengthsAfterTheFirstCallCompileNothing) {
     without += static_cast<int>(off);
   }
   EXPECT_GT(without, 0) << "without the prefetcher no new length compiled either: the test cannot tell";
-  std::printf("GPU SUMMARY shape prefetch: %d calls at new lengths, 0 compiles expected with the prefetcher; "
-              "%d compiles without it\n", calls, without);
+  std::printf(
+      "GPU SUMMARY shape prefetch: %d calls at new lengths, 0 compiles expected with the prefetcher; "
+      "%d compiles without it\n",
+      calls, without);
 }
 
 }  // namespace

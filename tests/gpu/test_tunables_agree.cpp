@@ -82,35 +82,35 @@ TEST(GpuTunables, EveryValidPointGivesTheSameAnswer) {
   int points = 0;
   std::map<std::string, int> per_family;
   for (const CaseSpec& pr : problems) {
-   for (bool aligned : {false, true}) {
-    Case c;
-    materialize_spec(rng, pr, aligned, &c);
-    fa_params p;
-    gen::ProblemDesc d;
-    ASSERT_TRUE(rt::validate_forward(&c.params, &p, &d).ok());
-    for (const gen::Family* f : gen::ranked_families(gen::Role::Forward, g.ctx->arch)) {
-    if (!gen::family_covers(*f, d, g.ctx->arch, nullptr)) continue;
-    if (!aligned && !f->reference) continue;  // the unaligned layout is the reference family's
-    const gen::Semantic s = gen::semantic_for(*f, d, g.ctx->arch);
-    const auto space = spread(gen::all_valid_points(s, g.ctx->limits), f->defaults(s));
-    ASSERT_FALSE(space.empty()) << gen::semantic_key(s);
-    parallel_for(space.size(), [&](size_t i) {  // compile in parallel, then launch serially
-      std::shared_ptr<rt::Kernel> k;
-      rt::kernel_for(g.ctx, gen::finalize(s, space[i], d), true, &k);
-    });
-    per_family[f->name] += static_cast<int>(space.size());
-    for (const gen::Tunables& t : space) {
-      const gen::KernelConfig cfg = gen::finalize(s, t, d);
-      const std::string err = launch_config(c, cfg);
-      ASSERT_EQ(err, "") << gen::canonical_key(cfg);
-      const CaseResult r = compare_outputs(c);
-      EXPECT_LE(r.err_o, tolerance(c.dtype)) << gen::canonical_key(cfg) << " [" << c.desc << "]";
-      EXPECT_LE(r.err_lse, 2e-3) << gen::canonical_key(cfg);
-      EXPECT_TRUE(r.padding_intact) << gen::canonical_key(cfg);
-      ++points;
+    for (bool aligned : {false, true}) {
+      Case c;
+      materialize_spec(rng, pr, aligned, &c);
+      fa_params p;
+      gen::ProblemDesc d;
+      ASSERT_TRUE(rt::validate_forward(&c.params, &p, &d).ok());
+      for (const gen::Family* f : gen::ranked_families(gen::Role::Forward, g.ctx->arch)) {
+        if (!gen::family_covers(*f, d, g.ctx->arch, nullptr)) continue;
+        if (!aligned && !f->reference) continue;  // the unaligned layout is the reference family's
+        const gen::Semantic s = gen::semantic_for(*f, d, g.ctx->arch);
+        const auto space = spread(gen::all_valid_points(s, g.ctx->limits), f->defaults(s));
+        ASSERT_FALSE(space.empty()) << gen::semantic_key(s);
+        parallel_for(space.size(), [&](size_t i) {  // compile in parallel, then launch serially
+          std::shared_ptr<rt::Kernel> k;
+          rt::kernel_for(g.ctx, gen::finalize(s, space[i], d), true, &k);
+        });
+        per_family[f->name] += static_cast<int>(space.size());
+        for (const gen::Tunables& t : space) {
+          const gen::KernelConfig cfg = gen::finalize(s, t, d);
+          const std::string err = launch_config(c, cfg);
+          ASSERT_EQ(err, "") << gen::canonical_key(cfg);
+          const CaseResult r = compare_outputs(c);
+          EXPECT_LE(r.err_o, tolerance(c.dtype)) << gen::canonical_key(cfg) << " [" << c.desc << "]";
+          EXPECT_LE(r.err_lse, 2e-3) << gen::canonical_key(cfg);
+          EXPECT_TRUE(r.padding_intact) << gen::canonical_key(cfg);
+          ++points;
+        }
+      }
     }
-    }
-   }
   }
   std::string fams;
   for (const auto& [name, n] : per_family) fams += fmt::format(" {} {}", name, n);
@@ -147,16 +147,33 @@ TEST(GpuTunables, EveryValidPointWithUserCodeGivesTheSameAnswer) {
   const char* doc_causal_body = "const int* d = static_cast<const int*>(u.buf[0]);\nreturn j <= i && d[i] == d[j];";
   auto doc_causal_ref = [&doc](int, int, int i, int j) { return j <= i && doc[size_t(i)] == doc[size_t(j)]; };
   const ModProblem mod_problems[] = {
-      {{FA_DTYPE_BF16, 128, 128, 4, 2, 1, 257, 257, false, false, false, false}, doc_body,
-       "return s + 0.25f * (float)h;", doc_ref, head_score},
-      {{FA_DTYPE_FP16, 64, 64, 4, 2, 0, 0, 0, false, false, false, true}, "return j <= i + 1 && (j % 5) != 3;", nullptr,
-       [](int, int, int i, int j) { return j <= i + 1 && (j % 5) != 3; }, {}},
-      {{FA_DTYPE_BF16, 64, 64, 4, 2, 2, 150, 333, false, false, true, false}, nullptr, "return s + 0.25f * (float)h;",
-       {}, head_score},
-      {{FA_DTYPE_BF16, 128, 128, 2, 1, 0, 512, 512, false, false, false, false}, doc_causal_body, nullptr,
-       doc_causal_ref, {}, 0},
-      {{FA_DTYPE_BF16, 64, 64, 2, 1, 0, 449, 449, false, false, false, false}, doc_causal_body, nullptr,
-       doc_causal_ref, {}, FA_MOD_DEPENDS_HEAD},
+      {{FA_DTYPE_BF16, 128, 128, 4, 2, 1, 257, 257, false, false, false, false},
+       doc_body,
+       "return s + 0.25f * (float)h;",
+       doc_ref,
+       head_score},
+      {{FA_DTYPE_FP16, 64, 64, 4, 2, 0, 0, 0, false, false, false, true},
+       "return j <= i + 1 && (j % 5) != 3;",
+       nullptr,
+       [](int, int, int i, int j) { return j <= i + 1 && (j % 5) != 3; },
+       {}},
+      {{FA_DTYPE_BF16, 64, 64, 4, 2, 2, 150, 333, false, false, true, false},
+       nullptr,
+       "return s + 0.25f * (float)h;",
+       {},
+       head_score},
+      {{FA_DTYPE_BF16, 128, 128, 2, 1, 0, 512, 512, false, false, false, false},
+       doc_causal_body,
+       nullptr,
+       doc_causal_ref,
+       {},
+       0},
+      {{FA_DTYPE_BF16, 64, 64, 2, 1, 0, 449, 449, false, false, false, false},
+       doc_causal_body,
+       nullptr,
+       doc_causal_ref,
+       {},
+       FA_MOD_DEPENDS_HEAD},
   };
   for (const ModProblem& mp : mod_problems) {
     Case c;
@@ -195,8 +212,10 @@ TEST(GpuTunables, EveryValidPointWithUserCodeGivesTheSameAnswer) {
   }
   std::string fams;
   for (const auto& [name, n] : per_family) fams += fmt::format(" {} {}", name, n);
-  std::printf("GPU SUMMARY tunables with user code: %d (problem, family, tunable point) triples checked against the "
-              "oracle:%s\n", points, fams.c_str());
+  std::printf(
+      "GPU SUMMARY tunables with user code: %d (problem, family, tunable point) triples checked against the "
+      "oracle:%s\n",
+      points, fams.c_str());
 }
 
 // fwd_wgmma's persistent tile loop on problems with more tiles than SMs at every consumer count, so that each CTA
@@ -240,8 +259,8 @@ TEST(GpuTunables, PersistentTileLoopOverSeveralTilesPerCta) {
     const auto space = spread(persistent, persistent.front(), 24);
     const int consumers = f->knob_index("consumers");
     for (const gen::Tunables& t : space) {  // every point gives some CTA several tiles
-      const long long tiles = (long long)((d.seqlen_q + 64 * t[consumers] - 1) / (64 * t[consumers])) * d.heads_q *
-                              d.batch;
+      const long long tiles =
+          (long long)((d.seqlen_q + 64 * t[consumers] - 1) / (64 * t[consumers])) * d.heads_q * d.batch;
       EXPECT_GT(tiles, g.ctx->limits.sm_count) << c.desc << " " << gen::tunables_key(s, t);
     }
     parallel_for(space.size(), [&](size_t i) {
@@ -267,8 +286,10 @@ TEST(GpuTunables, PersistentTileLoopOverSeveralTilesPerCta) {
       ++points;
     }
   }
-  std::printf("GPU SUMMARY persistent tiles: %d fwd_wgmma persistent points on multi-tile problems checked against the "
-              "oracle\n", points);
+  std::printf(
+      "GPU SUMMARY persistent tiles: %d fwd_wgmma persistent points on multi-tile problems checked against the "
+      "oracle\n",
+      points);
 }
 
 // MLA's latent cache (v = k's first head_dim_v columns): the case's k also serves as v (the oracle recomputed on that
@@ -351,8 +372,12 @@ TEST(GpuTunables, LargeProblemsMatchTheReferenceKernel) {
   Gpu& g = gpu();
   if (!g.ok()) GTEST_SKIP() << "no GPU: " << g.why;
   std::mt19937_64 rng(test_seed() + 23);
-  struct L { int dt, d, s, mask; };
-  const L large[] = {{FA_DTYPE_BF16, 128, 16384, 0}, {FA_DTYPE_FP16, 128, 16384, 1}, {FA_DTYPE_BF16, 64, 8192, 1},
+  struct L {
+    int dt, d, s, mask;
+  };
+  const L large[] = {{FA_DTYPE_BF16, 128, 16384, 0},
+                     {FA_DTYPE_FP16, 128, 16384, 1},
+                     {FA_DTYPE_BF16, 64, 8192, 1},
                      {FA_DTYPE_FP16, 256, 4096, 0}};
   double worst = 0;
   for (const L& l : large) {
@@ -369,8 +394,14 @@ TEST(GpuTunables, LargeProblemsMatchTheReferenceKernel) {
     fa_params p;
     fa_params_init(&p);
     p.dtype = l.dt;
-    p.batch = 1; p.seqlen_q = p.seqlen_k = l.s; p.heads_q = p.heads_kv = H; p.head_dim = D;
-    p.q = q.get(); p.k = k.get(); p.v = v.get(); p.o = o1.get();
+    p.batch = 1;
+    p.seqlen_q = p.seqlen_k = l.s;
+    p.heads_q = p.heads_kv = H;
+    p.head_dim = D;
+    p.q = q.get();
+    p.k = k.get();
+    p.v = v.get();
+    p.o = o1.get();
     p.q_stride_batch = p.k_stride_batch = p.v_stride_batch = p.o_stride_batch = int64_t(n);
     p.q_stride_seq = p.k_stride_seq = p.v_stride_seq = p.o_stride_seq = int64_t(H) * D;
     p.q_stride_head = p.k_stride_head = p.v_stride_head = p.o_stride_head = D;

@@ -27,9 +27,9 @@ namespace {
 
 struct ModCase {
   const char* name;
-  const char* mask_mod;   // or nullptr
-  const char* score_mod;  // or nullptr
-  const char* score_grad;  // score_mod's derivative (the backward), or nullptr
+  const char* mask_mod;             // or nullptr
+  const char* score_mod;            // or nullptr
+  const char* score_grad;           // score_mod's derivative (the backward), or nullptr
   int builtin_mask = FA_MASK_NONE;  // the built-in mask applied together with the mod
   std::function<bool(int b, int h, int i, int j)> mask;
   std::function<double(double s, int b, int h, int i, int j)> score;
@@ -65,26 +65,56 @@ struct ReadyMods {
     d_rel.upload(rel.data(), rel.size() * 4);
     auto one = [](double, int, int, int, int) { return 1.0; };
     cases = {
-        {"document+causal", "const fa_buf0_t* d = static_cast<const fa_buf0_t*>(u.buf[0]);\nreturn d[i] == d[j];",
-         nullptr, nullptr, FA_MASK_CAUSAL, [this](int, int, int i, int j) { return doc[size_t(i)] == doc[size_t(j)]; },
-         {}, {}},
-        {"prefix_lm", "return j <= i || j < u.iscalar[0];", nullptr, nullptr, FA_MASK_NONE,
-         [](int, int, int i, int j) { return j <= i || j < prefix; }, {}, {}},
-        {"sinks+window", "return j < u.iscalar[1] || (j <= i && i - j < u.iscalar[2]);", nullptr, nullptr,
-         FA_MASK_NONE, [](int, int, int i, int j) { return j < sinks || (j <= i && i - j < window); }, {}, {}},
-        {"chunked", "return i / u.iscalar[3] == j / u.iscalar[3] && j <= i;", nullptr, nullptr, FA_MASK_NONE,
-         [](int, int, int i, int j) { return i / chunk == j / chunk && j <= i; }, {}, {}},
-        {"relative_bias", nullptr,
+        {"document+causal",
+         "const fa_buf0_t* d = static_cast<const fa_buf0_t*>(u.buf[0]);\nreturn d[i] == d[j];",
+         nullptr,
+         nullptr,
+         FA_MASK_CAUSAL,
+         [this](int, int, int i, int j) { return doc[size_t(i)] == doc[size_t(j)]; },
+         {},
+         {}},
+        {"prefix_lm",
+         "return j <= i || j < u.iscalar[0];",
+         nullptr,
+         nullptr,
+         FA_MASK_NONE,
+         [](int, int, int i, int j) { return j <= i || j < prefix; },
+         {},
+         {}},
+        {"sinks+window",
+         "return j < u.iscalar[1] || (j <= i && i - j < u.iscalar[2]);",
+         nullptr,
+         nullptr,
+         FA_MASK_NONE,
+         [](int, int, int i, int j) { return j < sinks || (j <= i && i - j < window); },
+         {},
+         {}},
+        {"chunked",
+         "return i / u.iscalar[3] == j / u.iscalar[3] && j <= i;",
+         nullptr,
+         nullptr,
+         FA_MASK_NONE,
+         [](int, int, int i, int j) { return i / chunk == j / chunk && j <= i; },
+         {},
+         {}},
+        {"relative_bias",
+         nullptr,
          "const float* t = static_cast<const float*>(u.buf[1]);\n"
          "int r = min(max(i - j, -64), 64) + 64;\nreturn s + t[h * u.stride[1][0] + r];",
-         "return 1.0f;", FA_MASK_CAUSAL, {},
+         "return 1.0f;",
+         FA_MASK_CAUSAL,
+         {},
          [this](double s, int, int h, int i, int j) {
            const int r = std::min(std::max(i - j, -64), 64) + 64;
            return s + static_cast<double>(rel[size_t(h * 129 + r)]);
          },
          one},
-        {"softcap", nullptr, "return u.scalar[0] * tanhf(s / u.scalar[0]);",
-         "const float t = tanhf(s / u.scalar[0]);\nreturn 1.0f - t * t;", FA_MASK_NONE, {},
+        {"softcap",
+         nullptr,
+         "return u.scalar[0] * tanhf(s / u.scalar[0]);",
+         "const float t = tanhf(s / u.scalar[0]);\nreturn 1.0f - t * t;",
+         FA_MASK_NONE,
+         {},
          [](double s, int, int, int, int) { return cap * std::tanh(s / cap); },
          [](double s, int, int, int, int) {
            const double t = std::tanh(s / cap);
@@ -178,8 +208,8 @@ TEST(GpuUserMods, ReadyModsGradientsMatchTheOracle) {
   for (size_t n = 0; n < cases.size(); ++n) {
     Case& c = *cases[n];
     const CaseResult fwd = check_case(c);
-    const bool fwd_ok = fwd.failure.empty() && fwd.err_o <= tolerance(c.dtype) && fwd.err_lse <= 1e-3 &&
-                        fwd.padding_intact;
+    const bool fwd_ok =
+        fwd.failure.empty() && fwd.err_o <= tolerance(c.dtype) && fwd.err_lse <= 1e-3 && fwd.padding_intact;
     Grads gr;
     setup_grads(rng, c, gr);
     gr.b.deterministic = static_cast<int>(n % 2);
@@ -194,8 +224,8 @@ TEST(GpuUserMods, ReadyModsGradientsMatchTheOracle) {
       const bool ok = fwd_ok && r.ok(c.dtype);
       if (!ok) ++failures;
       std::printf("  %-30s %-9s det %d %s err_o %.2e dq %.2e dk %.2e dv %.2e%s %s%s\n", c.desc.c_str(),
-                  reference ? "bwd_ref" : selected, gr.b.deterministic, ok ? "ok  " : "FAIL", fwd.err_o, r.dq, r.dk, r.dv,
-                  r.padding_ok ? "" : " PADDING WRITTEN", fwd.failure.c_str(), r.failure.c_str());
+                  reference ? "bwd_ref" : selected, gr.b.deterministic, ok ? "ok  " : "FAIL", fwd.err_o, r.dq, r.dk,
+                  r.dv, r.padding_ok ? "" : " PADDING WRITTEN", fwd.failure.c_str(), r.failure.c_str());
     }
   }
   EXPECT_EQ(failures, 0);
@@ -224,7 +254,8 @@ TEST(GpuUserMods, RestatedBuiltinsAgreeWithTheBuiltins) {
       {"softcap", FA_MASK_NONE, -1, -1, true, false, nullptr, "return u.scalar[0] * tanhf(s / u.scalar[0]);",
        "const float t = tanhf(s / u.scalar[0]);\nreturn 1.0f - t * t;"},
       {"alibi", FA_MASK_NONE, -1, -1, false, true, nullptr,
-       "const float* sl = static_cast<const float*>(u.buf[0]);\nreturn s - sl[h] * fabsf((float)(i + u.iscalar[0] - j));",
+       "const float* sl = static_cast<const float*>(u.buf[0]);\nreturn s - sl[h] * fabsf((float)(i + u.iscalar[0] - "
+       "j));",
        "return 1.0f;"},
   };
   // The built-in problems, and each one's params with the mod instead of the built-in feature (the oracle's answer
@@ -333,11 +364,11 @@ TEST(GpuUserMods, RestatedBuiltinsAgreeWithTheBuiltins) {
       char key[256] = "?";
       fa_problem_key(g.ctx, &c.params, key, sizeof key);
       const std::string family = std::string(key).substr(0, std::string(key).find('.'));  // which forward ran the mod
-      std::printf("  %-18s %s %s: built-in err %.2e, mod err %.2e, |mod - built-in| %.2e; grads: built-in %.2e, mod "
-                  "%.2e, mod vs built-in %.2e %s%s%s%s\n",
-                  c.desc.c_str(), ok ? "ok  " : "FAIL", family.c_str(), builtin.err_o, mod.err_o, diff, gb.worst(),
-                  gm.worst(), gdiff, builtin.failure.c_str(), mod.failure.c_str(), gb.failure.c_str(),
-                  gm.failure.c_str());
+      std::printf(
+          "  %-18s %s %s: built-in err %.2e, mod err %.2e, |mod - built-in| %.2e; grads: built-in %.2e, mod "
+          "%.2e, mod vs built-in %.2e %s%s%s%s\n",
+          c.desc.c_str(), ok ? "ok  " : "FAIL", family.c_str(), builtin.err_o, mod.err_o, diff, gb.worst(), gm.worst(),
+          gdiff, builtin.failure.c_str(), mod.failure.c_str(), gb.failure.c_str(), gm.failure.c_str());
     }
   }
   EXPECT_EQ(failures, 0);

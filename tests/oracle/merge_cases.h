@@ -22,7 +22,7 @@ namespace fa::oracle {
 struct MergeCase {
   int batch = 1, seqlen = 1, heads = 1, dim = 8, parts = 1;
   std::vector<float> part_o, part_lse;  // fa_merge_partials' layouts
-  std::vector<double> o, lse;           // the one-pass answer: o [batch, seqlen, heads, dim], lse [batch, heads, seqlen]
+  std::vector<double> o, lse;  // the one-pass answer: o [batch, seqlen, heads, dim], lse [batch, heads, seqlen]
   size_t rows() const { return size_t(batch) * heads * seqlen; }
 };
 
@@ -30,14 +30,21 @@ struct MergeCase {
 inline MergeCase make_merge_case(std::mt19937_64& rng, int batch, int seqlen, int heads, int dim, int parts,
                                  double scale) {
   MergeCase c;
-  c.batch = batch; c.seqlen = seqlen; c.heads = heads; c.dim = dim; c.parts = parts;
+  c.batch = batch;
+  c.seqlen = seqlen;
+  c.heads = heads;
+  c.dim = dim;
+  c.parts = parts;
   std::normal_distribution<double> n01(0.0, 1.0);
   const size_t elems = size_t(batch) * seqlen * heads * dim;
   std::vector<double> q(elems), k(elems), v(elems);
   for (auto* t : {&q, &k, &v})
     for (double& x : *t) x = n01(rng);
   Problem p;
-  p.batch = batch; p.seqlen_q = p.seqlen_k = seqlen; p.heads_q = p.heads_kv = heads; p.head_dim = dim;
+  p.batch = batch;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  p.heads_q = p.heads_kv = heads;
+  p.head_dim = dim;
   p.mask = kMaskCausal;
   p.scale = scale;
   const DenseForward full = forward(p, q, k, v);

@@ -69,9 +69,7 @@ double row_softmax(const Problem& p, Tensor4 q, Tensor4 k, int b, int h, int i, 
       s += p.bias[static_cast<long long>(b) * p.bias_sb + static_cast<long long>(h) * p.bias_sh +
                   static_cast<long long>(i) * p.bias_sq + static_cast<long long>(j) * p.bias_sk];
     }
-    if (p.alibi != nullptr) {
-      s -= p.alibi[h] * std::fabs(static_cast<double>(i + sk - sq - j));
-    }
+    if (p.alibi != nullptr) { s -= p.alibi[h] * std::fabs(static_cast<double>(i + sk - sq - j)); }
     if (p.mask_mod && !p.mask_mod(b, h, i, j)) continue;
     if (p.score_mod) {
       if (p.score_mod_grad) dsdx *= p.score_mod_grad(s, b, h, i, j);  // at the s score_mod receives
@@ -193,14 +191,12 @@ long long lse_index(const Problem& p, int b, int h, int i) {
 bool key_visible(const Problem& p, int i, int j, int sq, int sk) {
   const long long diag = static_cast<long long>(i) + sk - sq;  // the key aligned with row i (bottom-right)
   switch (p.mask) {
-    case kMaskCausal:
-      return j <= diag;
+    case kMaskCausal: return j <= diag;
     case kMaskSlidingWindow:
       if (p.window_left >= 0 && j < diag - p.window_left) return false;
       if (p.window_right >= 0 && j > diag + p.window_right) return false;
       return true;
-    default:
-      return true;
+    default: return true;
   }
 }
 
@@ -336,8 +332,6 @@ DenseBackward backward(const Problem& p, std::span<const double> q, std::span<co
 double relative_error(std::span<const double> got, std::span<const double> ref) {
   return relative_error_impl(got, ref);
 }
-double relative_error(std::span<const float> got, std::span<const double> ref) {
-  return relative_error_impl(got, ref);
-}
+double relative_error(std::span<const float> got, std::span<const double> ref) { return relative_error_impl(got, ref); }
 
 }  // namespace fa::oracle

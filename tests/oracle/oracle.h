@@ -58,7 +58,7 @@ struct Problem {
   int heads_q = 1;
   int heads_kv = 1;
   int head_dim = 0;
-  int head_dim_v = 0;  // 0 means head_dim
+  int head_dim_v = 0;                           // 0 means head_dim
   std::vector<int> cu_seqlens_q, cu_seqlens_k;  // both empty: fixed length; else batch+1 offsets (varlen)
   int mask = kMaskNone;
   int window_left = -1, window_right = -1;  // sliding window only; -1 = unbounded side
@@ -104,8 +104,7 @@ struct DenseForward {
 struct DenseBackward {
   std::vector<double> dq, dk, dv;
 };
-DenseForward forward(const Problem& p, std::span<const double> q, std::span<const double> k,
-                     std::span<const double> v);
+DenseForward forward(const Problem& p, std::span<const double> q, std::span<const double> k, std::span<const double> v);
 DenseBackward backward(const Problem& p, std::span<const double> q, std::span<const double> k,
                        std::span<const double> v, std::span<const double> dout);
 

@@ -18,8 +18,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -140,7 +140,8 @@ struct Job {
 
 void add_semantics(const Family& f, int arch, bool full, const SampleCaps& caps, std::vector<Job>* jobs) {
   const DeviceLimits lim = limits_for_arch(arch);
-  const std::vector<int> dims_full = {8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 136, 160, 192, 200, 224, 248, 256};
+  const std::vector<int> dims_full = {8,  16,  24,  32,  40,  48,  56,  64,  72,  80,
+                                      96, 112, 128, 136, 160, 192, 200, 224, 248, 256};
   const std::vector<int> dims_sample = {8, 40, 64, 96, 128, 200, 256};
   const auto& dims = full ? dims_full : dims_sample;
   int rot = 0;
@@ -283,7 +284,7 @@ int main(int argc, char** argv) {
   size_t limit = 0;
   unsigned long long seed = std::random_device{}();
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<int> archs;  // --arch, else sm_80 and sm_90a
+  std::vector<int> archs;   // --arch, else sm_80 and sm_90a
   bool count_only = false;  // --count: the kernels per family and arch, nothing compiled
   bool lite = false;        // --lite: the sample with fewer points per semantic (kLiteCaps)
   std::string only_family;
@@ -382,7 +383,7 @@ int main(int argc, char** argv) {
   std::atomic<size_t> next{0};
   std::atomic<int> failures{0};
   std::mutex out_mu;
-  std::map<std::string, int> max_regs;  // per family
+  std::map<std::string, int> max_regs;        // per family
   std::map<std::string, double> family_secs;  // NVRTC seconds per family (what a sample costs, family by family)
   double slowest = 0;
   std::string slowest_key;
@@ -402,12 +403,13 @@ int main(int argc, char** argv) {
       const bool spill = r.ptxas.spill_stores > 0 || r.ptxas.spill_loads > 0;
       if (!r.ok || spill || r.ptxas.registers < 0 || r.ptxas.wgmma_serialized) {
         ++failures;
-        const char* why = !r.ok ? "compile error"
-                          : spill ? "spills"
+        const char* why = !r.ok                   ? "compile error"
+                          : spill                 ? "spills"
                           : r.ptxas.registers < 0 ? "no ptxas report"
                                                   : "wgmma serialized by ptxas";
         fmt::print("FAIL {} ({}): {}\n{}\n", r.key, why,
-                   fmt::format("regs {} spill stores {} loads {}", r.ptxas.registers, r.ptxas.spill_stores, r.ptxas.spill_loads),
+                   fmt::format("regs {} spill stores {} loads {}", r.ptxas.registers, r.ptxas.spill_stores,
+                               r.ptxas.spill_loads),
                    r.log.substr(0, 4000));
       } else if (std::getenv("FA_SWEEP_VERBOSE")) {
         fmt::print("ok {} regs {} {:.1f}s\n", r.key, r.ptxas.registers, r.seconds);

@@ -35,8 +35,8 @@
 #include "../bwd_cta_order.h"
 #include "../common.h"
 #include "generator/user_mods.h"
-#include "templates/fa_args.cuh"
 #include "templates/bwd_mma_tiling.cuh"
+#include "templates/fa_args.cuh"
 #include "templates/smem_layout.cuh"
 
 namespace fa::gen {
@@ -46,16 +46,16 @@ namespace {
 enum { kBlockM, kBlockN, kWarps, kStages };
 
 // Bounds of fa_bwd_acc_regs() (float32 accumulator registers per thread); see the calibration in the header.
-constexpr int kBwdMmaRegBudget = 160;      // any tile
-constexpr int kBwdMmaWideBudget = 192;     // 8 warps with a transient tile of <= kBwdMmaWideTransient floats
+constexpr int kBwdMmaRegBudget = 160;   // any tile
+constexpr int kBwdMmaWideBudget = 192;  // 8 warps with a transient tile of <= kBwdMmaWideTransient floats
 constexpr int kBwdMmaWideTransient = 64;
-constexpr int kBwdMmaMaxTransient = 96;    // S^T/dP^T or dQ' tile floats per thread at the narrow budget
-constexpr int kBwdMmaFeatUnevenBudget = 96;  // bias/ALiBi/softcap with unevenly split head columns
-constexpr int kBwdMmaBiasSTile = 64;         // with a bias, S^T/dP^T floats per thread and dK/dV registers from
-constexpr int kBwdMmaBiasPersistent = 64;    // which only 8 warps, 2 stages and exactly 64 dK/dV registers are clean
-constexpr int kBwdMmaBiasPaddedBudget = 144; // with a bias and a head dim that is not a multiple of 16
-constexpr int kBwdMmaCausalBudget = 144;     // with a bias and a causal mask (the CTA-order decode)
-constexpr int kBwdMmaUserCodeBudget = 144;   // with a score_mod, or a bias and a mask_mod (user code, fa_mods)
+constexpr int kBwdMmaMaxTransient = 96;       // S^T/dP^T or dQ' tile floats per thread at the narrow budget
+constexpr int kBwdMmaFeatUnevenBudget = 96;   // bias/ALiBi/softcap with unevenly split head columns
+constexpr int kBwdMmaBiasSTile = 64;          // with a bias, S^T/dP^T floats per thread and dK/dV registers from
+constexpr int kBwdMmaBiasPersistent = 64;     // which only 8 warps, 2 stages and exactly 64 dK/dV registers are clean
+constexpr int kBwdMmaBiasPaddedBudget = 144;  // with a bias and a head dim that is not a multiple of 16
+constexpr int kBwdMmaCausalBudget = 144;      // with a bias and a causal mask (the CTA-order decode)
+constexpr int kBwdMmaUserCodeBudget = 144;    // with a score_mod, or a bias and a mask_mod (user code, fa_mods)
 
 FaBwdLayout layout(const KernelConfig& c) {
   return fa_bwd_layout(c.t[kBlockM], c.t[kBlockN], std::max(1, c.t[kWarps]), c.s.head_dim, c.s.head_dim_v);
@@ -75,8 +75,8 @@ Tunables defaults(const Semantic& s) {
   // head dims pad to 64 (measured H100, bf16 4k x 16 heads x 4: 2.90 ms non-causal / 1.62 ms causal against
   // 3.17 / 1.72 ms for the next tile; tuner, 2026-11-22).
   if (d <= 128)
-    prefs = {{{128, 128, 8, 2}}, {{64, 128, 8, 2}}, {{64, 128, 8, 1}}, {{128, 64, 8, 2}},
-             {{64, 64, 8, 2}},   {{64, 64, 4, 2}}};
+    prefs = {{{128, 128, 8, 2}}, {{64, 128, 8, 2}}, {{64, 128, 8, 1}},
+             {{128, 64, 8, 2}},  {{64, 64, 8, 2}},  {{64, 64, 4, 2}}};
   else prefs = {{{64, 64, 8, 2}}, {{64, 64, 8, 1}}, {{64, 32, 8, 2}}, {{64, 32, 8, 1}}};
   // Then every point of the space, largest tiles first.
   std::vector<Tunables> rest = full_space(s);
@@ -102,21 +102,22 @@ bool valid(const KernelConfig& c, std::string* why) {
     return fail(fmt::format("dtype: expected fp16 or bf16 for bwd_mma, got {}", dtype_name(c.s.dtype)));
   const FaBwdLayout L = layout(c);
   if (!L.ok)
-    return fail(fmt::format("warps: no warp layout of {} warps fits block_m {} x block_n {} (bwd_mma_tiling.cuh)", t[kWarps],
-                            t[kBlockM], t[kBlockN]));
+    return fail(fmt::format("warps: no warp layout of {} warps fits block_m {} x block_n {} (bwd_mma_tiling.cuh)",
+                            t[kWarps], t[kBlockM], t[kBlockN]));
   const int regs = reg_estimate(c);
   const int transient = regs - fa_bwd_persistent_regs(L);
   const bool even_cols = fa_bwd_even_cols(L);
-  const bool narrow = regs <= kBwdMmaRegBudget && transient <= kBwdMmaMaxTransient &&
-                      (transient <= kBwdMmaWideTransient || even_cols);
+  const bool narrow =
+      regs <= kBwdMmaRegBudget && transient <= kBwdMmaMaxTransient && (transient <= kBwdMmaWideTransient || even_cols);
   const bool wide = t[kWarps] == 8 && transient <= kBwdMmaWideTransient && regs <= kBwdMmaWideBudget && even_cols;
   // score_mod (user code) runs on the feature path (bwd_mma.cuh: kFeat), so it is held to the features' rules.
   const bool score_code = has_score_mod(c.s.mods);
   const bool features = c.s.has_bias || c.s.has_alibi || c.s.has_softcap || score_code;
   if (features && !even_cols && regs > kBwdMmaFeatUnevenBudget)
-    return fail(fmt::format("registers: estimated {} float32 accumulators per thread with bias/ALiBi/softcap and "
-                            "unevenly split head columns, expected <= {} (no spills)",
-                            regs, kBwdMmaFeatUnevenBudget));
+    return fail(
+        fmt::format("registers: estimated {} float32 accumulators per thread with bias/ALiBi/softcap and "
+                    "unevenly split head columns, expected <= {} (no spills)",
+                    regs, kBwdMmaFeatUnevenBudget));
   // FA2's own d 64 tile, 128 x 128 with 8 warps (estimate 192, transient 128): spill-free on sm_90a without
   // bias/ALiBi/softcap at head dims 64 (NVRTC 13, plain, masked and varlen, fp16 and bf16; 2026-11-22). It spills
   // 12 bytes on sm_80, 24-84 bytes at head dims 32-48 and 12 bytes at 56 (padded to 64, one stage; 2026-11-23, also
@@ -126,20 +127,22 @@ bool valid(const KernelConfig& c, std::string* why) {
   const bool fa2_d64_tile = c.s.arch >= 90 && !features && !mask_code && t[kBlockM] == 128 && t[kBlockN] == 128 &&
                             t[kWarps] == 8 && c.s.head_dim == 64 && c.s.head_dim_v == 64;
   if (!narrow && !wide && !fa2_d64_tile)
-    return fail(fmt::format("registers: estimated {} float32 accumulators per thread ({} transient{}), expected <= {} "
-                            "with <= {} transient (<= {} unless the columns split evenly), or <= {} with 8 warps, <= "
-                            "{} transient and evenly split columns (no spills)",
-                            regs, transient, even_cols ? "" : ", columns split unevenly", kBwdMmaRegBudget,
-                            kBwdMmaMaxTransient, kBwdMmaWideTransient, kBwdMmaWideBudget, kBwdMmaWideTransient));
+    return fail(
+        fmt::format("registers: estimated {} float32 accumulators per thread ({} transient{}), expected <= {} "
+                    "with <= {} transient (<= {} unless the columns split evenly), or <= {} with 8 warps, <= "
+                    "{} transient and evenly split columns (no spills)",
+                    regs, transient, even_cols ? "" : ", columns split unevenly", kBwdMmaRegBudget, kBwdMmaMaxTransient,
+                    kBwdMmaWideTransient, kBwdMmaWideBudget, kBwdMmaWideTransient));
   // Two plain points that the address registers of the swizzled rows and the tiled dQ accumulator tip into spills
   // (ptxas -v over every valid point, sm_80 and sm_90a, head dims 32-256, 2026-11-23): 128 x 64 x 8 warps with two
   // stages at d 64 (4 bytes, both archs) and 64 x 64 x 8 warps with one stage at d 256 on sm_90a (56 bytes; two
   // stages, the default there, are spill-free).
-  if (!features && t[kBlockM] == 128 && t[kBlockN] == 64 && t[kWarps] == 8 && t[kStages] == 2 && L.dp == 64 && L.dvp == 64)
+  if (!features && t[kBlockM] == 128 && t[kBlockN] == 64 && t[kWarps] == 8 && t[kStages] == 2 && L.dp == 64 &&
+      L.dvp == 64)
     return fail("tile: 128 x 64 x 8 warps with 2 stages at head dim 64 spills (ptxas); use 1 stage or another tile");
   // (With ALiBi too: d 248 varlen spilled 4 bytes, full sweep 2026-11-25.)
-  if (c.s.arch >= 90 && t[kBlockM] == 64 && t[kBlockN] == 64 && t[kWarps] == 8 && t[kStages] == 1 &&
-      L.dp == 256 && L.dvp == 256)
+  if (c.s.arch >= 90 && t[kBlockM] == 64 && t[kBlockN] == 64 && t[kWarps] == 8 && t[kStages] == 1 && L.dp == 256 &&
+      L.dvp == 256)
     return fail("tile: 64 x 64 x 8 warps with 1 stage at head dim 256 spills on sm_90 (ptxas); use 2 stages");
   // A bias costs registers that the estimate does not count: the addresses and guarded loads of its elements live
   // next to GEMM 1's S^T/dP^T tile. ptxas -v over the valid points with a bias (alone, with ALiBi, with softcap;
@@ -162,14 +165,16 @@ bool valid(const KernelConfig& c, std::string* why) {
   // tile at estimate 192: 64 x 128 x 8 warps spilled 114 bytes there; one stage and sm_80 were clean; ptxas -v with a
   // document mask, 2026-11-25).
   if (mask_code && !narrow && c.s.arch >= 90 && t[kStages] == 2 && 2 * L.mt1 * L.nt1 * 4 >= 64)
-    return fail(fmt::format("tile: {} x {} x {} warps with 2 stages and a mask_mod spills on sm_90 (ptxas); use 1 stage",
-                            t[kBlockM], t[kBlockN], t[kWarps]));
+    return fail(
+        fmt::format("tile: {} x {} x {} warps with 2 stages and a mask_mod spills on sm_90 (ptxas); use 1 stage",
+                    t[kBlockM], t[kBlockN], t[kWarps]));
   const bool causal = c.s.mask == kMaskCausal;
   const bool padded = L.dp != c.s.head_dim || L.dvp != c.s.head_dim_v;  // head dims padded to 16 (guarded)
   if (causal && !features && padded && t[kBlockN] == 128 && t[kWarps] == 8 && regs > kBwdMmaRegBudget)
-    return fail(fmt::format("tile: {} x 128 x 8 warps (estimate {}) with a causal mask and head dims padded to 16 "
-                            "spills (ptxas); use another tile",
-                            t[kBlockM], regs));
+    return fail(
+        fmt::format("tile: {} x 128 x 8 warps (estimate {}) with a causal mask and head dims padded to 16 "
+                    "spills (ptxas); use another tile",
+                    t[kBlockM], regs));
   if (causal && !features && t[kBlockM] == 64 && t[kBlockN] == 64 && t[kWarps] == 4 && t[kStages] == 1 && L.dp == 64 &&
       L.dvp == 64)
     return fail("tile: 64 x 64 x 4 warps with 1 stage at head dim 64 spills with a causal mask (ptxas); use 2 stages");
@@ -186,34 +191,40 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (c.s.has_bias || score_code) {
     const int s_tile = 2 * L.mt1 * L.nt1 * 4;  // S^T and dP^T floats per thread (the GEMM 1 part of the estimate)
     const int dkdv = fa_bwd_persistent_regs(L);
-    const int budget = padded                     ? kBwdMmaBiasPaddedBudget
-                       : causal                   ? kBwdMmaCausalBudget
-                       : score_code || mask_code  ? kBwdMmaUserCodeBudget
-                                                  : kBwdMmaRegBudget;
+    const int budget = padded                    ? kBwdMmaBiasPaddedBudget
+                       : causal                  ? kBwdMmaCausalBudget
+                       : score_code || mask_code ? kBwdMmaUserCodeBudget
+                                                 : kBwdMmaRegBudget;
     const char* what = score_code ? "a score_mod" : c.s.has_bias && mask_code ? "a bias and a mask_mod" : "a bias";
     if (regs > budget)
-      return fail(fmt::format("registers: estimated {} float32 accumulators per thread with {}{}, expected <= {} "
-                              "(no spills)",
-                              regs, what, padded ? " and head dims padded to 16" : causal ? " and a causal mask" : "",
-                              budget));
+      return fail(
+          fmt::format("registers: estimated {} float32 accumulators per thread with {}{}, expected <= {} "
+                      "(no spills)",
+                      regs, what,
+                      padded   ? " and head dims padded to 16"
+                      : causal ? " and a causal mask"
+                               : "",
+                      budget));
     const bool user_code = score_code || mask_code;  // no exception (a mask_mod beside a bias: 12 bytes at d 128
                                                      // 128 x 64 x 8 warps, 2 stages, sm_90a)
     if (s_tile >= kBwdMmaBiasSTile && dkdv >= kBwdMmaBiasPersistent &&
         (user_code || !(t[kWarps] == 8 && t[kStages] == 2 && dkdv == kBwdMmaBiasPersistent && !padded)))
-      return fail(fmt::format("tile: a {} x {} tile with {} warps and {} stage(s) holds {} S/dP floats per thread; "
-                              "with {} and {} dK/dV registers (>= {}) it needs {} to compile without spills",
-                              t[kBlockM], t[kBlockN], t[kWarps], t[kStages], s_tile, what, dkdv, kBwdMmaBiasPersistent,
-                              user_code ? "fewer S/dP floats or dK/dV registers"
-                                         : "8 warps, 2 stages, exactly 64 dK/dV registers and head dims that are "
-                                           "multiples of 16"));
+      return fail(
+          fmt::format("tile: a {} x {} tile with {} warps and {} stage(s) holds {} S/dP floats per thread; "
+                      "with {} and {} dK/dV registers (>= {}) it needs {} to compile without spills",
+                      t[kBlockM], t[kBlockN], t[kWarps], t[kStages], s_tile, what, dkdv, kBwdMmaBiasPersistent,
+                      user_code ? "fewer S/dP floats or dK/dV registers"
+                                : "8 warps, 2 stages, exactly 64 dK/dV registers and head dims that are "
+                                  "multiples of 16"));
     // A score_mod beside a bias keeps no 64-float S/dP tile even with few dK/dV registers: the compile sweep's
     // relative-bias record (a float table with 2D strides, its clamp read from a scalar; --full --seed 31,
     // 2026-11-25) spilled 8 bytes at d 24 (sm_90a, causal) and 68 at d 16 (sm_80, with a mask_mod, varlen) in
     // 64 x 64 x 4 warps, 2 stages, bias + ALiBi.
     if (score_code && c.s.has_bias && s_tile >= kBwdMmaBiasSTile)
-      return fail(fmt::format("tile: a {} x {} tile with {} warps holds {} S/dP floats per thread; with a score_mod "
-                              "and a bias it needs fewer than {} to compile without spills",
-                              t[kBlockM], t[kBlockN], t[kWarps], s_tile, kBwdMmaBiasSTile));
+      return fail(
+          fmt::format("tile: a {} x {} tile with {} warps holds {} S/dP floats per thread; with a score_mod "
+                      "and a bias it needs fewer than {} to compile without spills",
+                      t[kBlockM], t[kBlockN], t[kWarps], s_tile, kBwdMmaBiasSTile));
   }
   return true;
 }
@@ -223,7 +234,8 @@ unsigned smem_bytes(const KernelConfig& c) {
   const int dp = (c.s.head_dim + 15) / 16 * 16, dvp = (c.s.head_dim_v + 15) / 16 * 16;
   const int pk = fa_smem_pitch(dp), pv = fa_smem_pitch(dvp);  // K / Q and V / dO row pitches (smem_layout.cuh)
   const int halves = bn * pk + bn * pv + ns * bm * pk + ns * bm * pv + 2 * bn * (bm + 8);
-  const unsigned mailbox = fa_bwd_cta_order(c.s.mask, has_mask_mod(c.s.mods), bm, bn) ? 16 : 0;  // the CTA mailbox (bwd_mma.cuh: cta_coord)
+  const unsigned mailbox =
+      fa_bwd_cta_order(c.s.mask, has_mask_mod(c.s.mods), bm, bn) ? 16 : 0;  // the CTA mailbox (bwd_mma.cuh: cta_coord)
   return static_cast<unsigned>(halves * 2 + ns * bm * 8) + mailbox;
 }
 
@@ -244,11 +256,11 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
     if (why) *why = std::move(m);
     return false;
   };
-  if (p.dtype != kFp16 && p.dtype != kBf16) return no(fmt::format("dtype: bwd_mma needs fp16 or bf16, got {}", dtype_name(p.dtype)));
+  if (p.dtype != kFp16 && p.dtype != kBf16)
+    return no(fmt::format("dtype: bwd_mma needs fp16 or bf16, got {}", dtype_name(p.dtype)));
   if (!p.aligned16) return no("alignment: bwd_mma needs 16-byte aligned pointers and strides");
   // Block skipping's list entries ((hl * query blocks + m) << 1 | full, int32) must fit at the smallest block_m.
-  if (has_mask_mod(p.mods) &&
-      static_cast<long long>(p.heads_q / p.heads_kv) * ((p.seqlen_q + 15) / 16) >= (1ll << 30))
+  if (has_mask_mod(p.mods) && static_cast<long long>(p.heads_q / p.heads_kv) * ((p.seqlen_q + 15) / 16) >= (1ll << 30))
     return no("bwd_mma: too many (query head, query block) pairs per kv head for block skipping's lists");
   const Semantic s = semantic_for(*find_family("bwd_mma"), p, arch);
   std::string reason;
@@ -269,8 +281,9 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   // Block skipping (a mask_mod): the tile classes at this kernel's tile, transposed too, and the visiting lists.
   if (has_mask_mod(main.s.mods)) {
     const Family& f = *main.s.family;
-    off = fam::plan_mask_blocks(main, p, fam::BlockSkipping{main.t[kBlockM], main.t[kBlockN], f.knobs[kBlockM].values,
-                                                            f.knobs[kBlockN].values, true, true},
+    off = fam::plan_mask_blocks(main, p,
+                                fam::BlockSkipping{main.t[kBlockM], main.t[kBlockN], f.knobs[kBlockM].values,
+                                                   f.knobs[kBlockN].values, true, true},
                                 off, &out);
   }
   fam::backward_plan_end(main, p, off, &out);
@@ -298,7 +311,8 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
   if (fa_bwd_cta_order(c.s.mask, mask_mod, c.t[kBlockM], c.t[kBlockN]))
     fam::bind_bwd_cta_order(&a, in.launch.grid, in.limits.sm_count * resident_ctas(in), mask_mod);
   // (FaBwdArgs[, FaUser with user code]): the template's fa_kernel(args FA_USER_PARAM)
-  if (c.s.mods != nullptr && in.user == nullptr) return fam::fail(why, "bwd_mma", "the user code's arguments (FaUser) are missing");
+  if (c.s.mods != nullptr && in.user == nullptr)
+    return fam::fail(why, "bwd_mma", "the user code's arguments (FaUser) are missing");
   if (out->add(&a, sizeof a, alignof(FaBwdArgs)) &&
       (c.s.mods == nullptr || out->add(in.user, sizeof(FaUser), alignof(FaUser))))
     return true;
@@ -307,10 +321,18 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
 }
 
 const Family kFamily{
-    .name = "bwd_mma", .template_name = "bwd_mma.cuh", .role = Role::Backward, .priority = 10,
+    .name = "bwd_mma",
+    .template_name = "bwd_mma.cuh",
+    .role = Role::Backward,
+    .priority = 10,
     .knobs = {fam::block_m({16, 32, 64, 128}), fam::block_n({32, 64, 128}), fam::warps({4, 8}), fam::stages({1, 2})},
-    .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes, .launch = &launch,
-    .plan = &plan, .bind = &bind};
+    .covers = &covers,
+    .defaults = &defaults,
+    .valid = &valid,
+    .smem_bytes = &smem_bytes,
+    .launch = &launch,
+    .plan = &plan,
+    .bind = &bind};
 
 }  // namespace
 

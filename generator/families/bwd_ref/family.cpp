@@ -12,7 +12,9 @@ enum { kWarps };
 
 Tunables defaults(const Semantic&) { return Tunables{{4}}; }
 
-bool is_dkdv(const KernelConfig& c) { return c.s.family != nullptr && std::string_view(c.s.family->name) == "bwd_ref_dkdv"; }
+bool is_dkdv(const KernelConfig& c) {
+  return c.s.family != nullptr && std::string_view(c.s.family->name) == "bwd_ref_dkdv";
+}
 
 Launch launch(const KernelConfig& c, const LaunchShape& sh) {
   const bool dkdv = is_dkdv(c);
@@ -35,9 +37,16 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
 
 // The fallback runs at its defaults (not tuned on first use).
 Family make(const char* name, Role role) {
-  return Family{.name = name, .template_name = "bwd_ref.cuh", .role = role, .priority = 0, .reference = true,
-                .tuned_on_first_use = false, .knobs = {fam::warps({2, 4, 8})}, .defaults = &defaults,
-                .launch = &launch, .render_constants = &render_constants,
+  return Family{.name = name,
+                .template_name = "bwd_ref.cuh",
+                .role = role,
+                .priority = 0,
+                .reference = true,
+                .tuned_on_first_use = false,
+                .knobs = {fam::warps({2, 4, 8})},
+                .defaults = &defaults,
+                .launch = &launch,
+                .render_constants = &render_constants,
                 .plan = role == Role::Backward ? &plan : nullptr};
 }
 

@@ -50,7 +50,8 @@ bool valid(const KernelConfig& c, std::string* why) {
   // keys gives each consumer 128 dQ' columns, which ptxas serializes like one consumer (below).
   if (c.t[kConsumers] == 1 && c.t[kDqCols] == 0) return fail(why, "1 consumer: dq_cols must be 1 (every column)");
   if (c.t[kConsumers] == 2 && c.t[kDqCols] == 0 && s.head_dim == 128)
-    return fail(why, "2 consumers at head dim 128 split dQ' by columns (dq_cols 1): by keys ptxas serializes the wgmmas");
+    return fail(why,
+                "2 consumers at head dim 128 split dQ' by columns (dq_cols 1): by keys ptxas serializes the wgmmas");
   // One consumer at head dim 128 computes dQ' over all 128 columns (64 more accumulators beside dK / dV): ptxas
   // serializes its wgmmas for want of registers (C7512, NVRTC 13, every mask and dtype; `fa_compile_sweep --full`).
   if (c.t[kConsumers] == 1 && s.head_dim == 128)
@@ -83,7 +84,8 @@ bool covers(const ProblemDesc& p, int, std::string* why) {
   if (p.has_bias || p.has_alibi || p.has_softcap) return fail(why, "bias, ALiBi and softcap run in bwd_mma");
   if (p.varlen) return fail(why, "fixed-length problems only (varlen runs in bwd_mma)");
   if (p.deterministic) return fail(why, "the deterministic mode runs in bwd_mma");
-  if (!p.tma_ok) return fail(why, "q/k/v/dout are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
+  if (!p.tma_ok)
+    return fail(why, "q/k/v/dout are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
   return fam::contiguous_kv_fast_dims(p, "bwd_wgmma", why);
 }
 
@@ -128,13 +130,21 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
   return fail(why, "kernel parameters do not fit");
 }
 
-const Family kFamily{
-    .name = "bwd_wgmma", .template_name = "bwd_wgmma.cuh", .role = Role::Backward, .arch_min = 90, .arch_max = 90,
-    .priority = 20,
-    .knobs = {Knob{"consumers", "c", "kConsumers", {1, 2}}, fam::stages({2, 3}),
-              Knob{"dq_cols", "q", "kDqCols", {0, 1}, true}},
-    .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes, .launch = &launch,
-    .plan = &plan, .bind = &bind};
+const Family kFamily{.name = "bwd_wgmma",
+                     .template_name = "bwd_wgmma.cuh",
+                     .role = Role::Backward,
+                     .arch_min = 90,
+                     .arch_max = 90,
+                     .priority = 20,
+                     .knobs = {Knob{"consumers", "c", "kConsumers", {1, 2}}, fam::stages({2, 3}),
+                               Knob{"dq_cols", "q", "kDqCols", {0, 1}, true}},
+                     .covers = &covers,
+                     .defaults = &defaults,
+                     .valid = &valid,
+                     .smem_bytes = &smem_bytes,
+                     .launch = &launch,
+                     .plan = &plan,
+                     .bind = &bind};
 
 }  // namespace
 

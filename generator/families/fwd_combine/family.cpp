@@ -27,8 +27,13 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
   return l;
 }
 
-const Family kFamily{.name = "fwd_combine", .template_name = "fwd_combine.cuh", .role = Role::Step,
-                     .knobs = {fam::warps({4, 8})}, .defaults = &defaults, .valid = &valid, .launch = &launch};
+const Family kFamily{.name = "fwd_combine",
+                     .template_name = "fwd_combine.cuh",
+                     .role = Role::Step,
+                     .knobs = {fam::warps({4, 8})},
+                     .defaults = &defaults,
+                     .valid = &valid,
+                     .launch = &launch};
 
 }  // namespace
 

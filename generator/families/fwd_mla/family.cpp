@@ -56,14 +56,13 @@ unsigned smem_bytes(const KernelConfig& c) {
   return static_cast<unsigned>(fa_mla_smem_bytes(c.s.head_dim, c.t[kBlockN], c.t[kStages], c.t[kSched]));
 }
 
-int split_count(const ProblemDesc& p, int split_target) {
-  return fam::split_count(p, 64, split_target, kFaMlaRows);
-}
+int split_count(const ProblemDesc& p, int split_target) { return fam::split_count(p, 64, split_target, kFaMlaRows); }
 
 Launch launch(const KernelConfig& c, const LaunchShape& sh) {
   Launch l;
   const int ns = std::max(1, sh.num_splits);
-  l.grid[0] = static_cast<unsigned>(fam::split_row_tiles(sh.max_seqlen_q, sh.heads_q / std::max(1, sh.heads_kv), kFaMlaRows));
+  l.grid[0] =
+      static_cast<unsigned>(fam::split_row_tiles(sh.max_seqlen_q, sh.heads_q / std::max(1, sh.heads_kv), kFaMlaRows));
   l.grid[1] = static_cast<unsigned>(ns * sh.heads_kv);
   l.grid[2] = static_cast<unsigned>(sh.batch);
   l.block = kThreads;
@@ -94,11 +93,19 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
 }
 
 const Family kFamily{
-    .name = "fwd_mla", .template_name = "fwd_mla.cuh", .role = Role::Forward, .arch_min = 90, .arch_max = 90,
+    .name = "fwd_mla",
+    .template_name = "fwd_mla.cuh",
+    .role = Role::Forward,
+    .arch_min = 90,
+    .arch_max = 90,
     .priority = 40,
     .knobs = {fam::block_n({64}), fam::stages({2}), Knob{"split_target", "sp", "kSplitTarget", kSplitTargets},
               Knob{"l2_ahead", "pf", "kL2Ahead", {0, 1, 2, 4}}, Knob{"sched", "ss", "kSched", {0, 1}}},
-    .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes, .launch = &launch,
+    .covers = &covers,
+    .defaults = &defaults,
+    .valid = &valid,
+    .smem_bytes = &smem_bytes,
+    .launch = &launch,
     .plan = &plan};
 
 }  // namespace

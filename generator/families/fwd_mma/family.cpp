@@ -56,24 +56,21 @@ constexpr DefaultEntry kDefaults[] = {
     {227, 128, {128, 32, 4, 3, 0, 1}},  // measured H200: best of 128x32x4w s2/s3, 128x{64,128}x8w
     {227, 192, {128, 64, 8, 2, 0, 1}},  // FA2 D192 tile (not measured here)
     {227, 256, {128, 64, 8, 2, 0, 1}},  // measured H200: beats 64x64x4w (FA2 H100 tile) by 30%
-    {163, 64, {128, 64, 4, 2, 0, 1}},
-    {163, 128, {128, 32, 4, 3, 0, 1}},
-    {163, 192, {128, 64, 8, 2, 0, 1}},   // 154 KB
-    {163, 256, {128, 32, 8, 2, 0, 1}},   // 135 KB (128x64x8w needs 203 KB)
-    {99, 64, {128, 64, 4, 2, 0, 1}},
-    {99, 128, {128, 32, 4, 3, 0, 1}},   // 87 KB
-    {99, 192, {64, 32, 4, 2, 0, 1}},    // 77 KB
-    {99, 256, {64, 32, 4, 2, 0, 1}},    // 99 KB exactly
+    {163, 64, {128, 64, 4, 2, 0, 1}},  {163, 128, {128, 32, 4, 3, 0, 1}}, {163, 192, {128, 64, 8, 2, 0, 1}},  // 154 KB
+    {163, 256, {128, 32, 8, 2, 0, 1}},                                    // 135 KB (128x64x8w needs 203 KB)
+    {99, 64, {128, 64, 4, 2, 0, 1}},   {99, 128, {128, 32, 4, 3, 0, 1}},  // 87 KB
+    {99, 192, {64, 32, 4, 2, 0, 1}},                                      // 77 KB
+    {99, 256, {64, 32, 4, 2, 0, 1}},                                      // 99 KB exactly
 };
 
 // FA2's own d128 tile, 128x64 / 4 warps / 2 stages, preferred for causal d128 on sm_90 where valid() admits it
 // (where valid() rejects it, the table below applies). The template's kBigTile path (early P packing, conditional
 // O rescale) fits it in 255 registers; valid() admits it on sm_90a with seqlen_k a multiple of 64 outside varlen
 // (the variants ptxas compiles without spills, 2026-11-23); ragged keys and varlen fall back to the table.
-// Measured H200 bf16, hidden 2048, 16k tokens, seqlen 2k..16k (scratch/h2c/NOTES.md), TFLOP/s: causal 280/303/316/327 vs SDPA flash 267/294/312/316 (128x32x4w s3 in the same
-// run: 258/279/294/304); non-causal (even keys) 338/347/354/354 vs SDPA 319/337/342/347.
-// FA2's d128 tile on sm_90a (measured H200 2026-11-22, scratch/h2c/NOTES.md: 1.01-1.05x SDPA flash causal,
-// 1.02-1.06x without a mask when seqlen_k is a multiple of 64, against 0.90-0.95x for 128x32).
+// Measured H200 bf16, hidden 2048, 16k tokens, seqlen 2k..16k (scratch/h2c/NOTES.md), TFLOP/s: causal 280/303/316/327
+// vs SDPA flash 267/294/312/316 (128x32x4w s3 in the same run: 258/279/294/304); non-causal (even keys) 338/347/354/354
+// vs SDPA 319/337/342/347. FA2's d128 tile on sm_90a (measured H200 2026-11-22, scratch/h2c/NOTES.md: 1.01-1.05x SDPA
+// flash causal, 1.02-1.06x without a mask when seqlen_k is a multiple of 64, against 0.90-0.95x for 128x32).
 bool prefer_fa2_d128(const Semantic& s) {
   return s.arch == 90 && s.head_dim == 128 && s.head_dim_v == 128 &&
          (s.mask == kMaskCausal || (s.mask == kMaskNone && s.even_k)) && !s.has_bias && !s.has_alibi &&
@@ -89,7 +86,10 @@ Tunables defaults(const Semantic& s) {
   const int smem = limits_for_arch(s.arch).max_smem_optin;
   Tunables t{{64, 32, 4, 2, 0, 1}};  // fits everywhere (<= 99 KB)
   for (const DefaultEntry& e : kDefaults) {
-    if (smem >= e.smem_kb * 1024 && dim <= e.dim_max) { t = e.t; break; }
+    if (smem >= e.smem_kb * 1024 && dim <= e.dim_max) {
+      t = e.t;
+      break;
+    }
   }
   // Feature / varlen kernels have a smaller register budget (valid()): 16 rows per warp, then 32-key blocks.
   KernelConfig c{s, t};
@@ -125,8 +125,8 @@ bool valid(const KernelConfig& c, std::string* why) {
   // large head dims (compile sweep with explicit occupancy, 2026-11-22), so it is held to 32-key blocks per 16 rows.
   const int s_budget = s.has_bias ? 16 : feat || mask_only ? 32 : 64;
   if (s_regs > s_budget) {
-    return fail(why, "register pressure: S tile of " + std::to_string(s_regs) + " registers > " +
-                         std::to_string(s_budget));
+    return fail(why,
+                "register pressure: S tile of " + std::to_string(s_regs) + " registers > " + std::to_string(s_budget));
   }
   const int budget = feat ? 144 : 160;
   const int live = live_regs(c);
@@ -204,8 +204,9 @@ bool covers(const ProblemDesc& p, int arch, std::string* why) {
 // visiting lists (common.h: block_sparse_plan); without: the plan of one.
 Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   const Family& f = *main.s.family;
-  return fam::block_sparse_plan(main, p, fam::BlockSkipping{main.t[kBlockM], main.t[kBlockN], f.knobs[kBlockM].values,
-                                                            f.knobs[kBlockN].values, false, true});
+  return fam::block_sparse_plan(main, p,
+                                fam::BlockSkipping{main.t[kBlockM], main.t[kBlockN], f.knobs[kBlockM].values,
+                                                   f.knobs[kBlockN].values, false, true});
 }
 
 // even_k: fixed-length and seqlen_k a multiple of block_n (no key-boundary predicates).
@@ -214,11 +215,20 @@ void finalize(KernelConfig* c, const ProblemDesc& p) {
 }
 
 const Family kFamily{
-    .name = "fwd_mma", .template_name = "fwd_mma.cuh", .role = Role::Forward, .priority = 10,
+    .name = "fwd_mma",
+    .template_name = "fwd_mma.cuh",
+    .role = Role::Forward,
+    .priority = 10,
     .knobs = {fam::block_m({64, 128}), fam::block_n({32, 64, 128}), fam::warps({4, 8}), fam::stages({1, 2, 3}),
               Knob{"q_in_regs", "qr", "kQInRegs", {0, 1}, true}, Knob{"kv_joint", "kj", "kKvJoint", {0, 1}, true}},
-    .legacy_x = "kv_joint", .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes,
-    .launch = &launch, .finalize = &finalize, .plan = &plan};
+    .legacy_x = "kv_joint",
+    .covers = &covers,
+    .defaults = &defaults,
+    .valid = &valid,
+    .smem_bytes = &smem_bytes,
+    .launch = &launch,
+    .finalize = &finalize,
+    .plan = &plan};
 
 }  // namespace
 

@@ -18,9 +18,15 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
   return fam::rows_launch(sh.max_seqlen_q, w, sh.heads_q, sh.batch, w, smem_bytes(c));
 }
 
-const Family kFamily{.name = "fwd_ref", .template_name = "fwd_ref.cuh", .role = Role::Forward, .priority = 0,
-                     .reference = true, .knobs = {fam::warps({2, 4, 8})}, .defaults = &defaults,
-                     .smem_bytes = &smem_bytes, .launch = &launch};
+const Family kFamily{.name = "fwd_ref",
+                     .template_name = "fwd_ref.cuh",
+                     .role = Role::Forward,
+                     .priority = 0,
+                     .reference = true,
+                     .knobs = {fam::warps({2, 4, 8})},
+                     .defaults = &defaults,
+                     .smem_bytes = &smem_bytes,
+                     .launch = &launch};
 
 }  // namespace
 

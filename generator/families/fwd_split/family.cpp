@@ -29,8 +29,8 @@ namespace {
 
 enum { kBlockN, kWarps, kStages, kSplitTarget };
 
-constexpr int kMaxRows = kFaSplitRows;   // packed rows per CTA (the contiguous coverage class)
-constexpr int kMaxHeadDimWide = 512;     // head_dim_v of the wide (MLA) kernel
+constexpr int kMaxRows = kFaSplitRows;  // packed rows per CTA (the contiguous coverage class)
+constexpr int kMaxHeadDimWide = 512;    // head_dim_v of the wide (MLA) kernel
 
 bool fail(std::string* why, const std::string& msg) { return fam::fail(why, "fwd_split", msg); }
 
@@ -79,8 +79,8 @@ Tunables defaults(const Semantic& s) {
 }
 
 unsigned smem_bytes(const KernelConfig& c) {
-  return static_cast<unsigned>(fa_split_smem_bytes(c.s.head_dim, c.s.head_dim_v, c.t[kBlockN], c.t[kWarps],
-                                                   c.t[kStages]));
+  return static_cast<unsigned>(
+      fa_split_smem_bytes(c.s.head_dim, c.s.head_dim_v, c.t[kBlockN], c.t[kWarps], c.t[kStages]));
 }
 
 int row_tiles(int seqlen_q, int group, int d, int dv) {
@@ -166,12 +166,19 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   return fam::split_kv_plan(main, p, split_count(p, main.t[kBlockN], main.t[kSplitTarget]), most);
 }
 
-const Family kFamily{
-    .name = "fwd_split", .template_name = "fwd_split.cuh", .role = Role::Forward, .priority = 30,
-    .knobs = {fam::block_n(kBlockNs), fam::warps({2, 4, 8}), fam::stages({2, 3, 4}),
-              Knob{"split_target", "sp", "kSplitTarget", kSplitTargets}},
-    .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes, .launch = &launch,
-    .space = &space, .plan = &plan};
+const Family kFamily{.name = "fwd_split",
+                     .template_name = "fwd_split.cuh",
+                     .role = Role::Forward,
+                     .priority = 30,
+                     .knobs = {fam::block_n(kBlockNs), fam::warps({2, 4, 8}), fam::stages({2, 3, 4}),
+                               Knob{"split_target", "sp", "kSplitTarget", kSplitTargets}},
+                     .covers = &covers,
+                     .defaults = &defaults,
+                     .valid = &valid,
+                     .smem_bytes = &smem_bytes,
+                     .launch = &launch,
+                     .space = &space,
+                     .plan = &plan};
 
 }  // namespace
 

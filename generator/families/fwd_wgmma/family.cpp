@@ -98,10 +98,12 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (t[kPingPong] != 0 && t[kConsumers] < 2) return fail(why, "ping_pong needs 2 or 3 consumers");
   if (!bias_alibi_fits(s.head_dim, s.head_dim_v, s.has_bias, s.has_alibi))
     return fail(why, fmt::format("a bias beside ALiBi at head dims above {} spills (ptxas; covers() leaves it to the "
-                                 "mma forward)", kWideDim));
+                                 "mma forward)",
+                                 kWideDim));
   if (wide(s.head_dim, s.head_dim_v) && t[kConsumers] >= 2 && (s.has_bias || (s.has_alibi && s.has_softcap)))
     return fail(why, fmt::format("a bias, or ALiBi with softcap, at head dims above {} takes 1 consumer (ptxas spills "
-                                 "with 2)", kWideDim));
+                                 "with 2)",
+                                 kWideDim));
   // persistent 2: the masked tile order in pairs of one cost, (batch, head)-major (templates/fwd_wgmma.cuh, tile_at);
   // unmasked problems have one persistent order, p1's
   if (t[kPersistent] == 2 && s.mask == 0 && !mask_code(s))
@@ -147,7 +149,8 @@ bool valid(const KernelConfig& c, std::string* why) {
     limit = std::min(limit, dp <= 128 ? 112 : 0);
   if (t[kBlockN] > limit) {
     return fail(why, fmt::format("registers: block_n {} with {} consumers and {} stages at head dims padded to {} "
-                                 "spills (ptxas); expected <= {}", t[kBlockN], t[kConsumers], t[kStages], dp, limit));
+                                 "spills (ptxas); expected <= {}",
+                                 t[kBlockN], t[kConsumers], t[kStages], dp, limit));
   }
   return true;
 }
@@ -207,11 +210,12 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
 
 bool covers(const ProblemDesc& p, int, std::string* why) {
   if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
-  if (!p.tma_ok) return fail(why, "q/k/v/o are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
-  if (!user_code_fits(p.head_dim, p.head_dim_v, p.mods != nullptr,
-                      has_mask_mod(p.mods) && p.has_bias))
+  if (!p.tma_ok)
+    return fail(why, "q/k/v/o are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
+  if (!user_code_fits(p.head_dim, p.head_dim_v, p.mods != nullptr, has_mask_mod(p.mods) && p.has_bias))
     return fail(why, fmt::format("user code at head dims above {} or a mask_mod with a bias past 128 columns (the mma "
-                                 "forward runs it)", kMaxUserCodeDim));
+                                 "forward runs it)",
+                                 kMaxUserCodeDim));
   if (!bias_alibi_fits(p.head_dim, p.head_dim_v, p.has_bias, p.has_alibi))
     return fail(why, fmt::format("a bias beside ALiBi at head dims above {} (ptxas spills; the mma forward runs it)",
                                  kWideDim));
@@ -225,8 +229,9 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   const Family& f = *main.s.family;
   std::vector<int> block_ms;
   for (int c : f.knobs[kConsumers].values) block_ms.push_back(64 * c);
-  return fam::block_sparse_plan(main, p, fam::BlockSkipping{64 * main.t[kConsumers], main.t[kBlockN], block_ms,
-                                                            f.knobs[kBlockN].values, false, false, true});
+  return fam::block_sparse_plan(main, p,
+                                fam::BlockSkipping{64 * main.t[kConsumers], main.t[kBlockN], block_ms,
+                                                   f.knobs[kBlockN].values, false, false, true});
 }
 
 void finalize(KernelConfig* c, const ProblemDesc& p) {
@@ -267,15 +272,27 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
   return fail(why, "kernel parameters do not fit");
 }
 
-const Family kFamily{
-    .name = "fwd_wgmma", .template_name = "fwd_wgmma.cuh", .role = Role::Forward, .arch_min = 90, .arch_max = 90,
-    .priority = 20,
-    .knobs = {Knob{"consumers", "c", "kConsumers", {1, 2, 3}},
-              fam::block_n({64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256}), fam::stages({2, 3, 4}),
-              Knob{"ping_pong", "pp", "kPingPong", {0, 1}, true}, Knob{"intra_overlap", "ov", "kIntraOverlap", {0, 1}, true},
-              Knob{"persistent", "p", "kPersistent", {0, 1, 2}}},
-    .covers = &covers, .defaults = &defaults, .valid = &valid, .smem_bytes = &smem_bytes, .launch = &launch,
-    .space = &space, .finalize = &finalize, .render_constants = &render_constants, .plan = &plan, .bind = &bind};
+const Family kFamily{.name = "fwd_wgmma",
+                     .template_name = "fwd_wgmma.cuh",
+                     .role = Role::Forward,
+                     .arch_min = 90,
+                     .arch_max = 90,
+                     .priority = 20,
+                     .knobs = {Knob{"consumers", "c", "kConsumers", {1, 2, 3}},
+                               fam::block_n({64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256}),
+                               fam::stages({2, 3, 4}), Knob{"ping_pong", "pp", "kPingPong", {0, 1}, true},
+                               Knob{"intra_overlap", "ov", "kIntraOverlap", {0, 1}, true},
+                               Knob{"persistent", "p", "kPersistent", {0, 1, 2}}},
+                     .covers = &covers,
+                     .defaults = &defaults,
+                     .valid = &valid,
+                     .smem_bytes = &smem_bytes,
+                     .launch = &launch,
+                     .space = &space,
+                     .finalize = &finalize,
+                     .render_constants = &render_constants,
+                     .plan = &plan,
+                     .bind = &bind};
 
 }  // namespace
 

@@ -29,12 +29,15 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
   return l;
 }
 
-const Family kFamily{.name = "mask_blocks", .template_name = "mask_blocks.cuh", .role = Role::Step,
+const Family kFamily{.name = "mask_blocks",
+                     .template_name = "mask_blocks.cuh",
+                     .role = Role::Step,
                      .tuned_on_first_use = false,
                      .knobs = {fam::block_m({16, 32, 64, 128, 192}),
                                fam::block_n({32, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256}),
                                Knob{"sub_tiles", "st", "kSubTiles", {0, 1}, true}},
-                     .defaults = &defaults, .launch = &launch};
+                     .defaults = &defaults,
+                     .launch = &launch};
 
 }  // namespace
 
