@@ -91,9 +91,6 @@ static_assert(!fa_cfg::kHasBias && !fa_cfg::kHasAlibi && !fa_cfg::kHasSoftcap &&
 constexpr bool kSparse = fa_cfg::kHasMaskMod;  // visit the query blocks mask_blocks classified (block skipping)
 constexpr bool kScore = fa_cfg::kHasScoreMod;  // user score_mod (and its derivative) on every pair
 
-FA_DEVICE void st_shared_b32(unsigned addr, unsigned v) {
-  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
 FA_DEVICE float2 ld_shared_f2(unsigned addr) {
   float2 v;
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
@@ -165,11 +162,7 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
     return it;
   };
 
-  {  // the host must launch with kSmemBytes of dynamic shared memory
-    unsigned dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < (unsigned)kSmemBytes) __trap();
-  }
+  fa_require_dyn_smem((unsigned)kSmemBytes);  // the host must launch with kSmemBytes of dynamic shared memory
   const unsigned sbase = (fa_sm90_smem(fa_smem_raw) + 1023u) & ~1023u;
   const unsigned sK = sbase, sV = sbase + kOffV, sQ = sbase + kOffQ, sDo = sbase + kOffDo, sDs = sbase + kOffDs;
   const unsigned sL = sbase + kOffL, sDl = sbase + kOffDl, sBar = sbase + kOffBar;
@@ -447,7 +440,7 @@ extern "C" __global__ void __launch_bounds__(fa_bwg::kThreads, 1)
           const int r = cw * 64 + warp * 16 + gq + 8 * hh;
 #pragma unroll
           for (int j = 0; j < 8; ++j)
-            st_shared_b32(dsb + (unsigned)(r * 128 + ((j ^ (r & 7)) << 4) + tq * 4), pd[j >> 1][(j & 1) * 2 + hh]);
+            fa_st_shared_b32(dsb + (unsigned)(r * 128 + ((j ^ (r & 7)) << 4) + tq * 4), pd[j >> 1][(j & 1) * 2 + hh]);
         }
         fa_fence_proxy_async();
         if constexpr (kDqCols && kC > 1) fa_bar_sync(1, 128 * kC);  // every consumer's dS^T rows are stored
