@@ -24,13 +24,21 @@ FA_DEVICE void fa_require_dyn_smem(unsigned bytes) {
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
   if (dyn < bytes) __trap();
 }
-// Plain 32-bit / 128-bit accesses at shared-window addresses.
+// Plain 32-bit / 64-bit / 128-bit accesses at shared-window addresses.
 FA_DEVICE void fa_st_shared_b32(unsigned addr, unsigned v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
 FA_DEVICE unsigned fa_ld_shared_b32(unsigned addr) {
   unsigned v;
   asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+FA_DEVICE void fa_st_shared_f32(unsigned addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+}
+FA_DEVICE float2 fa_ld_shared_f2(unsigned addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
   return v;
 }
 FA_DEVICE uint4 fa_ld_shared_v4(unsigned addr) {
