@@ -54,9 +54,9 @@ TEST(Fp8Codec, E4m3EveryCode) {
   // Table entries of the spec (OCP FP8 v1.0, E4M3).
   EXPECT_EQ(fp8_decode(0x7E, kFp8E4m3), 448.0);
   EXPECT_EQ(fp8_decode(0xFE, kFp8E4m3), -448.0);
-  EXPECT_EQ(fp8_decode(0x08, kFp8E4m3), 0.015625);       // 2^-6, smallest normal
-  EXPECT_EQ(fp8_decode(0x07, kFp8E4m3), 0.013671875);    // 0.875 x 2^-6, largest subnormal
-  EXPECT_EQ(fp8_decode(0x01, kFp8E4m3), 0.001953125);    // 2^-9, smallest subnormal
+  EXPECT_EQ(fp8_decode(0x08, kFp8E4m3), 0.015625);     // 2^-6, smallest normal
+  EXPECT_EQ(fp8_decode(0x07, kFp8E4m3), 0.013671875);  // 0.875 x 2^-6, largest subnormal
+  EXPECT_EQ(fp8_decode(0x01, kFp8E4m3), 0.001953125);  // 2^-9, smallest subnormal
   EXPECT_EQ(fp8_decode(0x38, kFp8E4m3), 1.0);
   EXPECT_EQ(fp8_decode(0x77, kFp8E4m3), 240.0);
   EXPECT_EQ(fp8_decode(0x00, kFp8E4m3), 0.0);
@@ -84,7 +84,7 @@ TEST(Fp8Codec, E5m2EveryCode) {
   EXPECT_EQ(nans, 6);
   EXPECT_EQ(infs, 2);
   EXPECT_EQ(fp8_decode(0x7B, kFp8E5m2), 57344.0);
-  EXPECT_EQ(fp8_decode(0x04, kFp8E5m2), 6.103515625e-05);  // 2^-14, smallest normal
+  EXPECT_EQ(fp8_decode(0x04, kFp8E5m2), 6.103515625e-05);    // 2^-14, smallest normal
   EXPECT_EQ(fp8_decode(0x01, kFp8E5m2), 1.52587890625e-05);  // 2^-16, smallest subnormal
   EXPECT_EQ(fp8_decode(0x3C, kFp8E5m2), 1.0);
   EXPECT_EQ(fp8_decode(0xC0, kFp8E5m2), -2.0);
@@ -115,8 +115,8 @@ TEST(Fp8Codec, EncoderRoundTripsAndRoundsToNearestEven) {
     }
   }
   EXPECT_EQ(fp8_encode(1e-30, kFp8E4m3), 0x00);
-  EXPECT_EQ(fp8_encode(-1e-30, kFp8E4m3), 0x80);  // the sign of a zero result kept
-  EXPECT_EQ(fp8_encode(std::ldexp(1.0, -10), kFp8E4m3), 0x00);  // half the smallest subnormal: ties to 0
+  EXPECT_EQ(fp8_encode(-1e-30, kFp8E4m3), 0x80);                    // the sign of a zero result kept
+  EXPECT_EQ(fp8_encode(std::ldexp(1.0, -10), kFp8E4m3), 0x00);      // half the smallest subnormal: ties to 0
   EXPECT_EQ(fp8_encode(3 * std::ldexp(1.0, -10), kFp8E4m3), 0x02);  // 1.5 quanta: ties to 2
 }
 

@@ -93,6 +93,54 @@ TEST_F(Fp8, CacheFieldsValidate) {
   EXPECT_FALSE(desc().aligned16);
 }
 
+TEST_F(Fp8, PagedDecodeRunsTheSplitFamily) {
+  for (int kv : {FA_DTYPE_E4M3, FA_DTYPE_E5M2}) {
+    p.kv_dtype = kv;
+    EXPECT_EQ(fa_is_supported(ctx, &p), 1) << fa_last_error();
+    char key[256];
+    ASSERT_EQ(fa_problem_key(ctx, &p, key, sizeof key), FA_OK) << fa_last_error();
+    EXPECT_EQ(std::string(key).rfind("fwd_split.sm90.bf16.d64.dv64", 0), 0u) << key;
+    EXPECT_NE(std::string(key).find(kv == FA_DTYPE_E4M3 ? ".paged.kv_e4m3" : ".paged.kv_e5m2"), std::string::npos)
+        << key;
+  }
+  // Forced splits: the combine step merges float32 partials, so its key is the 16-bit one.
+  p.num_splits = 3;
+  const fa::gen::ProblemDesc d = desc();
+  const fa::gen::Plan plan = fa::gen::make_plan(fa::gen::select_forward(d, 90), d);
+  ASSERT_EQ(plan.steps.size(), 2u);
+  EXPECT_EQ(plan.steps[0].s.kv_dtype, FA_DTYPE_E5M2);
+  EXPECT_EQ(std::string(plan.steps[1].s.family->name), "fwd_combine");
+  EXPECT_EQ(plan.steps[1].s.kv_dtype, 0);
+  // The contiguous decode class (one token, 4 query heads a KV head) with per-tensor scales, on Ada too.
+  p.block_table = nullptr;
+  p.block_table_stride = 0;
+  p.page_size = p.num_pages = 0;
+  p.seqused_k = nullptr;
+  p.k_stride_batch = p.v_stride_batch = 80 * 2 * 64;
+  p.k_scale_stride_head = p.v_scale_stride_head = 0;
+  EXPECT_EQ(fa_is_supported(ctx, &p), 1) << fa_last_error();
+  fa::test::ScopedEnv arch("FA_ARCH", "89");
+  fa_context ada = fa::test::make_context(":memory:", -1);
+  ASSERT_NE(ada, nullptr);
+  EXPECT_EQ(fa_is_supported(ada, &p), 1) << fa_last_error();
+  fa_context_destroy(ada);
+}
+
+TEST_F(Fp8, WideHeadsHaveNoFp8Kernel) {
+  // MLA's 576 / 512 over an fp8 latent cache: the wide kernels read no fp8 yet.
+  fa::test::fake_bshd_params(&p, 2, 1, 64, 16, 1, 576);
+  p.head_dim_v = 512;
+  p.v = p.k;
+  p.v_stride_batch = p.k_stride_batch;
+  p.v_stride_seq = p.k_stride_seq;
+  p.v_stride_head = p.k_stride_head;
+  p.o_stride_head = 512;
+  p.o_stride_seq = p.o_stride_batch = 16 * 512;
+  EXPECT_EQ(fa_is_supported(ctx, &p), 1) << "the 16-bit latent cache runs: " << fa_last_error();
+  p.kv_dtype = FA_DTYPE_E4M3;
+  expect_rejected(FA_ERROR_NOT_SUPPORTED, {"no fp8 forward kernel yet", "e4m3 KV cache", "576 / dv 512"});
+}
+
 TEST_F(Fp8, SameDtypeKvAndOutputNormaliseToZero) {
   p.kv_dtype = FA_DTYPE_BF16;
   p.k_scale = p.v_scale = nullptr;

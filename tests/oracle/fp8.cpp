@@ -60,7 +60,7 @@ uint8_t fp8_encode(double x, int format, Fp8Overflow overflow) {
     e = e2 - 1;
   }
   const double quantum = std::ldexp(1.0, e - f.mbits);  // the spacing of fp8 values in a's binade
-  const double r = std::nearbyint(a / quantum);          // a / quantum is exact; nearbyint rounds ties to even
+  const double r = std::nearbyint(a / quantum);         // a / quantum is exact; nearbyint rounds ties to even
   const double v = r * quantum;
   if (v > max) return beyond();
   if (v == 0.0) return sign;
@@ -94,8 +94,7 @@ std::vector<double> fp8_dequantize(const Problem& p, const Fp8Tensor4& t, bool q
         const int g = queries ? h / group : h;
         const double s = t.scale != nullptr ? t.scale[static_cast<long long>(b) * t.scale_sb + g * t.scale_sh] : 1.0;
         const long long off = offset(b, tok, h);
-        for (int d = 0; d < dim; ++d)
-          out[static_cast<size_t>(off + d)] = fp8_decode(t.data[off + d], t.format) * s;
+        for (int d = 0; d < dim; ++d) out[static_cast<size_t>(off + d)] = fp8_decode(t.data[off + d], t.format) * s;
       }
   }
   return out;

@@ -30,9 +30,9 @@ inline constexpr int kFp8E4m3 = 4;  // FA_DTYPE_E4M3
 inline constexpr int kFp8E5m2 = 5;  // FA_DTYPE_E5M2
 enum class Fp8Overflow { kSaturate, kTorch };
 
-double fp8_decode(uint8_t code, int format);                                       // throws on an unknown format
+double fp8_decode(uint8_t code, int format);  // throws on an unknown format
 uint8_t fp8_encode(double x, int format, Fp8Overflow overflow = Fp8Overflow::kSaturate);
-double fp8_max(int format);                                                        // 448 or 57344
+double fp8_max(int format);  // 448 or 57344
 
 // An fp8 tensor [batch, seqlen, heads, dim] (element strides, last dim contiguous, as Tensor4) whose element
 // (b, t, head, :) reads code * scale[b * scale_sb + g * scale_sh], g the KV head of `head` (for q: head / group;
