@@ -108,11 +108,15 @@ struct RowMap {
 // maps are regular and equal.
 constexpr bool kFastIssue = RowMap<kDPad>::kRegular && kDPad == kDVPad && !kFp8Kv;
 
-// Copies one block of ROWS rows x COLS columns (padded to PCOLS, zero-filled beyond COLS) into a slot: row r comes
-// from row_src(r) (null: zero-filled; `dummy` is any valid address, never read).
-template <int COLS, int PCOLS, int PITCH, class RowSrc>
+// Copies one block of ROWS rows x COLS columns (padded to PCOLS, zero-filled beyond COLS) into a slot, 16 bytes a
+// copy: row r comes from row_src(r) (null: zero-filled; `dummy` is any valid address, never read). EB: the element's
+// bytes: 2 (fp16 / bf16: 8 elements a copy, rows at PITCH in the swizzled / padded layout) or 1 (an fp8 slot: 16 codes
+// a copy, rows of PCOLS bytes unpadded; a chunk that ends past COLS copies its 8 real bytes and zero-fills the rest,
+// so no code of the next head is read).
+template <int COLS, int PCOLS, int PITCH, int EB, class RowSrc>
 FA_DEVICE void load_block(unsigned sdst, int tid, const void* dummy, RowSrc row_src) {
-  constexpr int kChunks = PCOLS / 8;
+  constexpr int kPer = 16 / EB;  // elements a copy
+  constexpr int kChunks = PCOLS / kPer;
   constexpr int kTotal = kBlockN * kChunks;
   // Partly unrolled: a full unroll keeps every row address live at once (255 registers and spills at d > 128).
 #pragma unroll 4
@@ -120,9 +124,14 @@ FA_DEVICE void load_block(unsigned sdst, int tid, const void* dummy, RowSrc row_
     const int idx = tid + it * kThreads;
     if (kTotal % kThreads == 0 || idx < kTotal) {
       const int r = idx / kChunks, ch = idx % kChunks;
-      const unsigned short* src = row_src(r);
-      const bool ok = src != nullptr && (PCOLS == COLS || ch * 8 < COLS);
-      cp_async16(sdst + fa_smem_off<PITCH>(r, ch), ok ? src + ch * 8 : dummy, ok ? 16 : 0);
+      const unsigned char* src = (const unsigned char*)row_src(r);
+      const bool ok = src != nullptr && (PCOLS == COLS || ch * kPer < COLS);
+      // 16-bit rows end on a copy (COLS a multiple of 8); an fp8 row of COLS % 16 == 8 ends half way into one
+      const int bytes = !ok ? 0 : (PCOLS == COLS || EB == 2) ? 16 : min(16, (COLS - ch * kPer) * EB);
+      unsigned dst;
+      if constexpr (EB == 1) dst = (unsigned)(r * PCOLS + ch * 16);
+      else dst = fa_smem_off<PITCH>(r, ch);
+      cp_async16(sdst + dst, bytes > 0 ? (const void*)(src + ch * 16) : dummy, bytes);
     }
   }
 }
@@ -147,25 +156,6 @@ FA_DEVICE void load_q(const FaFwdArgs& a, unsigned sQ, int tid, int b, int g, in
   cp_commit();
 }
 
-// An fp8 block (kFp8Kv): ROWS x COLS codes (padded to PCOLS bytes a row, unpadded pitch) into an fp8 slot, 16 codes
-// per 16-byte copy; row r from row_src(r) (null: zero-filled); a chunk that ends past COLS copies its 8 real bytes
-// and zero-fills the rest (cp.async's source size), so no code of the next head is read.
-template <int COLS, int PCOLS, class RowSrc>
-FA_DEVICE void load_block8(unsigned sdst, int tid, const void* dummy, RowSrc row_src) {
-  constexpr int kChunks = PCOLS / 16;
-  constexpr int kTotal = kBlockN * kChunks;
-#pragma unroll 4
-  for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
-    const int idx = tid + it * kThreads;
-    if (kTotal % kThreads == 0 || idx < kTotal) {
-      const int r = idx / kChunks, ch = idx % kChunks;
-      const unsigned char* src = row_src(r);
-      const int bytes = src == nullptr ? 0 : (PCOLS == COLS ? 16 : min(16, COLS - ch * 16));
-      cp_async16(sdst + (unsigned)(r * PCOLS + ch * 16), bytes > 0 ? (const void*)(src + ch * 16) : dummy, bytes);
-    }
-  }
-}
-
 // Dequantizes the fp8 block at byte offset src (rows of PCOLS codes) into the 16-bit tile at byte offset dst (pitch
 // PITCH, the layout of the 16-bit slots): 16 codes a thread at a time, in registers. The scales stay out (the caller
 // applies them to the sums).
@@ -185,7 +175,7 @@ FA_DEVICE void dequant_block(unsigned char* smem, unsigned src, unsigned dst, in
   }
 }
 
-// Row j of the K (or V) cache of (b, g) for load_block / load_block8: pool + base (contiguous: the sequence's row 0),
+// Row j of the K (or V) cache of (b, g) for load_block: pool + base (contiguous: the sequence's row 0),
 // or page pr[r] of the pool (paged; page strides sb / ss / sh); null (zero-filled, never read) past the used length or
 // on a page outside the pool. P: the element type (16-bit patterns, or fp8 bytes).
 template <class P>
@@ -303,10 +293,10 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
         if constexpr (kFp8Kv) {  // fp8 codes into the block's fp8 slots (dequantized when the block is computed)
           const unsigned char* k8 = (const unsigned char*)a.k;
           const unsigned char* v8 = (const unsigned char*)a.v;
-          load_block8<kD, kDPad>(smem_u32(fa_smem + k8_off + slot * kK8Slot), tid, k8, [&](int r) {
+          load_block<kD, kDPad, 0, 1>(smem_u32(fa_smem + k8_off + slot * kK8Slot), tid, k8, [&](int r) {
             return kv_row(a, k8, kbase_off, a.k_sb, a.k_ss, a.k_sh, g, pr, r, kn + r, key_hi);
           });
-          load_block8<kDV, kDVPad>(smem_u32(fa_smem + v8_off + slot * kV8Slot), tid, v8, [&](int r) {
+          load_block<kDV, kDVPad, 0, 1>(smem_u32(fa_smem + v8_off + slot * kV8Slot), tid, v8, [&](int r) {
             return kv_row(a, v8, vbase_off, a.v_sb, a.v_ss, a.v_sh, g, pr, r, kn + r, key_hi);
           });
           if constexpr (fa_cfg::kPaged) table_async(it + kStages);
@@ -360,10 +350,10 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
             return;
           }
         }
-        load_block<kD, kDPad, kPitchK>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) {
+        load_block<kD, kDPad, kPitchK, 2>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) {
           return kv_row(a, kpool, kbase_off, a.k_sb, a.k_ss, a.k_sh, g, pr, r, kn + r, key_hi);
         });
-        load_block<kDV, kDVPad, kPitchV>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) {
+        load_block<kDV, kDVPad, kPitchV, 2>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) {
           return kv_row(a, vpool, vbase_off, a.v_sb, a.v_ss, a.v_sh, g, pr, r, kn + r, key_hi);
         });
         if constexpr (fa_cfg::kPaged) table_async(it + kStages);

@@ -21,21 +21,15 @@ namespace {
 using fa::test::fake_addr;
 const float* fptr(uintptr_t x) { return static_cast<const float*>(fake_addr(x)); }
 
-// The paged decode problem of test_kv_cache_params.cpp (batch 2, one token, 8 query heads over 2 KV heads, d 64,
-// pages of 16 rows, 12 pages) with an e4m3 cache and per-head scales.
+// The paged decode problem of fa::test::fake_paged_decode_params (batch 2, one token, 8 query heads over 2 KV heads,
+// d 64, pages of 16 rows, 12 pages) with an e4m3 cache and per-head scales.
 struct Fp8 : ::testing::Test {
   fa_context ctx = nullptr;
   fa_params p{};
   void SetUp() override {
     ctx = fa::test::make_context(":memory:", -1);
     ASSERT_NE(ctx, nullptr);
-    fa::test::fake_bshd_params(&p, 2, 1, 80, 8, 2, 64);
-    p.k_stride_batch = p.v_stride_batch = 16 * 2 * 64;
-    p.seqused_k = static_cast<const int32_t*>(fake_addr(0x50000000));
-    p.block_table = static_cast<const int32_t*>(fake_addr(0x60000000));
-    p.block_table_stride = 5;
-    p.page_size = 16;
-    p.num_pages = 12;
+    fa::test::fake_paged_decode_params(&p);
     p.kv_dtype = FA_DTYPE_E4M3;
     p.k_scale = fptr(0x70000000);
     p.k_scale_stride_head = 1;
@@ -70,13 +64,7 @@ struct Fp8 : ::testing::Test {
     p.descale_k = fptr(0x70000100);
     p.descale_v = fptr(0x70000200);  // per tensor: strides 0
   }
-  fa::gen::ProblemDesc desc() {
-    fa_params out;
-    fa::gen::ProblemDesc d;
-    const fa::rt::Status st = fa::rt::validate_forward(&p, &out, &d);
-    EXPECT_TRUE(st.ok()) << st.message;
-    return d;
-  }
+  fa::gen::ProblemDesc desc() { return fa::test::validated_desc(p); }
 };
 
 TEST_F(Fp8, CacheFieldsValidate) {
@@ -300,23 +288,7 @@ TEST_F(Fp8, BackwardRefusesFp8) {
   p.k_stride_batch = p.v_stride_batch = 80 * 2 * 64;
   p.lse = reinterpret_cast<float*>(0x78000000);
   fa_bwd_params b;
-  fa_bwd_params_init(&b);
-  b.fwd = &p;
-  const int64_t D = 64;
-  b.dout = fake_addr(0x90000000);
-  b.dout_stride_batch = b.dout_stride_seq = 8 * D;
-  b.dout_stride_head = D;
-  b.dq = fake_addr(0xa0000000);
-  b.dq_stride_batch = b.dq_stride_seq = 8 * D;
-  b.dq_stride_head = D;
-  b.dk = fake_addr(0xb0000000);
-  b.dk_stride_batch = 80 * 2 * D;
-  b.dk_stride_seq = 2 * D;
-  b.dk_stride_head = D;
-  b.dv = fake_addr(0xc0000000);
-  b.dv_stride_batch = 80 * 2 * D;
-  b.dv_stride_seq = 2 * D;
-  b.dv_stride_head = D;
+  fa::test::fake_bwd_params(&b, &p);
   size_t bytes = 0;
   EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_ERROR_NOT_SUPPORTED);
   EXPECT_NE(std::string(fa_last_error()).find("kv_dtype e4m3"), std::string::npos) << fa_last_error();

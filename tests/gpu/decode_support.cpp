@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -317,6 +318,42 @@ std::vector<int> random_used(std::mt19937_64& rng, int batch, int cap) {
     used[2] = cap;
   }
   return used;
+}
+
+void random_features(Pick& pick, int c, bool paged, DecodeSpec* s) {
+  const int group = s->hq / s->hkv;
+  s->sq = pick({1, 1, 2, 3, 5, 8});
+  if (!paged) s->sq = std::max(1, std::min(s->sq, 16 / group));  // the contiguous decode class
+  s->d = pick({64, 128, 256});
+  s->dv = c % 7 == 3 ? 64 : s->d;
+  s->batch = pick({1, 3});
+  s->mask = pick({0, 1, 2});
+  if (s->mask == 2) {
+    s->wl = pick({-1, 0, 5, 60});
+    s->wr = pick({-1, 0, 3});
+  }
+  s->alibi = c % 3 == 0;
+  s->softcap = c % 5 == 0 ? 20.f : 0.f;
+}
+
+int case_count(int fallback) {
+  const char* e = std::getenv("FA_TEST_CASES");
+  return e != nullptr ? std::atoi(e) : fallback;
+}
+
+std::string run_random_case(std::mt19937_64& rng, const DecodeSpec& s, int page_size, int splits, std::string* key) {
+  DecodeData x;
+  make_data(rng, s, &x);
+  const std::vector<int> used = random_used(rng, s.batch, s.cap);
+  std::vector<double> o_ref, lse_ref;
+  oracle_of(x, used, {}, &o_ref, &lse_ref);
+  Cache cache;
+  if (page_size > 0) make_paged(rng, x, used, page_size, &cache);
+  else make_contiguous(x, used, &cache);
+  set_used(&cache, used);
+  const Out r = run(x, params_of(x, cache, true, splits));
+  *key = r.key;
+  return compare(x, r, o_ref, lse_ref);
 }
 
 void make_latent(DecodeData* x) {

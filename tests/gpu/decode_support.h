@@ -90,6 +90,25 @@ std::string compare(const DecodeData& x, const Out& r, const std::vector<double>
 
 std::vector<int> random_used(std::mt19937_64& rng, int batch, int cap);
 
+// A uniform pick among values, for the random-case tests.
+struct Pick {
+  std::mt19937_64& rng;
+  int operator()(std::initializer_list<int> xs) {
+    std::uniform_int_distribution<size_t> u(0, xs.size() - 1);
+    return *(xs.begin() + u(rng));
+  }
+};
+// The random parts of case c that the random decode tests share (s's dtypes, heads and capacity already set): query
+// tokens (at most the contiguous decode class's 16 packed rows unless paged), head dims (dv 64 every 7th case), batch,
+// mask and window, ALiBi (every 3rd case) and softcap (every 5th).
+void random_features(Pick& pick, int c, bool paged, DecodeSpec* s);
+// $FA_TEST_CASES, else `fallback`: how many random cases a test runs.
+int case_count(int fallback);
+
+// One random problem of spec s (random used lengths; its cache contiguous, or paged at page_size > 0) run at
+// `splits` against the oracle: "" when it matches, else what differs (the key in *key).
+std::string run_random_case(std::mt19937_64& rng, const DecodeSpec& s, int page_size, int splits, std::string* key);
+
 // MLA's latent layout: v is the first head_dim_v columns of k, one tensor (params_of passes v = k with k's strides).
 // The oracle's v becomes k's first columns.
 void make_latent(DecodeData* x);
