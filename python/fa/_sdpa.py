@@ -30,26 +30,6 @@ def _one_device(query, key, value, attn_mask) -> bool:
     return key.device == query.device == value.device and (attn_mask is None or attn_mask.device == query.device)
 
 
-def plan_of(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> sdpa_rules.Plan:
-    """sdpa_rules.plan over these tensors' shapes, dtypes and device."""
-    mask = attn_mask
-    return sdpa_rules.plan(
-        query.shape,
-        key.shape,
-        value.shape,
-        dtypes=(_dtype_name(query.dtype), _dtype_name(key.dtype), _dtype_name(value.dtype)),
-        device=query.device.type if _one_device(query, key, value, attn_mask) else "mixed",
-        mask=None if mask is None else tuple(mask.shape),
-        mask_strides=None if mask is None else mask.stride(),
-        mask_dtype=None if mask is None else _dtype_name(mask.dtype),
-        mask_requires_grad=mask is not None and mask.requires_grad,
-        dropout_p=dropout_p,
-        is_causal=is_causal,
-        scale=scale,
-        enable_gqa=enable_gqa,
-    )
-
-
 def bias_of(plan: sdpa_rules.Plan, attn_mask: Tensor, query: Tensor, key: Tensor) -> Tensor:
     """fa's bias for attn_mask as the Plan lays it out: the mask itself (bias_direct), or a [b, h, l, row] tensor
     of q's dtype cut to S keys, holding 0 / -inf (a boolean mask) or the mask's values, broadcast as torch does."""
@@ -98,7 +78,7 @@ def scaled_dot_product_attention(
     boolean (True takes part) or additive attn_mask broadcast to [..., Hq, L, S], enable_gqa, scale None =
     1/sqrt(E). Everything fa does not run (dropout, CPU tensors, float32, ...) and every error torch raises is
     torch's own SDPA. fa.sdpa_plan(...) with the same arguments says which runs and why."""
-    plan = plan_of(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    plan = sdpa_plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if plan.fallback is None:
         try:
             return _run_fa(plan, query, key, value, attn_mask)
@@ -118,5 +98,20 @@ def sdpa_plan(
     enable_gqa: bool = False,
 ) -> sdpa_rules.Plan:
     """The sdpa_rules.Plan fa.scaled_dot_product_attention follows for these arguments (plan.fallback: None when
-    fa runs the call, else why torch's SDPA does)."""
-    return plan_of(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    fa runs the call, else why torch's SDPA does): sdpa_rules.plan over the tensors' shapes, dtypes and device."""
+    mask = attn_mask
+    return sdpa_rules.plan(
+        query.shape,
+        key.shape,
+        value.shape,
+        dtypes=(_dtype_name(query.dtype), _dtype_name(key.dtype), _dtype_name(value.dtype)),
+        device=query.device.type if _one_device(query, key, value, attn_mask) else "mixed",
+        mask=None if mask is None else tuple(mask.shape),
+        mask_strides=None if mask is None else mask.stride(),
+        mask_dtype=None if mask is None else _dtype_name(mask.dtype),
+        mask_requires_grad=mask is not None and mask.requires_grad,
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        scale=scale,
+        enable_gqa=enable_gqa,
+    )
