@@ -19,6 +19,10 @@ run the family's default point (the same split count and tile): the
 `paged{16,64}_over_contiguous_eq` columns are the paged code's cost alone, while `paged{16,64}_over_contiguous`
 (under the process's tune policy) also holds which point each key's tuning picked. At equal tunables paged and
 contiguous must agree bit for bit (`paged{16,64}_bit_exact_eq`).
+FP8 cache (--fp8, on by default; fp8_cell): each GQA cell again from an e4m3 cache (k / v quantized with one float32
+scale per KV head, amax / 448), contiguous and paged: fp8_kv_tbps = half the bf16 bytes / time, fp8_copy_share its
+share of the copy bandwidth, fp8_over_bf16 the bf16 cache's time over the fp8 one's (tokens per second ratio), and
+the error against a float32 reference over the dequantized cache where the cell is small enough.
 MLA cells (mla_cell): batch 1 / 32 / 128 x keys 4k / 32k, d 576 / dv 512, 128 query heads over one latent KV head
 (--mla-heads: also 16, DeepSeek's heads per GPU under 8-way tensor parallelism), paged (page 64), v = k[..., :512]; fa
 only (SDPA's backends do not take these head dims). Each row gives the share of the copy bandwidth and the
@@ -117,10 +121,14 @@ def new_params():
 class FaDecode:
     """fa_run through ctypes on a [B, 1, 32, 128] q and a contiguous or paged cache."""
 
-    def __init__(self, ctx, q, k, v, o, lse=None, block_table=None, page_size=0, seqused=None):
+    def __init__(self, ctx, q, k, v, o, lse=None, block_table=None, page_size=0, seqused=None, kv_scales=None):
         self.ctx = ctx
         p = new_params()
         p.dtype = S.FA_DTYPE_BF16
+        if kv_scales is not None:  # an e4m3 cache read as k * k_scale[g], v * v_scale[g] (one factor per KV head)
+            p.kv_dtype = S.FA_DTYPE_E4M3
+            p.k_scale, p.k_scale_stride_head = kv_scales[0].data_ptr(), 1
+            p.v_scale, p.v_scale_stride_head = kv_scales[1].data_ptr(), 1
         b, sq, hq, d = q.shape
         p.batch, p.seqlen_q, p.heads_q, p.heads_kv, p.head_dim, p.head_dim_v = b, sq, hq, k.shape[2], d, v.shape[-1]
         p.q = q.data_ptr()
@@ -189,6 +197,55 @@ def sdpa_call(backend_name, q, k, v):
 MLA_D, MLA_DV, MLA_PAGE = 576, 512, 64
 
 
+def quantize_e4m3(x):
+    """x [B, S, Hkv, D] as e4m3 codes and a float32 factor per KV head (amax / 448, vLLM's per-head scale)."""
+    scale = (x.abs().amax(dim=(0, 1, 3)).float() / 448.0).clamp_min(1e-12)
+    return (x.float() / scale[None, None, :, None]).to(torch.float8_e4m3fn), scale.contiguous()
+
+
+def fp8_cell(ctx, row, q, k, v, t_bf16, kv_bytes, bw, args):
+    """The same cell from an e4m3 cache (issue 41): contiguous and paged (the same pages as the bf16 cells), the KV
+    read rate over half the bytes, its share of the copy bandwidth, the speed-up over the bf16 cache, and the error
+    against a float32 reference over the dequantized cache (cells up to 2^20 keys a batch)."""
+    b, sk = k.shape[0], k.shape[1]
+    k8, ks = quantize_e4m3(k)
+    v8, vs = quantize_e4m3(v)
+    o8 = torch.empty_like(q)
+    call = FaDecode(ctx, q, k8, v8, o8, kv_scales=(ks, vs))
+    row["fp8_key"] = call.key
+    t8 = timed(call, args)
+    call()
+    torch.cuda.synchronize()
+    row["fp8_ms"] = t8
+    row["fp8_kv_tbps"] = kv_bytes / 2 / (t8 * 1e-3) / 1e12
+    row["fp8_copy_share"] = row["fp8_kv_tbps"] / bw  # bytes read against the copy's read + write rate
+    row["fp8_over_bf16"] = t_bf16 / t8
+    if b * sk <= 1 << 20:
+        kd = (k8.float() * ks[None, None, :, None]).repeat_interleave(HQ // HKV, dim=2).transpose(1, 2)
+        vd = (v8.float() * vs[None, None, :, None]).repeat_interleave(HQ // HKV, dim=2).transpose(1, 2)
+        ref = F.scaled_dot_product_attention(q.float().transpose(1, 2), kd, vd).transpose(1, 2)
+        row["fp8_max_abs_err_vs_dequantized_fp32"] = (o8.float() - ref).abs().max().item()
+        del kd, vd, ref
+    for ps in [int(x) for x in args.pages.split(",") if x]:
+        npages = b * sk // ps
+        perm = torch.randperm(npages, device="cuda")
+        kp = torch.empty(npages, ps, HKV, D, dtype=k8.dtype, device="cuda")
+        kp[perm] = k8.view(npages, ps, HKV, D)
+        vp = torch.empty_like(kp)
+        vp[perm] = v8.view(npages, ps, HKV, D)
+        table = perm.view(b, sk // ps).to(torch.int32).contiguous()
+        op = torch.empty_like(o8)
+        pc = FaDecode(ctx, q, kp, vp, op, block_table=table, page_size=ps, kv_scales=(ks, vs))
+        tp = timed(pc, args)
+        pc()
+        torch.cuda.synchronize()
+        row[f"fp8_paged{ps}_ms"] = tp
+        row[f"fp8_paged{ps}_kv_tbps"] = kv_bytes / 2 / (tp * 1e-3) / 1e12
+        row[f"fp8_paged{ps}_over_bf16"] = t_bf16 / tp
+        del kp, vp, pc
+    del k8, v8, call
+
+
 def mla_cell(ctx, b, sk, hq, args):
     """MLA decode: q [B, 1, hq, 576] over one latent head, paged (page 64, random page order); v is the first 512
     columns of k (the latent cache, as DeepSeek's layout stores it). Rate = latent cache bytes (B * S * 576 * 2) /
@@ -246,6 +303,12 @@ def main():
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also time contiguous and paged at the default point (a FA_TUNE_POLICY=defaults context)",
+    )
+    ap.add_argument(
+        "--fp8",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time each GQA cell from an e4m3 cache with per-head scales (fp8_* columns)",
     )
     ap.add_argument(
         "--graph",
@@ -343,6 +406,8 @@ def main():
                     del pe
                 del kp, vp, pc
             row["fa_ms_again"] = timed(call, args)  # the contiguous run once more, after the other backends
+            if args.fp8:
+                fp8_cell(ctx, row, q, k, v, t, kv_bytes, bw0, args)
             rows.append(row)
             del q, k, v, o, call
             torch.cuda.empty_cache()
