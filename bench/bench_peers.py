@@ -18,6 +18,7 @@ fast but wrong kernel shows.
 """
 
 import argparse
+import contextlib
 import gc
 import itertools
 import math
@@ -150,8 +151,9 @@ class Flex:
         return self.fn(q, k, v, block_mask=block_mask)
 
 
-def make_call(name, q, k, v, causal, flex):
-    """A function running the contender's forward on the shared BSHD tensors, returning o in BSHD."""
+def make_call(name, q, k, v, causal, flex, gqa=False):
+    """A function running the contender's forward on the shared BSHD tensors, returning o in BSHD. gqa: SDPA gets
+    enable_gqa=True (k / v with fewer heads than q; bench_train.py's GQA cells)."""
     if name == "fa":
         return lambda: fa.attention(q, k, v, causal=causal)
     qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -159,10 +161,11 @@ def make_call(name, q, k, v, causal, flex):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         backend = getattr(SDPBackend, SDPA_BACKENDS[name])
+        kw = {"enable_gqa": True} if gqa else {}
 
         def call():
             with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal).transpose(1, 2)
+                return F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, **kw).transpose(1, 2)
 
         return call
     if name == "flex":
@@ -180,15 +183,25 @@ def short(exc):
 def prepare_one(name, q, k, v, causal, flex, args, do):
     """Runs the contender once (fa: its first-use tuning and compiles happen here, outside the timed rounds).
     {'fwd', 'bwd' (callables or None), 'out', 'grads', 'fwd_err', 'bwd_err'}."""
+    return prepare_call(lambda q_, k_, v_: make_call(name, q_, k_, v_, causal, flex), q, k, v, do, args)
+
+
+def prepare_call(make, q, k, v, do, args, mode=None):
+    """Runs make(q, k, v)'s forward once, then its backward against `do` once (gradients of q, k, v; skipped under
+    args.fwd_only), and returns the timed callables of both: make(q, k, v) returns a function running the forward
+    and returning o. mode: None, or a context manager factory entered around every forward and backward call
+    (bench_train.py's deterministic mode). {'fwd', 'bwd' (callables or None), 'out', 'grads', 'fwd_err',
+    'bwd_err'}."""
     res = {"fwd": None, "bwd": None, "out": None, "grads": None, "fwd_err": None, "bwd_err": None}
+    mode = mode or contextlib.nullcontext
     try:
-        call = make_call(name, q, k, v, causal, flex)
-        with torch.no_grad():
+        call = make(q, k, v)
+        with mode(), torch.no_grad():
             res["out"] = call()
             torch.cuda.synchronize()
 
         def fwd():
-            with torch.no_grad():
+            with mode(), torch.no_grad():
                 call()
 
         res["fwd"] = fwd
@@ -197,16 +210,18 @@ def prepare_one(name, q, k, v, causal, flex, args, do):
         if args.verbose:
             traceback.print_exc()
         return res
-    if args.fwd_only:
+    if getattr(args, "fwd_only", False):
         return res
     try:
         qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-        out = make_call(name, qg, kg, vg, causal, flex)()
-        res["grads"] = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+        with mode():
+            out = make(qg, kg, vg)()
+            res["grads"] = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
         torch.cuda.synchronize()
 
         def bwd():
-            torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+            with mode():
+                torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
 
         res["bwd"] = bwd
     except Exception as exc:  # noqa: BLE001
@@ -408,15 +423,9 @@ def plots(rows, out_dir, directions):
 
 
 # ---- main ----------------------------------------------------------------------------------------------------------
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="a small subset of the sweep")
-    ap.add_argument("--fwd-only", action="store_true")
-    ap.add_argument("--dtypes", default="bf16,fp16", help="comma list of bf16, fp16")
-    ap.add_argument("--hdims", default="64,128,256", help="head dims of the standard sweep")
-    ap.add_argument("--contenders", default=",".join(CONTENDERS), help="comma list of " + ",".join(CONTENDERS))
-    ap.add_argument("--no-decode", action="store_true", help="skip the decode-like shapes")
-    ap.add_argument("--no-odd", action="store_true", help="skip the odd head dims")
+def add_timing_args(ap):
+    """The options of the timing and of fa's tuning (bench_train.py takes them too): --iters, --warmup, --rounds,
+    --order, --fa-tune, --verbose."""
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument(
@@ -432,10 +441,6 @@ def parse_args(argv=None):
         choices=["balanced", "rotate"],
         help="contender order over the rounds (round_orders); rotate: the plain rotation",
     )
-    ap.add_argument("--seqlens", default=None, help="comma list: only these lengths of the standard sweep")
-    ap.add_argument("--causal", default="0,1", help="comma list of 0 (full), 1 (causal) for the standard sweep")
-    ap.add_argument("--json", default=None, help="write every measurement to this file")
-    ap.add_argument("--out", default="bench_out", help="folder for the PNGs")
     ap.add_argument(
         "--fa-tune",
         default=None,
@@ -446,6 +451,38 @@ def parse_args(argv=None):
         "rounds time the tuned kernel, as a user's later calls run it",
     )
     ap.add_argument("--verbose", action="store_true", help="print tracebacks of failing contenders")
+
+
+def start_run(args, want_flex):
+    """The run's header printed, fa's default context at --fa-tune's policy (when given), and a Flex when wanted
+    (None, said on stdout, when flex_attention is unavailable)."""
+    for line in header_lines():
+        print(line)
+    if args.fa_tune is not None and fa.available():
+        fa.set_default_context(fa.Context(torch.cuda.current_device(), tune_policy=args.fa_tune))
+    if not want_flex:
+        return None
+    try:
+        return Flex()
+    except Exception as exc:  # noqa: BLE001
+        print(f"(flex_attention unavailable: {short(exc)})")
+        return None
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a small subset of the sweep")
+    ap.add_argument("--fwd-only", action="store_true")
+    ap.add_argument("--dtypes", default="bf16,fp16", help="comma list of bf16, fp16")
+    ap.add_argument("--hdims", default="64,128,256", help="head dims of the standard sweep")
+    ap.add_argument("--contenders", default=",".join(CONTENDERS), help="comma list of " + ",".join(CONTENDERS))
+    ap.add_argument("--no-decode", action="store_true", help="skip the decode-like shapes")
+    ap.add_argument("--no-odd", action="store_true", help="skip the odd head dims")
+    ap.add_argument("--seqlens", default=None, help="comma list: only these lengths of the standard sweep")
+    ap.add_argument("--causal", default="0,1", help="comma list of 0 (full), 1 (causal) for the standard sweep")
+    ap.add_argument("--json", default=None, help="write every measurement to this file")
+    ap.add_argument("--out", default="bench_out", help="folder for the PNGs")
+    add_timing_args(ap)
     args = ap.parse_args(argv)
     args.dtypes = [x.strip() for x in args.dtypes.split(",") if x.strip()]
     args.hdims = [int(x) for x in args.hdims.split(",") if x.strip()]
@@ -466,16 +503,7 @@ def main(argv=None):
     if not torch.cuda.is_available():
         print("bench_peers: no CUDA device", file=sys.stderr)
         return 2
-    for line in header_lines():
-        print(line)
-    if args.fa_tune is not None and fa.available():
-        fa.set_default_context(fa.Context(torch.cuda.current_device(), tune_policy=args.fa_tune))
-    flex = None
-    if "flex" in args.contenders:
-        try:
-            flex = Flex()
-        except Exception as exc:  # noqa: BLE001
-            print(f"(flex_attention unavailable: {short(exc)})")
+    flex = start_run(args, "flex" in args.contenders)
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     directions = ["fwd"] if args.fwd_only else ["fwd", "bwd"]
     shapes = make_shapes(args)

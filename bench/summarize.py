@@ -90,6 +90,48 @@ def peers_bench_peers(doc):
     return out, []
 
 
+TRAIN_KINDS = {
+    "mla": "192/128",
+    "gqa": "GQA",
+    "softcap": "softcap",
+    "varlen": "varlen",
+    "deterministic": "deterministic",
+}
+
+
+def peers_bench_train(doc):
+    """bench_train: peer time / fa time per direction over every cell (fa's default mode; the plain cells too), and
+    fa's own ratios: a feature cell over its plain cell, the deterministic backward over the default one."""
+    cells = defaultdict(lambda: defaultdict(list))
+    kinds = sorted({r["kind"] for r in doc["rows"] if r["kind"] in TRAIN_KINDS}, key=list(TRAIN_KINDS).index)
+    for r in doc["rows"]:
+        for direction, times in r["ms"].items():
+            for who in ("FA2", "cuDNN", "flex"):
+                if times.get("fa") and times.get(who):
+                    cells[direction][PEER_NAMES.get(who, who)].append(times[who] / times["fa"])
+    what = ", ".join(TRAIN_KINDS[k] for k in kinds)
+    peers = [
+        (f"{word}, {doc['rows'][0]['dtype']}, training cells ({what}) and their plain cells", dict(cells[direction]))
+        for direction, word in (("fwd", "forward"), ("bwd", "backward"))
+        if cells[direction]
+    ]
+    own = []
+    for direction, word in (("fwd", "forward"), ("bwd", "backward")):
+        parts = []
+        for kind in ("gqa", "softcap", "varlen", "mla"):
+            got = [r["over_plain"][direction] for r in doc["rows"] if r["kind"] == kind and r.get("over_plain")]
+            got = [x for x in got if x]
+            if got:
+                parts.append(f"{TRAIN_KINDS[kind]} {span([f'{x:.2f}' for x in got])}")
+        if parts:
+            own.append((f"training cells: fa's {word} TFLOP/s over the plain cell's (goal >= 0.90)", "; ".join(parts)))
+    det = [(r["cell"], r["ratios"]["bwd"].get("fa-det/fa")) for r in doc["rows"] if r["kind"] == "deterministic"]
+    det = [f"{name} {x:.2f}" for name, x in det if x]
+    if det:
+        own.append(("deterministic backward over the default one (goal >= 0.90)", "; ".join(det)))
+    return peers, own
+
+
 def decode_peer_ratios(rows):
     """{peer: [peer ms / fa ms, ...]} from a decode row's `<peer>_ms` fields (fa's own and paged times excluded)."""
     cells = defaultdict(list)
@@ -245,6 +287,7 @@ ADAPTORS = {
     "bench_peers": peers_bench_peers,
     "bench_decode": peers_bench_decode,
     "bench_mods": peers_bench_mods,
+    "bench_train": peers_bench_train,
     "host_overhead": peers_host_overhead,
     "ring_scale": own_ring_scale,
     "fa_tuning_figures": own_tuning_figures,

@@ -61,7 +61,8 @@ if [ $BENCH = 1 ] && [ "$ONLY" != "tests" ] && [ -n "$LIB" ]; then
   for b in "$ROOT"/bench/bench_*.py; do
     [ -f "$b" ] || continue
     step "benchmark $(basename "$b")"
-    # Each benchmark gets the flags it declares (bench_decode.py requires --json; only bench_peers.py draws PNGs).
+    # Each benchmark gets the flags it declares (bench_decode.py and bench_train.py require --json; only
+    # bench_peers.py draws PNGs); tests/bench/check_train_cells.py checks the --json detection below.
     name="$(basename "$b" .py)"
     args=""
     grep -q 'add_argument("--json"' "$b" && args="$args --json $OUT/$name.json"
