@@ -365,9 +365,7 @@ struct Consumer : ConsumerBase {
         const float p0 = fa_exp2(fmaf(s[j * 4 + hh * 2], mul, -ms));
         const float p1 = fa_exp2(fmaf(s[j * 4 + hh * 2 + 1], mul, -ms));
         sum += p0 + p1;
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(sP + swz(r, CW * kHalf / 8 + j) + (unsigned)(tq * 4)),
-                     "r"(pack2(p0, p1))
-                     : "memory");
+        fa_st_shared_b32(sP + swz(r, CW * kHalf / 8 + j) + (unsigned)(tq * 4), pack2(p0, p1));
       }
       row_l[hh] = row_l[hh] * corr[hh] + sum;
     }
@@ -444,12 +442,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) fa_kernel(const FaFwdArgs a
   c.b = (int)blockIdx.z;
   c.r0 = (int)blockIdx.x * kR;
   c.w = fa_split_work<kR, kBN>(a, c.b, c.r0, c.split, ns);
-  if (c.w.rows <= 0) return;  // uniform: the whole CTA leaves
-  {                           // the host launches with fa_mla_smem_bytes (fwd_mla_layout.cuh)
-    unsigned dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < (unsigned)kSmemBytes) __trap();
-  }
+  if (c.w.rows <= 0) return;                  // uniform: the whole CTA leaves
+  fa_require_dyn_smem((unsigned)kSmemBytes);  // the host launches with fa_mla_smem_bytes (fwd_mla_layout.cuh)
   const unsigned raw = fa_sm90_smem(fa_smem_raw);
   c.base = (raw + 1023u) & ~1023u;
   c.gbase = fa_smem_raw + (c.base - raw);

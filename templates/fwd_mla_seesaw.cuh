@@ -247,7 +247,7 @@ struct SeesawConsumer : ConsumerBase {
           v = pack2(lo * f[i & 1], hi * f[i & 1]);
         }
         const unsigned dst = sp + swz(rw + 8 * (i & 1), 2 * kk + (i >> 1)) + (unsigned)(tq * 4);
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(dst), "r"(v) : "memory");
+        fa_st_shared_b32(dst, v);
       }
     fa_fence_proxy_async();
   }

@@ -1,6 +1,7 @@
 // sm90.cuh -- Hopper (sm_90a) primitives as inline PTX: mbarriers, TMA tensor copies, bulk copies, L2 bulk prefetch,
 // proxy fences, wgmma (descriptors, fences, groups, m64nNk16 bf16/fp16 -> fp32 in SS (A and B K- or MN-major) and RS
-// forms), named barriers (with an or-reduction), setmaxnreg.
+// forms), named barriers (with an or-reduction), setmaxnreg; the dynamic shared-memory check and plain shared loads
+// and stores.
 // Self-contained (no CUDA headers), NVRTC-compilable; needs FA_DEVICE (fa_common.cuh) and sm_90a for wgmma and
 // setmaxnreg. Shared-memory addresses are 32-bit shared-window addresses (fa_sm90_smem); tensor maps are the
 // generic address of a 64-byte aligned CUtensorMap held in a __grid_constant__ kernel parameter.
@@ -13,6 +14,40 @@ FA_DEVICE unsigned fa_sm90_smem(const void* p) {
   unsigned r;
   asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
   return r;
+}
+
+// ---- shared memory -------------------------------------------------------------------------------------------------
+// Traps unless the launch gave at least `bytes` of dynamic shared memory (the host's size formula and the kernel's
+// layout disagree: nothing is computed on a layout that does not fit).
+FA_DEVICE void fa_require_dyn_smem(unsigned bytes) {
+  unsigned dyn;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+  if (dyn < bytes) __trap();
+}
+// Plain 32-bit / 64-bit / 128-bit accesses at shared-window addresses.
+FA_DEVICE void fa_st_shared_b32(unsigned addr, unsigned v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+FA_DEVICE unsigned fa_ld_shared_b32(unsigned addr) {
+  unsigned v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+FA_DEVICE void fa_st_shared_f32(unsigned addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+}
+FA_DEVICE float2 fa_ld_shared_f2(unsigned addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+FA_DEVICE uint4 fa_ld_shared_v4(unsigned addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
 }
 
 // ---- mbarrier -----------------------------------------------------------------------------------------------------

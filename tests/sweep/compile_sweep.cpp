@@ -10,6 +10,8 @@
 // --progress-file PATH: the latest progress line (one every 25 kernels) rewritten there, for scripts/test.sh.
 // --sample --lite: the same coverage with fewer tunable points per semantic (the CI sample of sm_100 and sm_120).
 // --count: how many kernels each family and arch would compile, nothing compiled (with $FA_SWEEP_VERBOSE: their keys).
+// --dump-cubins DIR: each compiled kernel's cubin as DIR/<canonical key>.cubin, the key's '|' written '+' (for a SASS
+// comparison of two builds: scripts/sass_diff.sh).
 // Also checks that the predicate is the only rejection: a point it accepts must compile without spills.
 #include <fmt/format.h>
 
@@ -19,6 +21,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -277,6 +281,18 @@ void add_semantics(const Family& f, int arch, bool full, const SampleCaps& caps,
   }
 }
 
+// Writes r's cubin as dir/<key>.cubin ('|' -> '+'); false (with a message) when the file cannot be written.
+bool dump_cubin(const std::string& dir, const fa::rt::CompileResult& r) {
+  std::string name = r.key;
+  std::replace(name.begin(), name.end(), '|', '+');
+  const std::string path = dir + "/" + name + ".cubin";
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(r.cubin.data(), static_cast<std::streamsize>(r.cubin.size()));
+  if (out.good()) return true;
+  fmt::print("FAIL {}: cannot write {}\n", r.key, path);
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -290,6 +306,7 @@ int main(int argc, char** argv) {
   std::string only_family;
   std::vector<std::string> matches;  // --match: only the points whose canonical key holds one of these
   std::string progress_file;         // --progress-file: the latest progress line, rewritten as the sweep goes
+  std::string dump_dir;              // --dump-cubins: where each compiled cubin is written
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--full")) full = true;
     else if (!std::strcmp(argv[i], "--sample")) full = false;
@@ -308,15 +325,21 @@ int main(int argc, char** argv) {
         return 2;
       }
       archs.push_back(arch);
+    } else if (!std::strcmp(argv[i], "--dump-cubins") && i + 1 < argc) {
+      dump_dir = argv[++i];
     } else {
       fmt::print(stderr,
                  "usage: {} [--sample [--lite]|--full] [--arch N]... [--count] [--threads N] [--limit N [--seed S]] "
-                 "[--family NAME] [--match TEXT]... [--progress-file PATH]\n",
+                 "[--family NAME] [--match TEXT]... [--progress-file PATH] [--dump-cubins DIR]\n",
                  argv[0]);
       return 2;
     }
   }
   if (archs.empty()) archs = {80, 90};
+  if (!dump_dir.empty() && !std::filesystem::is_directory(dump_dir)) {
+    fmt::print(stderr, "compile_sweep: --dump-cubins expects an existing directory, got '{}'\n", dump_dir);
+    return 2;
+  }
   if (fa::rt::nvrtc_version().empty()) {
     fmt::print(stderr, "compile_sweep: NVRTC is not usable\n");
     return 1;
@@ -401,6 +424,7 @@ int main(int argc, char** argv) {
         slowest_key = r.key;
       }
       const bool spill = r.ptxas.spill_stores > 0 || r.ptxas.spill_loads > 0;
+      if (r.ok && !dump_dir.empty() && !dump_cubin(dump_dir, r)) ++failures;
       if (!r.ok || spill || r.ptxas.registers < 0 || r.ptxas.wgmma_serialized) {
         ++failures;
         const char* why = !r.ok                   ? "compile error"

@@ -94,7 +94,7 @@ Plan plan(const KernelConfig& main, const ProblemDesc& p) {
   size_t off = fam::backward_plan_start(p, main.s.arch, &out);
   off = fam::dq_accum_region(p, off, &out);
   // A mask_mod: mask_blocks' classes at this kernel's 64 x block_n tile, transposed (the CTA walks its key block's
-  // column; bwd_wgmma.cuh: for_each_tile), no lists.
+  // column; common/hopper_bwd_sched.cuh: FaBwdSched::for_each), no lists.
   if (has_mask_mod(main.s.mods)) {
     const Family& f = *main.s.family;
     std::vector<int> block_ns;

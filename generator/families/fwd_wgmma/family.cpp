@@ -104,8 +104,8 @@ bool valid(const KernelConfig& c, std::string* why) {
     return fail(why, fmt::format("a bias, or ALiBi with softcap, at head dims above {} takes 1 consumer (ptxas spills "
                                  "with 2)",
                                  kWideDim));
-  // persistent 2: the masked tile order in pairs of one cost, (batch, head)-major (templates/fwd_wgmma.cuh, tile_at);
-  // unmasked problems have one persistent order, p1's
+  // persistent 2: the masked tile order in pairs of one cost, (batch, head)-major (templates/common/
+  // hopper_tile_sched.cuh); unmasked problems have one persistent order, p1's
   if (t[kPersistent] == 2 && s.mask == 0 && !mask_code(s))
     return fail(why, "persistent 2 (the head-major masked order) needs a mask");
   if (!user_code_fits(s.head_dim, s.head_dim_v, s.mods != nullptr, mask_code(s) && s.has_bias))
