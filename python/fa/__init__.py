@@ -4,7 +4,8 @@ Importing fa needs neither the library nor torch. The C library is loaded on fir
 order; set FA_LIBRARY to its full path); when it cannot be found every call raises fa.LibraryNotFoundError. When
 torch is installed, fa.attention / fa.prepare / fa.is_supported / fa.problem_key and the operators
 fa.attention_with_kvcache / fa.prepare_kvcache (decode against a contiguous or paged KV cache), fa.merge_attention
-(partial results over disjoint key sets merged), fa.ring_attention (context parallelism over a torch.distributed
+(partial results over disjoint key sets merged), fa.scaled_dot_product_attention (torch's SDPA, run by fa where
+it has a kernel: fa.sdpa_rules), fa.ring_attention (context parallelism over a torch.distributed
 group, module fa.ring) and the operators
 torch.ops.fa.attention_fwd / attention_bwd / attention_kvcache are available (set FA_NO_TORCH=1 to skip importing
 torch).
@@ -55,6 +56,7 @@ if _os.environ.get("FA_NO_TORCH") != "1" and _ilu.find_spec("torch") is not None
         from ._torch_ops import attention, is_supported, prepare, problem_key
         from ._kvcache import attention_with_kvcache, prepare_kvcache
         from ._merge import merge_attention
+        from ._sdpa import scaled_dot_product_attention, sdpa_plan
         from .ring import ring_attention, zigzag_shard, zigzag_unshard
 
         HAS_TORCH = True
@@ -71,6 +73,7 @@ if not HAS_TORCH:
 
     attention = prepare = is_supported = problem_key = attention_with_kvcache = prepare_kvcache = _no_torch
     merge_attention = ring_attention = zigzag_shard = zigzag_unshard = _no_torch
+    scaled_dot_product_attention = sdpa_plan = _no_torch
 
 __all__ = [
     "attention",
@@ -80,6 +83,8 @@ __all__ = [
     "attention_with_kvcache",
     "prepare_kvcache",
     "merge_attention",
+    "scaled_dot_product_attention",
+    "sdpa_plan",
     "ring_attention",
     "zigzag_shard",
     "zigzag_unshard",
