@@ -24,6 +24,9 @@ namespace {
 Status validated(fa_context c, const fa_params* in, fa_params* p, fa::gen::ProblemDesc* d) {
   Status st = check_context(c);
   if (st.ok()) st = validate_forward(in, p, d);
+  std::string why;
+  if (st.ok() && !fa::gen::fp8_support(fa::gen::Role::Forward, *d, context_arch(c), &why))
+    st = error(FA_ERROR_NOT_SUPPORTED, why);
   if (st.ok()) d->sm_count = c->sm_count > 0 ? c->sm_count : c->limits.sm_count;  // split-KV plans size by it
   return st;
 }

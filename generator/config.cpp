@@ -23,6 +23,8 @@ const char* dtype_name(int dtype) {
     case kFp16: return "fp16";
     case kBf16: return "bf16";
     case kFp32: return "fp32";
+    case kE4m3: return "e4m3";
+    case kE5m2: return "e5m2";
     default: return "unknown";
   }
 }
@@ -41,6 +43,8 @@ std::string semantic_key(const Semantic& s) {
                                 dtype_name(s.dtype), s.head_dim, s.head_dim_v, mask_name(s.mask), int(s.has_bias),
                                 int(s.has_alibi), int(s.has_softcap), int(s.varlen), int(s.even_k), int(s.has_lse));
   if (s.paged) key += ".paged";
+  if (s.kv_dtype != 0) key += fmt::format(".kv_{}", dtype_name(s.kv_dtype));
+  if (s.o_dtype != 0) key += fmt::format(".o_{}", dtype_name(s.o_dtype));
   if (s.mods != nullptr) key += fmt::format(".{}", user_mods_tag(*s.mods));
   return key;
 }
@@ -128,7 +132,7 @@ bool ConfigLess::operator()(const KernelConfig& a, const KernelConfig& b) const 
   auto tie = [](const KernelConfig& c) {
     const Semantic& s = c.s;
     return std::tie(s.family, s.arch, s.dtype, s.head_dim, s.head_dim_v, s.mask, s.has_bias, s.has_alibi, s.has_softcap,
-                    s.varlen, s.even_k, s.has_lse, s.paged, s.mods, c.t.v);
+                    s.varlen, s.even_k, s.has_lse, s.paged, s.mods, s.kv_dtype, s.o_dtype, c.t.v);
   };
   return tie(a) < tie(b);
 }
@@ -143,6 +147,8 @@ std::string render_source(const KernelConfig& c) {
   src += "namespace fa_cfg {\n";
   src += fmt::format("constexpr int kArch = {};\n", s.arch);
   src += fmt::format("constexpr int kDtype = {};\n", s.dtype);
+  src += fmt::format("constexpr int kKvDtype = {};\n", s.kv_dtype != 0 ? s.kv_dtype : s.dtype);
+  src += fmt::format("constexpr int kODtype = {};\n", s.o_dtype != 0 ? s.o_dtype : s.dtype);
   src += fmt::format("constexpr int kHeadDim = {};\n", s.head_dim);
   src += fmt::format("constexpr int kHeadDimV = {};\n", s.head_dim_v);
   src += fmt::format("constexpr int kMask = {};\n", s.mask);

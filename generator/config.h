@@ -19,7 +19,8 @@ struct UserMods;  // user_mods.h
 // Bumped whenever rendering or any template's meaning changes; part of every compile key.
 inline constexpr int kGeneratorVersion = 3;
 
-enum Dtype : int { kFp16 = 1, kBf16 = 2, kFp32 = 3 };                 // values equal fa_dtype
+enum Dtype : int { kFp16 = 1, kBf16 = 2, kFp32 = 3, kE4m3 = 4, kE5m2 = 5 };  // values equal fa_dtype
+inline bool is_fp8(int dtype) { return dtype == kE4m3 || dtype == kE5m2; }
 enum Mask : int { kMaskNone = 0, kMaskCausal = 1, kMaskWindow = 2 };  // values equal fa_mask
 
 // Head dims a kernel may be asked for: multiples of 8 in [8, kMaxHeadDim] for q / k and [8, kMaxHeadDimV] for v / o
@@ -32,8 +33,10 @@ inline bool head_dim_ok(int d, int max = kMaxHeadDim) { return d >= 8 && d <= ma
 
 struct Semantic {
   const Family* family = nullptr;  // which kernel family (registered in family.h's registry)
-  int arch = 80;  // SM version: 80, 86, 89, 90, 100, 103, 120, 121 (runtime/arch.h; 90 compiles as sm_90a)
-  int dtype = kFp16;
+  int arch = 80;         // SM version: 80, 86, 89, 90, 100, 103, 120, 121 (runtime/arch.h; 90 compiles as sm_90a)
+  int dtype = kFp16;     // of q (and of k, v, o unless the two below say otherwise)
+  int kv_dtype = 0;      // of k and v when it differs from dtype (an fp8 KV cache: kE4m3 / kE5m2), else 0
+  int o_dtype = 0;       // of o when it differs from dtype (fp8 inputs: kBf16 / kFp16), else 0
   int head_dim = 128;    // of q, k: multiple of 8 in [8, kMaxHeadDim] (head_dim_ok; families cover less)
   int head_dim_v = 128;  // of v, o: multiple of 8 in [8, kMaxHeadDimV]
   int mask = kMaskNone;
@@ -70,10 +73,11 @@ struct ConfigLess {
 };
 
 const char* family_name(const Semantic& s);  // "fwd_ref", "fwd_mma", ... ("none" without a family)
-const char* dtype_name(int dtype);           // "fp16", "bf16", "fp32"
+const char* dtype_name(int dtype);           // "fp16", "bf16", "fp32", "e4m3", "e5m2"
 const char* mask_name(int mask);             // "none", "causal", "window"
 
-// "fwd_mma.sm90.bf16.d128.dv128.causal.b0a0s0v0e1l1|m128.n64.w4.s2.qr0.kj1" -- stable, human-readable, complete.
+// "fwd_mma.sm90.bf16.d128.dv128.causal.b0a0s0v0e1l1|m128.n64.w4.s2.qr0.kj1" -- stable, human-readable, complete
+// (".kv_e4m3" / ".o_bf16" after the features when kv_dtype / o_dtype are set).
 std::string canonical_key(const KernelConfig& c);
 std::string semantic_key(const Semantic& s);
 // The knobs of s's family by their key tags, in schema order ("m128.n64.w4.s2.qr0.kj1").

@@ -165,6 +165,11 @@ struct Family {
   int priority = 0;                // among covering families of a role, the highest wins
   bool reference = false;          // the always-correct fallback (FA_FORCE_REFERENCE picks these)
   bool tuned_on_first_use = true;  // false: the chooser keeps the defaults (no timing)
+  // FP8 (fa_params version 3). The selector passes over a family that does not declare what a problem needs, so no
+  // 16-bit kernel ever reads fp8 bytes: fp8_kv_cache: reads k / v of kv_dtype e4m3 / e5m2 with k_scale / v_scale
+  // (q, o 16-bit); fp8_inputs: q, k, v of an fp8 dtype with descales, o of o_dtype.
+  bool fp8_kv_cache = false;
+  bool fp8_inputs = false;
   std::vector<Knob> knobs;         // the tunable schema
   const char* legacy_x = nullptr;  // the knob that pre-schema keys called `x` (parse_tunables_key)
 

@@ -11,6 +11,8 @@ namespace fa::gen {
 
 struct ProblemDesc {
   int dtype = kFp16;
+  int kv_dtype = 0;  // of k and v when not dtype (fa_params version 3: an fp8 KV cache), else 0
+  int o_dtype = 0;   // of o when not dtype (fp8 inputs: bf16 / fp16), else 0
   int batch = 1, seqlen_q = 1, seqlen_k = 1;  // varlen: the maxima
   int heads_q = 1, heads_kv = 1;
   int head_dim = 128, head_dim_v = 128;
@@ -49,6 +51,10 @@ Semantic semantic_for(const Family& f, const ProblemDesc& p, int arch);
 Semantic select(Role role, const ProblemDesc& p, int arch, std::string* why = nullptr);
 inline Semantic select_forward(const ProblemDesc& p, int arch) { return select(Role::Forward, p, arch); }
 inline Semantic select_backward(const ProblemDesc& p, int arch) { return select(Role::Backward, p, arch); }
+// Whether an fp8 problem (dtype or kv_dtype e4m3 / e5m2) can run on arch: fp8 tensor cores (sm_89+) and a family of
+// `role` that reads it (Family::fp8_kv_cache / fp8_inputs). false with *why ("no fp8 forward kernel yet for ...",
+// naming the dtype and the arch); true for every 16-bit problem.
+bool fp8_support(Role role, const ProblemDesc& p, int arch, std::string* why);
 // Whether family f (by name) covers p on arch: in its arch range and its coverage predicate holds.
 bool family_covers(const Family& f, const ProblemDesc& p, int arch, std::string* why);
 

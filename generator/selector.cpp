@@ -2,6 +2,7 @@
 // the problem's semantic part for it, and the plan of the call.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "generator/problem.h"
@@ -22,6 +23,8 @@ Semantic semantic_for(const Family& f, const ProblemDesc& p, int arch) {
   s.family = &f;
   s.arch = arch;
   s.dtype = p.dtype;
+  s.kv_dtype = p.kv_dtype;
+  s.o_dtype = p.o_dtype;
   s.head_dim = p.head_dim;
   s.head_dim_v = p.head_dim_v;
   s.mask = p.mask;
@@ -44,6 +47,14 @@ Semantic semantic_for(const Family& f, const ProblemDesc& p, int arch) {
 bool family_covers(const Family& f, const ProblemDesc& p, int arch, std::string* why) {
   if (arch < f.arch_min || arch > f.arch_max) {
     if (why) *why = fmt::format("{}: runs on sm_{}+, device is sm_{}", f.name, f.arch_min, arch);
+    return false;
+  }
+  if (is_fp8(p.kv_dtype) && !f.fp8_kv_cache) {
+    if (why) *why = fmt::format("{}: reads no fp8 KV cache (kv_dtype {})", f.name, dtype_name(p.kv_dtype));
+    return false;
+  }
+  if (is_fp8(p.dtype) && !f.fp8_inputs) {
+    if (why) *why = fmt::format("{}: takes no fp8 q / k / v (dtype {})", f.name, dtype_name(p.dtype));
     return false;
   }
   if (f.covers == nullptr) return true;
@@ -69,8 +80,33 @@ Semantic select(Role role, const ProblemDesc& p, int arch, std::string* why) {
     if (why) *why += (why->empty() ? "" : "; ") + reason;
   }
   // No family covers the problem (not reachable while a reference family covers everything): the reference, whose
-  // validity check then says why.
+  // validity check then says why. Never for fp8, which no reference reads (fp8_support says so before this runs):
+  // no family, so that nothing launches.
+  if (is_fp8(p.dtype) || is_fp8(p.kv_dtype)) return Semantic{};
   return fallback ? semantic_for(*fallback, p, arch) : Semantic{};
+}
+
+bool fp8_support(Role role, const ProblemDesc& p, int arch, std::string* why) {
+  const bool inputs = is_fp8(p.dtype), cache = is_fp8(p.kv_dtype);
+  if (!inputs && !cache) return true;
+  const char* what = inputs ? "dtype" : "kv_dtype";
+  const int dt = inputs ? p.dtype : p.kv_dtype;
+  if (arch < 89) {
+    *why = fmt::format("{} {}: fp8 needs fp8 tensor cores (sm_89 or newer), the arch is sm_{}", what, dtype_name(dt),
+                       arch);
+    return false;
+  }
+  std::string reasons;
+  const Semantic s = select(role, p, arch, &reasons);
+  if (s.family != nullptr) return true;
+  *why = inputs ? fmt::format("no fp8 forward kernel yet for {} q / k / v (d {} / dv {}, sm_{}): {}", dtype_name(dt),
+                              p.head_dim, p.head_dim_v, arch, reasons)
+                : fmt::format(
+                      "no fp8 forward kernel yet for a {} KV cache with these features (d {} / dv {}, "
+                      "{} query rows per KV head, sm_{}): {}",
+                      dtype_name(dt), p.head_dim, p.head_dim_v,
+                      static_cast<long long>(p.seqlen_q) * (p.heads_q / std::max(1, p.heads_kv)), arch, reasons);
+  return false;
 }
 
 KernelConfig finalize(const Semantic& s, const Tunables& t, const ProblemDesc& p) {

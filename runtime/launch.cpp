@@ -73,6 +73,10 @@ FaFwdArgs make_fwd_args(const fa_params& p, const gen::ProblemDesc& d) {
   a.softcap = p.softcap;
   a.inv_softcap = p.softcap > 0.0f ? 1.0f / p.softcap : 0.0f;
   a.seqused_k = p.seqused_k;
+  a.k_scale = p.k_scale;
+  a.v_scale = p.v_scale;
+  a.k_scale_sh = p.k_scale_stride_head;
+  a.v_scale_sh = p.v_scale_stride_head;
   if (d.paged) {
     a.block_table = p.block_table;
     a.bt_stride = p.block_table_stride;

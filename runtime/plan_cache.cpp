@@ -15,12 +15,12 @@ uint64_t pack2(int64_t a, int64_t b) {
 
 // A field added to ProblemDesc changes what a plan depends on: it must enter the signature below (a stale plan would
 // serve another problem). This trips when the struct grows; update the signature, then the size.
-static_assert(sizeof(void*) != 8 || sizeof(gen::ProblemDesc) == 96,
+static_assert(sizeof(void*) != 8 || sizeof(gen::ProblemDesc) == 104,
               "gen::ProblemDesc changed: add its new fields to shape_signature, then update this size");
 
 ShapeSignature shape_signature(gen::Role role, const gen::ProblemDesc& d) {
   ShapeSignature s;
-  s.w[0] = pack2(static_cast<int>(role), d.dtype);
+  s.w[0] = pack2(static_cast<int>(role), d.dtype | (d.kv_dtype << 8) | (d.o_dtype << 16));
   s.w[1] = pack2(d.batch, d.seqlen_q);
   s.w[2] = pack2(d.seqlen_k, d.heads_q);
   s.w[3] = pack2(d.heads_kv, d.head_dim);

@@ -8,11 +8,14 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 namespace fa::rt {
 
-size_t dtype_size(int dtype) { return dtype == FA_DTYPE_FP32 ? 4 : 2; }
+size_t dtype_size(int dtype) {
+  return dtype == FA_DTYPE_FP32 ? 4 : dtype == FA_DTYPE_E4M3 || dtype == FA_DTYPE_E5M2 ? 1 : 2;
+}
 
 namespace {
 
@@ -82,6 +85,72 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // boxes: on top of the 16-byte rule, every dimension of extent > 1 needs a positive byte stride below 2^40.
 bool tma_stride(int64_t stride, int64_t extent, size_t elem_bytes) {
   return extent <= 1 || (stride > 0 && stride * static_cast<int64_t>(elem_bytes) < (int64_t{1} << 40));
+}
+
+// A float32 factor array read at b * stride_batch + g * stride_head (b < batch, g < heads): NULL (the factor 1) with
+// zero strides, or a 4-byte aligned pointer with strides >= 0 whose largest offset fits in 2^60 elements. `allowed`:
+// the problem uses the field at all (else it must be NULL with zero strides; `when` says when it is used).
+Status check_factors(const char* name, const float* ptr, const char* sb_name, int64_t sb, int64_t batch,
+                     const char* sh_name, int64_t sh, int64_t heads, bool allowed, const char* when) {
+  if (ptr == nullptr) {
+    if (sb != 0) return invalid(sb_name, fmt::format("0 when {} is NULL", name), sb);
+    if (sh != 0) return invalid(sh_name, fmt::format("0 when {} is NULL", name), sh);
+    return Status::Ok();
+  }
+  if (!allowed) return invalid(name, fmt::format("NULL unless {}", when), ptr_str(ptr));
+  if (reinterpret_cast<uintptr_t>(ptr) % 4) return invalid(name, "4-byte aligned (float32)", ptr_str(ptr));
+  for (auto [f, s, n] : {std::tuple{sb_name, sb, batch}, std::tuple{sh_name, sh, heads}}) {
+    if (f == nullptr) continue;
+    if (s < 0) return invalid(f, ">= 0 (0: one factor for every index)", s);
+    if (n > 1 && s > (kMaxOffset / 2) / (n - 1))
+      return invalid(f, fmt::format("a stride whose largest offset fits in 2^59 elements ({} x {})", n, s), s);
+  }
+  return Status::Ok();
+}
+
+// The version 3 fields (fa.h "FP8"): which dtypes combine, and the descale / scale factor arrays.
+Status validate_fp8_fields(const fa_params& p) {
+  const bool fp8_in = p.dtype == FA_DTYPE_E4M3 || p.dtype == FA_DTYPE_E5M2;
+  const bool fp8_kv = !fp8_in && (p.kv_dtype == FA_DTYPE_E4M3 || p.kv_dtype == FA_DTYPE_E5M2);
+  if (fp8_in) {
+    if (p.o_dtype != FA_DTYPE_BF16 && p.o_dtype != FA_DTYPE_FP16)
+      return invalid(
+          "o_dtype",
+          fmt::format("FA_DTYPE_BF16 (2) or FA_DTYPE_FP16 (1) with the fp8 dtype {} (o is never fp8)", p.dtype),
+          p.o_dtype);
+    if (p.kv_dtype != 0 && p.kv_dtype != p.dtype)
+      return invalid("kv_dtype", fmt::format("0 or dtype ({}): fp8 q takes k and v of its own dtype", p.dtype),
+                     p.kv_dtype);
+  } else {
+    if (p.o_dtype != 0 && p.o_dtype != p.dtype)
+      return invalid("o_dtype", fmt::format("0 or dtype ({}) unless dtype is fp8", p.dtype), p.o_dtype);
+    const bool kv_ok = p.kv_dtype == 0 || p.kv_dtype == p.dtype || (fp8_kv && p.dtype != FA_DTYPE_FP32);
+    if (!kv_ok)
+      return invalid(
+          "kv_dtype",
+          p.dtype == FA_DTYPE_FP32
+              ? std::string("0 or dtype (3) with an fp32 dtype")
+              : fmt::format("0, dtype ({}), FA_DTYPE_E4M3 (4) or FA_DTYPE_E5M2 (5) (an fp8 KV cache)", p.dtype),
+          p.kv_dtype);
+  }
+  const int64_t nb = p.batch, hk = p.heads_kv;
+  const char* in_when = "dtype is FA_DTYPE_E4M3 / FA_DTYPE_E5M2 (fp8 q / k / v)";
+  Status st = check_factors("descale_q", p.descale_q, "descale_q_stride_batch", p.descale_q_stride_batch, nb,
+                            "descale_q_stride_head", p.descale_q_stride_head, hk, fp8_in, in_when);
+  if (st.ok())
+    st = check_factors("descale_k", p.descale_k, "descale_k_stride_batch", p.descale_k_stride_batch, nb,
+                       "descale_k_stride_head", p.descale_k_stride_head, hk, fp8_in, in_when);
+  if (st.ok())
+    st = check_factors("descale_v", p.descale_v, "descale_v_stride_batch", p.descale_v_stride_batch, nb,
+                       "descale_v_stride_head", p.descale_v_stride_head, hk, fp8_in, in_when);
+  const char* kv_when = "kv_dtype is FA_DTYPE_E4M3 / FA_DTYPE_E5M2 with a 16-bit dtype (an fp8 KV cache)";
+  if (st.ok())
+    st = check_factors("k_scale", p.k_scale, nullptr, 0, 1, "k_scale_stride_head", p.k_scale_stride_head, hk, fp8_kv,
+                       kv_when);
+  if (st.ok())
+    st = check_factors("v_scale", p.v_scale, nullptr, 0, 1, "v_scale_stride_head", p.v_scale_stride_head, hk, fp8_kv,
+                       kv_when);
+  return st;
 }
 
 }  // namespace
@@ -154,8 +223,11 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   if (in->version < 1 || in->version > FA_PARAMS_VERSION)
     return error(FA_ERROR_INVALID_VERSION, fmt::format("params.version: expected 1..{} (call fa_params_init), got {}",
                                                        FA_PARAMS_VERSION, in->version));
-  // Version 1 ended before the KV-cache fields: its struct is read as far as it goes, the rest stays zero.
-  const size_t expected_size = in->version == 1 ? offsetof(fa_params, seqused_k) : sizeof(fa_params);
+  // Each version's struct ends where the next one's fields begin (1: before the KV-cache fields, 2: before the fp8
+  // fields): it is read as far as it goes, the rest stays zero.
+  const size_t expected_size = in->version == 1   ? offsetof(fa_params, seqused_k)
+                               : in->version == 2 ? offsetof(fa_params, o_dtype)
+                                                  : sizeof(fa_params);
   if (in->struct_size != expected_size)
     return error(FA_ERROR_INVALID_VERSION,
                  fmt::format("params.struct_size: expected {} for version {} (call fa_params_init), got {}",
@@ -164,8 +236,10 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   std::memset(&p, 0, sizeof p);
   std::memcpy(&p, in, expected_size);
 
-  if (p.dtype != FA_DTYPE_FP16 && p.dtype != FA_DTYPE_BF16 && p.dtype != FA_DTYPE_FP32)
-    return invalid("dtype", "FA_DTYPE_FP16 (1), FA_DTYPE_BF16 (2) or FA_DTYPE_FP32 (3)", p.dtype);
+  if (p.dtype < FA_DTYPE_FP16 || p.dtype > FA_DTYPE_E5M2)
+    return invalid("dtype",
+                   "FA_DTYPE_FP16 (1), FA_DTYPE_BF16 (2), FA_DTYPE_FP32 (3), FA_DTYPE_E4M3 (4) or FA_DTYPE_E5M2 (5)",
+                   p.dtype);
   if (p.batch < 1 || p.batch > 65535) return invalid("batch", "1..65535", p.batch);
   if (p.heads_q < 1 || p.heads_q > 65535) return invalid("heads_q", "1..65535", p.heads_q);
   if (p.heads_kv < 1) return invalid("heads_kv", ">= 1", p.heads_kv);
@@ -256,44 +330,47 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   if (!(p.softmax_scale >= 0.0f) || std::isinf(p.softmax_scale))
     return invalid("softmax_scale", "a finite value >= 0 (0 = 1/sqrt(head_dim))", p.softmax_scale);
 
-  const size_t es = dtype_size(p.dtype);
+  Status st = validate_fp8_fields(p);
+  if (!st.ok()) return st;
+  const int kv_dtype = p.kv_dtype != 0 ? p.kv_dtype : p.dtype;
+  const int o_dtype = p.o_dtype != 0 ? p.o_dtype : p.dtype;
+  const size_t es = dtype_size(p.dtype), es_kv = dtype_size(kv_dtype), es_o = dtype_size(o_dtype);
   int64_t span_q = 0, span_k = 0, span_v = 0, span_o = 0;
-  Status st;
   st = check_tensor("q", p.q, es,
                     {{"q_stride_batch", {nb, p.q_stride_batch}},
                      {"q_stride_seq", {tq, p.q_stride_seq}},
                      {"q_stride_head", {p.heads_q, p.q_stride_head}}},
                     p.head_dim, &span_q);
   if (!st.ok()) return st;
-  st = check_tensor("k", p.k, es,
+  st = check_tensor("k", p.k, es_kv,
                     {{"k_stride_batch", {nbk, p.k_stride_batch}},
                      {"k_stride_seq", {tk, p.k_stride_seq}},
                      {"k_stride_head", {p.heads_kv, p.k_stride_head}}},
                     p.head_dim, &span_k);
   if (!st.ok()) return st;
-  st = check_tensor("v", p.v, es,
+  st = check_tensor("v", p.v, es_kv,
                     {{"v_stride_batch", {nbk, p.v_stride_batch}},
                      {"v_stride_seq", {tk, p.v_stride_seq}},
                      {"v_stride_head", {p.heads_kv, p.v_stride_head}}},
                     p.head_dim_v, &span_v);
   if (!st.ok()) return st;
-  st = check_tensor("o", p.o, es,
+  st = check_tensor("o", p.o, es_o,
                     {{"o_stride_batch", {nb, p.o_stride_batch}},
                      {"o_stride_seq", {tq, p.o_stride_seq}},
                      {"o_stride_head", {p.heads_q, p.o_stride_head}}},
                     p.head_dim_v, &span_o);
   if (!st.ok()) return st;
-  const int64_t bo = span_o * static_cast<int64_t>(es);
+  const int64_t bo = span_o * static_cast<int64_t>(es_o);
   if (overlaps(p.o, bo, p.q, span_q * static_cast<int64_t>(es)))
     return invalid("o", "memory not overlapping q", ptr_str(p.o));
-  if (overlaps(p.o, bo, p.k, span_k * static_cast<int64_t>(es)))
+  if (overlaps(p.o, bo, p.k, span_k * static_cast<int64_t>(es_kv)))
     return invalid("o", "memory not overlapping k", ptr_str(p.o));
-  if (overlaps(p.o, bo, p.v, span_v * static_cast<int64_t>(es)))
+  if (overlaps(p.o, bo, p.v, span_v * static_cast<int64_t>(es_kv)))
     return invalid("o", "memory not overlapping v", ptr_str(p.o));
 
-  if (p.bias != nullptr) {
-    if (reinterpret_cast<uintptr_t>(p.bias) % es)
-      return invalid("bias", fmt::format("a pointer aligned to {} bytes", es), ptr_str(p.bias));
+  if (p.bias != nullptr) {  // of o's dtype (dtype, or o_dtype with fp8 inputs)
+    if (reinterpret_cast<uintptr_t>(p.bias) % es_o)
+      return invalid("bias", fmt::format("a pointer aligned to {} bytes", es_o), ptr_str(p.bias));
     for (auto [f, s] :
          {std::pair{"bias_stride_batch", p.bias_stride_batch}, std::pair{"bias_stride_head", p.bias_stride_head},
           std::pair{"bias_stride_q", p.bias_stride_q}, std::pair{"bias_stride_k", p.bias_stride_k}})
@@ -311,6 +388,8 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
 
   gen::ProblemDesc d;
   d.dtype = p.dtype;
+  d.kv_dtype = kv_dtype != p.dtype ? kv_dtype : 0;
+  d.o_dtype = o_dtype != p.dtype ? o_dtype : 0;
   d.batch = p.batch;
   d.seqlen_q = static_cast<int>(sq);
   d.seqlen_k = static_cast<int>(sk);
@@ -334,20 +413,23 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   d.num_splits = p.num_splits;
   d.mods = mods;
   d.mask_mod_depends = mods_depends;
-  const int64_t v16 = static_cast<int64_t>(16 / es);
-  auto s16 = [&](int64_t s) { return s % v16 == 0; };
+  // Strides in elements are multiples of 16 bytes: 16 / element size of each tensor's own dtype.
+  auto s16e = [](int64_t s, size_t e) { return s % static_cast<int64_t>(16 / e) == 0; };
+  auto s16 = [&](int64_t s) { return s16e(s, es); };
+  auto s16kv = [&](int64_t s) { return s16e(s, es_kv); };
+  auto s16o = [&](int64_t s) { return s16e(s, es_o); };
   d.aligned16 = aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o) && s16(p.q_stride_batch) &&
-                s16(p.q_stride_seq) && s16(p.q_stride_head) && s16(p.k_stride_batch) && s16(p.k_stride_seq) &&
-                s16(p.k_stride_head) && s16(p.v_stride_batch) && s16(p.v_stride_seq) && s16(p.v_stride_head) &&
-                s16(p.o_stride_batch) && s16(p.o_stride_seq) && s16(p.o_stride_head);
+                s16(p.q_stride_seq) && s16(p.q_stride_head) && s16kv(p.k_stride_batch) && s16kv(p.k_stride_seq) &&
+                s16kv(p.k_stride_head) && s16kv(p.v_stride_batch) && s16kv(p.v_stride_seq) && s16kv(p.v_stride_head) &&
+                s16o(p.o_stride_batch) && s16o(p.o_stride_seq) && s16o(p.o_stride_head);
   if (p.bias != nullptr)
-    d.aligned16 = d.aligned16 && aligned16(p.bias) && p.bias_stride_k == 1 && s16(p.bias_stride_batch) &&
-                  s16(p.bias_stride_head) && s16(p.bias_stride_q);
+    d.aligned16 = d.aligned16 && aligned16(p.bias) && p.bias_stride_k == 1 && s16o(p.bias_stride_batch) &&
+                  s16o(p.bias_stride_head) && s16o(p.bias_stride_q);
   // TMA boxes of q, k, v and, fixed length, o (the Hopper forward's epilogue stores through a map of o) (tma_stride;
   // varlen: the packed sequence, batch 1).
   const int64_t tma_b = varlen ? 1 : p.batch, tma_q = varlen ? d.total_q : p.seqlen_q,
                 tma_k = varlen ? d.total_k : p.seqlen_k;
-  d.tma_ok = d.aligned16 && !paged && tma_stride(p.q_stride_seq, tma_q, es) &&
+  d.tma_ok = d.aligned16 && !paged && d.kv_dtype == 0 && d.o_dtype == 0 && tma_stride(p.q_stride_seq, tma_q, es) &&
              tma_stride(p.q_stride_head, p.heads_q, es) && tma_stride(p.q_stride_batch, tma_b, es) &&
              tma_stride(p.k_stride_seq, tma_k, es) && tma_stride(p.k_stride_head, p.heads_kv, es) &&
              tma_stride(p.k_stride_batch, tma_b, es) && tma_stride(p.v_stride_seq, tma_k, es) &&
@@ -442,6 +524,11 @@ Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc
   v.bwd = *in;
   const fa_params& p = v.fwd;
   if (p.lse == nullptr) return invalid("fwd.lse", "the forward's LSE (non-NULL) for the backward", "NULL");
+  if (d.kv_dtype != 0 || d.o_dtype != 0)
+    return error(FA_ERROR_NOT_SUPPORTED,
+                 fmt::format("fwd.dtype / kv_dtype: the backward takes no fp8 (expected fp16, bf16 or fp32 throughout, "
+                             "got dtype {} / kv_dtype {})",
+                             gen::dtype_name(p.dtype), gen::dtype_name(d.kv_dtype != 0 ? d.kv_dtype : p.dtype)));
   if (d.paged)
     return error(FA_ERROR_NOT_SUPPORTED, "fwd.block_table: the backward takes no paged cache (expected NULL)");
   if (d.seqused)

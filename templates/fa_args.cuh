@@ -96,6 +96,11 @@ struct FaFwdArgs {
   unsigned* blk_bits;
   int blk_bits_cap;
   int blk_pad3;
+  // An fp8 KV cache (fa_params version 3, fa_cfg::kKvDtype 4 / 5): k / v hold fp8 codes (k_sb.. in bytes = elements),
+  // read as code * k_scale[g * k_scale_sh] (v likewise): float32 device arrays, null: 1. Unused otherwise.
+  const float* k_scale;
+  const float* v_scale;
+  long long k_scale_sh, v_scale_sh;
 };
 
 struct FaBwdArgs {

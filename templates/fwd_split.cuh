@@ -33,14 +33,21 @@
 // lo(i) <= j < hi(i), lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq + win_right + 1 (win_right >= 0).
 // Contiguous caches issue their blocks the same way (one offset per row for K and V). Paged and contiguous caches
 // give the same bits (the shared tiles and the arithmetic are identical).
+// FP8 KV cache (kKvDtype 4 e4m3 / 5 e5m2, sm_89+, narrow heads): the blocks stream as fp8 bytes through the same
+// pipeline (16-byte cp.async chunks of 16 codes, rows past the used length or on a page outside the pool zero-filled)
+// into their own slots; after the block's barrier every thread dequantizes chunks in registers (cvt: exact to fp16 /
+// bf16, common/fp8.cuh) into one 16-bit K / V tile laid out as the 16-bit path's slots, a barrier, and the MMAs run
+// unchanged over that tile (layout: fwd_split_layout.cuh). The scales factor out of the sums, so the tile holds bare
+// codes: k_scale[g] joins the softmax scale (S = k_scale * Q K^T), v_scale[g] the final 1 / l (O = v_scale * P V / l).
 // Wide heads (> 256: MLA) take fwd_split_wide.cuh's body (64 rows per CTA, warps split dv). Reads fa_cfg: kDtype,
-// kHeadDim, kHeadDimV (<= 576 / 512), kMask, kHasAlibi, kHasSoftcap, kHasLse, kPaged, kBlockN,
+// kKvDtype, kHeadDim, kHeadDimV (<= 576 / 512), kMask, kHasAlibi, kHasSoftcap, kHasLse, kPaged, kBlockN,
 // kWarps, kStages. No bias, no varlen (the family's covers()).
 #ifndef FA_FWD_SPLIT_CUH
 #define FA_FWD_SPLIT_CUH
 
 #include "common/pdl.cuh"
 #include "common/sm80.cuh"
+#include "common/fp8.cuh"
 #include "common/split.cuh"
 #include "fwd_split_layout.cuh"
 
@@ -68,13 +75,18 @@ constexpr int kPitchO = fa_split_o_pitch(kDV);
 constexpr int kQBytes = fa_split_q_bytes(kD);
 constexpr int kKSlot = fa_split_kslot_bytes(kD, kBlockN);
 constexpr int kVSlot = fa_split_vslot_bytes(kDV, kBlockN);
-constexpr int kSlots = fa_split_slots_bytes(kD, kDV, kBlockN, kWarps, kStages);
+constexpr bool kFp8Kv = fa_cfg::kKvDtype == 4 || fa_cfg::kKvDtype == 5;  // an fp8 KV cache (dequantized per block)
+constexpr int kSlots = fa_split_slots_bytes(kD, kDV, kBlockN, kWarps, kStages, kFp8Kv);
+constexpr int kK8Slot = fa_split_k8slot_bytes(kD, kBlockN);  // fp8 slots (kFp8Kv): rows of kDPad / kDVPad bytes
+constexpr int kV8Slot = fa_split_v8slot_bytes(kDV, kBlockN);
 constexpr int kRing = 2 * kStages;  // page ring entries (blocks): blocks it .. it + 2 kStages - 1 live
 constexpr bool kFeat = fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap;
 #define FA_SPLIT_NEG_INF __int_as_float(0xff800000)
 
 constexpr bool kWide = fa_split_wide(kD, kDV);  // MLA-sized heads: fa_split_wide_kernel
 static_assert(fa_cfg::kDtype == 1 || fa_cfg::kDtype == 2, "fwd_split: fp16 or bf16 only");
+static_assert(fa_cfg::kKvDtype == fa_cfg::kDtype || (kFp8Kv && fa_cfg::kArch >= 89 && !fa_split_wide(kD, kDV)),
+              "fwd_split: k / v of q's dtype, or an fp8 cache on sm_89+ at head dims up to 256");
 static_assert(kStages >= 2 && kStages <= 4, "fwd_split: 2..4 stages");
 static_assert(kD % 8 == 0 && kDV % 8 == 0 && kD <= 576 && kDV <= 512, "fwd_split: head dims");
 static_assert(kQBytes % 128 == 0 && kKSlot % 128 == 0 && kVSlot % 128 == 0 && kSlots % 128 == 0,
@@ -94,13 +106,17 @@ struct RowMap {
 // Fast issue path (paged and contiguous): K and V rows of a block copied together, one element offset per row for
 // both (same strides), paged from page indices held in registers (one batch of shared loads per block), when the
 // maps are regular and equal.
-constexpr bool kFastIssue = RowMap<kDPad>::kRegular && kDPad == kDVPad;
+constexpr bool kFastIssue = RowMap<kDPad>::kRegular && kDPad == kDVPad && !kFp8Kv;
 
-// Copies one block of ROWS rows x COLS columns (padded to PCOLS, zero-filled beyond COLS) into a slot: row r comes
-// from row_src(r) (null: zero-filled; `dummy` is any valid address, never read).
-template <int COLS, int PCOLS, int PITCH, class RowSrc>
+// Copies one block of ROWS rows x COLS columns (padded to PCOLS, zero-filled beyond COLS) into a slot, 16 bytes a
+// copy: row r comes from row_src(r) (null: zero-filled; `dummy` is any valid address, never read). EB: the element's
+// bytes: 2 (fp16 / bf16: 8 elements a copy, rows at PITCH in the swizzled / padded layout) or 1 (an fp8 slot: 16 codes
+// a copy, rows of PCOLS bytes unpadded; a chunk that ends past COLS copies its 8 real bytes and zero-fills the rest,
+// so no code of the next head is read).
+template <int COLS, int PCOLS, int PITCH, int EB, class RowSrc>
 FA_DEVICE void load_block(unsigned sdst, int tid, const void* dummy, RowSrc row_src) {
-  constexpr int kChunks = PCOLS / 8;
+  constexpr int kPer = 16 / EB;  // elements a copy
+  constexpr int kChunks = PCOLS / kPer;
   constexpr int kTotal = kBlockN * kChunks;
   // Partly unrolled: a full unroll keeps every row address live at once (255 registers and spills at d > 128).
 #pragma unroll 4
@@ -108,9 +124,14 @@ FA_DEVICE void load_block(unsigned sdst, int tid, const void* dummy, RowSrc row_
     const int idx = tid + it * kThreads;
     if (kTotal % kThreads == 0 || idx < kTotal) {
       const int r = idx / kChunks, ch = idx % kChunks;
-      const unsigned short* src = row_src(r);
-      const bool ok = src != nullptr && (PCOLS == COLS || ch * 8 < COLS);
-      cp_async16(sdst + fa_smem_off<PITCH>(r, ch), ok ? src + ch * 8 : dummy, ok ? 16 : 0);
+      const unsigned char* src = (const unsigned char*)row_src(r);
+      const bool ok = src != nullptr && (PCOLS == COLS || ch * kPer < COLS);
+      // 16-bit rows end on a copy (COLS a multiple of 8); an fp8 row of COLS % 16 == 8 ends half way into one
+      const int bytes = !ok ? 0 : (PCOLS == COLS || EB == 2) ? 16 : min(16, (COLS - ch * kPer) * EB);
+      unsigned dst;
+      if constexpr (EB == 1) dst = (unsigned)(r * PCOLS + ch * 16);
+      else dst = fa_smem_off<PITCH>(r, ch);
+      cp_async16(sdst + dst, bytes > 0 ? (const void*)(src + ch * 16) : dummy, bytes);
     }
   }
 }
@@ -135,11 +156,31 @@ FA_DEVICE void load_q(const FaFwdArgs& a, unsigned sQ, int tid, int b, int g, in
   cp_commit();
 }
 
-// Row j of the K (or V) cache of (b, g) for load_block: pool + base (contiguous: the sequence's row 0), or page pr[r]
-// of the pool (paged; page strides sb / ss / sh); null (zero-filled, never read) past the used length or on a page
-// outside the pool.
-FA_DEVICE const unsigned short* kv_row(const FaFwdArgs& a, const unsigned short* pool, long long base, long long sb,
-                                       long long ss, long long sh, int g, const int* pr, int r, int j, int key_hi) {
+// Dequantizes the fp8 block at byte offset src (rows of PCOLS codes) into the 16-bit tile at byte offset dst (pitch
+// PITCH, the layout of the 16-bit slots): 16 codes a thread at a time, in registers. The scales stay out (the caller
+// applies them to the sums).
+template <int PCOLS, int PITCH>
+FA_DEVICE void dequant_block(unsigned char* smem, unsigned src, unsigned dst, int tid) {
+  constexpr int kChunks = PCOLS / 16;
+  constexpr int kTotal = kBlockN * kChunks;
+#pragma unroll 2
+  for (int idx = tid; idx < kTotal; idx += kThreads) {
+    const int r = idx / kChunks, ch = idx % kChunks;
+    const uint4 in = *(const uint4*)(smem + src + r * PCOLS + ch * 16);
+    const unsigned w[4] = {in.x, in.y, in.z, in.w};
+    unsigned o[8];
+    fa_fp8x16_to_16x16<fa_cfg::kKvDtype, fa_cfg::kDtype>(w, o);
+    *(uint4*)(smem + dst + fa_smem_off<PITCH>(r, 2 * ch)) = make_uint4(o[0], o[1], o[2], o[3]);
+    *(uint4*)(smem + dst + fa_smem_off<PITCH>(r, 2 * ch + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
+  }
+}
+
+// Row j of the K (or V) cache of (b, g) for load_block: pool + base (contiguous: the sequence's row 0),
+// or page pr[r] of the pool (paged; page strides sb / ss / sh); null (zero-filled, never read) past the used length or
+// on a page outside the pool. P: the element type (16-bit patterns, or fp8 bytes).
+template <class P>
+FA_DEVICE const P* kv_row(const FaFwdArgs& a, const P* pool, long long base, long long sb, long long ss, long long sh,
+                          int g, const int* pr, int r, int j, int key_hi) {
   if (j >= key_hi) return nullptr;
   if constexpr (fa_cfg::kPaged) {
     const int p = pr[r];
@@ -187,8 +228,11 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
   const int sq = w.sq, sk = w.sk, rows = w.rows, packed = sq * group;
   const int key_hi = w.key_hi, full_lo = w.full_lo, full_hi = w.full_hi, blk0 = w.blk0, n_blocks = w.n_blocks;
   const unsigned sQ = smem_u32(fa_smem);
+  // 16-bit: kStages K slots, then kStages V slots. fp8 cache: the one 16-bit K / V tile, then the fp8 slots.
   const unsigned sK = sQ + (unsigned)kQBytes;
-  const unsigned sV = sK + (unsigned)(kStages * kKSlot);
+  const unsigned sV = sK + (unsigned)(kFp8Kv ? kKSlot : kStages * kKSlot);
+  [[maybe_unused]] const unsigned k8_off = (unsigned)(kQBytes + kKSlot + kVSlot);  // byte offsets from fa_smem
+  [[maybe_unused]] const unsigned v8_off = k8_off + (unsigned)(kStages * kK8Slot);
   int* ring = (int*)(fa_smem + kQBytes + kSlots);  // [kRing][kBlockN] page indices (-1: outside the pool)
 
   const long long kbase_off = (long long)b * a.k_sb + (long long)g * a.k_sh;  // contiguous: the sequence's row 0
@@ -204,7 +248,17 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
 #pragma unroll
   for (int n = 0; n < kColTiles; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
   float row_m[2] = {FA_SPLIT_NEG_INF, FA_SPLIT_NEG_INF}, row_l[2] = {0.f, 0.f};
-  const float mul = kFeat ? 1.f : a.scale_log2;  // feature-path scores are already scaled, in log2 units
+  // An fp8 cache's scales factor out of the sums: k_scale into the softmax scale, v_scale into the final 1 / l.
+  float k_scale = 1.f, v_scale = 1.f;
+  if constexpr (kFp8Kv) {
+    if (a.k_scale != nullptr) k_scale = a.k_scale[(long long)g * a.k_scale_sh];
+    if (a.v_scale != nullptr) v_scale = a.v_scale[(long long)g * a.v_scale_sh];
+  }
+  const float scale = kFp8Kv ? a.scale * k_scale : a.scale;
+  const float mul = kFeat    ? 1.f
+                    : kFp8Kv ? a.scale_log2 * k_scale
+                             : a.scale_log2;  // feature-path scores are
+                                              // already scaled, in log2 units
 
   if (n_blocks > 0) {
     load_q<kRows>(a, sQ, tid, b, g, r0, rows);  // Q: the tile's packed rows (zero-filled past the last row)
@@ -236,6 +290,19 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
         const int slot = it % kStages;
         const int kn = (blk0 + it) * kBlockN;
         const int* pr = ring + (it % kRing) * kBlockN;
+        if constexpr (kFp8Kv) {  // fp8 codes into the block's fp8 slots (dequantized when the block is computed)
+          const unsigned char* k8 = (const unsigned char*)a.k;
+          const unsigned char* v8 = (const unsigned char*)a.v;
+          load_block<kD, kDPad, 0, 1>(smem_u32(fa_smem + k8_off + slot * kK8Slot), tid, k8, [&](int r) {
+            return kv_row(a, k8, kbase_off, a.k_sb, a.k_ss, a.k_sh, g, pr, r, kn + r, key_hi);
+          });
+          load_block<kDV, kDVPad, 0, 1>(smem_u32(fa_smem + v8_off + slot * kV8Slot), tid, v8, [&](int r) {
+            return kv_row(a, v8, vbase_off, a.v_sb, a.v_ss, a.v_sh, g, pr, r, kn + r, key_hi);
+          });
+          if constexpr (fa_cfg::kPaged) table_async(it + kStages);
+          cp_commit();
+          return;
+        }
         if constexpr (kFastIssue) {
           if (kv_same) {
             // Page indices of the thread's rows first (shared loads back to back, then no shared read between the
@@ -283,10 +350,10 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
             return;
           }
         }
-        load_block<kD, kDPad, kPitchK>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) {
+        load_block<kD, kDPad, kPitchK, 2>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) {
           return kv_row(a, kpool, kbase_off, a.k_sb, a.k_ss, a.k_sh, g, pr, r, kn + r, key_hi);
         });
-        load_block<kDV, kDVPad, kPitchV>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) {
+        load_block<kDV, kDVPad, kPitchV, 2>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) {
           return kv_row(a, vpool, vbase_off, a.v_sb, a.v_ss, a.v_sh, g, pr, r, kn + r, key_hi);
         });
         if constexpr (fa_cfg::kPaged) table_async(it + kStages);
@@ -341,6 +408,12 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
       }
       const bool blk_bad = fa_cfg::kPaged ? __syncthreads_or(bad) != 0 : (__syncthreads(), false);
       issue(it + kStages - 1);
+      if constexpr (kFp8Kv) {  // the block's codes -> the 16-bit tile (every warp is past the previous block's MMAs)
+        dequant_block<kDPad, kPitchK>(fa_smem, k8_off + slot * kK8Slot, (unsigned)kQBytes, tid);
+        dequant_block<kDVPad, kPitchV>(fa_smem, v8_off + slot * kV8Slot, (unsigned)(kQBytes + kKSlot), tid);
+        __syncthreads();
+      }
+      const int tile = kFp8Kv ? 0 : slot;  // the 16-bit slot the MMAs read
       if constexpr (kQRegs) {
         if (it == 0) {
 #pragma unroll
@@ -353,7 +426,7 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
       float s[kKeyTiles][4];
 #pragma unroll
       for (int n = 0; n < kKeyTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-      const unsigned kb = sK + (unsigned)(slot * kKSlot) + k_lane;
+      const unsigned kb = sK + (unsigned)(tile * kKSlot) + k_lane;
       if constexpr (kQRegs) {
 #pragma unroll
         for (int ks = 0; ks < kKSteps; ++ks) {
@@ -391,7 +464,7 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int j = kn + wk0 + n * 8 + tq * 2 + e;
-              float x = s[n][hh * 2 + e] * a.scale;
+              float x = s[n][hh * 2 + e] * scale;
               if constexpr (fa_cfg::kHasSoftcap) x = a.softcap * fa_tanh(x * a.inv_softcap);
               x *= 1.4426950408889634f;
               if constexpr (fa_cfg::kHasAlibi) x -= slope_r[hh] * fabsf((float)(i + sk - sq - j));
@@ -442,7 +515,7 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
         }
       }
       // ---- O += P V_w ----
-      const unsigned vb = sV + (unsigned)(slot * kVSlot) + v_lane;
+      const unsigned vb = sV + (unsigned)(tile * kVSlot) + v_lane;
 #pragma unroll
       for (int kk = 0; kk < kWN / 16; ++kk) {
         unsigned p[4];
@@ -502,7 +575,7 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
         o3 += x.w * f;
       }
     }
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = l > 0.f ? (kFp8Kv ? v_scale / l : 1.f / l) : 0.f;
     o0 *= inv;
     o1 *= inv;
     o2 *= inv;

@@ -19,8 +19,16 @@ constexpr int fa_split_o_pitch(int dv) { return fa_split_pad16(dv) + 4; }  // fl
 constexpr int fa_split_merge_bytes(int dv, int warps) {
   return warps * kFaSplitRows * fa_split_o_pitch(dv) * 4 + 2 * warps * kFaSplitRows * 4;
 }
-constexpr int fa_split_slots_bytes(int d, int dv, int bn, int warps, int stages) {
-  const int kv = stages * (fa_split_kslot_bytes(d, bn) + fa_split_vslot_bytes(dv, bn));
+// An fp8 KV cache (kv_dtype e4m3 / e5m2) streams its blocks as bytes: `stages` fp8 K / V slots (rows of pad16(d)
+// bytes, unpadded: a warp's 16-byte reads of consecutive chunks are contiguous) behind ONE 16-bit K / V tile, into
+// which each block is dequantized (registers: 16 codes in, 16 fp16 / bf16 out) before the MMAs read it:
+//   [K16 | V16: the 16-bit tile of the block being computed] [stages x (K8 slot | V8 slot)]
+constexpr int fa_split_k8slot_bytes(int d, int bn) { return bn * fa_split_pad16(d); }
+constexpr int fa_split_v8slot_bytes(int dv, int bn) { return bn * fa_split_pad16(dv); }
+constexpr int fa_split_slots_bytes(int d, int dv, int bn, int warps, int stages, bool fp8 = false) {
+  const int tile16 = fa_split_kslot_bytes(d, bn) + fa_split_vslot_bytes(dv, bn);
+  const int kv =
+      fp8 ? tile16 + stages * (fa_split_k8slot_bytes(d, bn) + fa_split_v8slot_bytes(dv, bn)) : stages * tile16;
   const int merge = (fa_split_merge_bytes(dv, warps) + 127) / 128 * 128;
   return kv > merge ? kv : merge;
 }
@@ -47,11 +55,11 @@ constexpr int fa_split_wide_slots_bytes(int d, int dv, int bn, int stages) {
 constexpr int fa_split_wide_ring_stages(int stages) {
   return stages > kFaSplitWideAliasStages ? stages : kFaSplitWideAliasStages;
 }
-constexpr int fa_split_smem_bytes(int d, int dv, int bn, int warps, int stages) {
+constexpr int fa_split_smem_bytes(int d, int dv, int bn, int warps, int stages, bool fp8 = false) {
   if (fa_split_wide(d, dv))
     return fa_split_wide_q_bytes(d) + fa_split_wide_slots_bytes(d, dv, bn, stages) + fa_split_wide_p_bytes(bn) +
            fa_split_wide_stat_bytes() + fa_split_ring_bytes(bn, fa_split_wide_ring_stages(stages));
-  return fa_split_q_bytes(d) + fa_split_slots_bytes(d, dv, bn, warps, stages) + fa_split_ring_bytes(bn, stages);
+  return fa_split_q_bytes(d) + fa_split_slots_bytes(d, dv, bn, warps, stages, fp8) + fa_split_ring_bytes(bn, stages);
 }
 
 #endif  // FA_FWD_SPLIT_LAYOUT_CUH

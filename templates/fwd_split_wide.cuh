@@ -96,11 +96,11 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
         const int slot = it % kSt;
         const int kn = (blk0 + it) * kBlockN;
         const int* pr = ring + (it % kRingW) * kBlockN;
-        load_block<kD, kDPad, kPitchK>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) {
+        load_block<kD, kDPad, kPitchK, 2>(sK + (unsigned)(slot * kKSlot), tid, kpool, [&](int r) {
           return kv_row(a, kpool, kbase_off, a.k_sb, a.k_ss, a.k_sh, g, pr, r, kn + r, key_hi);
         });
         if constexpr (!kAlias)
-          load_block<kDV, kDVPad, kPitchV>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) {
+          load_block<kDV, kDVPad, kPitchV, 2>(sV + (unsigned)(slot * kVSlot), tid, vpool, [&](int r) {
             return kv_row(a, vpool, vbase_off, a.v_sb, a.v_ss, a.v_sh, g, pr, r, kn + r, key_hi);
           });
         if constexpr (fa_cfg::kPaged) table_async(it + kSt);

@@ -157,12 +157,19 @@ rt::Status TuningChooser::choose(fa_context c, const gen::Semantic& s, const gen
             key);
     tune = nullptr;
   }
+  // An fp8 problem (an fp8 KV cache) is never timed: the tuner's buffers and its winner's check against fwd_ref are
+  // 16-bit. It runs at the family's defaults (or a FA_PIN_TUNABLES pin, above) until the tuner lays out fp8 buffers.
+  const bool fp8 = gen::is_fp8(p.kv_dtype) || gen::is_fp8(p.dtype);
+  if (fp8 && tune != nullptr) {
+    c->info("tuner: " + key + " reads fp8, which the tuner does not time yet, so it runs at its defaults", key);
+    tune = nullptr;
+  }
   if (c->tune_policy == FA_TUNE_DEFAULTS_ONLY || tune == nullptr) {
     record_untuned(c, key);
     rt::Status st = defaults_for(c, s, p, out);
     // DEFAULTS_ONLY never tunes: remember the defaults, so later calls skip the database query (a cache miss cost
     // a SQLite query on every call). Capture under ON_FIRST_USE does not: the next call outside capture tunes.
-    if (st.ok() && (c->tune_policy == FA_TUNE_DEFAULTS_ONLY || (in_background && no_private_buffers))) {
+    if (st.ok() && (c->tune_policy == FA_TUNE_DEFAULTS_ONLY || fp8 || (in_background && no_private_buffers))) {
       std::lock_guard<std::mutex> lock(mu_);
       memory_[key] = *out;
     }

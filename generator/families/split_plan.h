@@ -69,7 +69,9 @@ inline Plan split_kv_plan(const KernelConfig& main, const ProblemDesc& p, int ns
   }
   if (ns > 1) {
     out.num_splits = ns;
-    out.steps.push_back(default_step("fwd_combine", p, main.s.arch));
+    KernelConfig combine = default_step("fwd_combine", p, main.s.arch);
+    combine.s.kv_dtype = 0;  // the merge reads float32 partials: an fp8 cache's combine is the 16-bit one
+    out.steps.push_back(combine);
   }
   return out;
 }

@@ -106,7 +106,18 @@ FA_API const char* fa_last_error(void);
 FA_API const char* fa_version_string(void);
 
 /* ---- enums ----------------------------------------------------------------------------------------------------- */
-typedef enum fa_dtype { FA_DTYPE_FP16 = 1, FA_DTYPE_BF16 = 2, FA_DTYPE_FP32 = 3 } fa_dtype;
+/* FP8 (OCP 8-bit floating point, version 3 of fa_params): E4M3 is float8_e4m3fn (bias 7, no infinities, 0x7F / 0xFF
+ * NaN, largest 448), E5M2 is float8_e5m2 (bias 15, IEEE-like: infinities, NaNs, largest 57344). They need fp8 tensor
+ * cores: sm_89 (Ada) or newer; an older arch fails with FA_ERROR_NOT_SUPPORTED naming the dtype and the arch. As the
+ * dtype of q, k and v they take descale_q / k / v and an o_dtype (o is never fp8); as kv_dtype of a 16-bit problem
+ * they are a quantized KV cache read with k_scale / v_scale (fa_params version 3). */
+typedef enum fa_dtype {
+  FA_DTYPE_FP16 = 1,
+  FA_DTYPE_BF16 = 2,
+  FA_DTYPE_FP32 = 3,
+  FA_DTYPE_E4M3 = 4,
+  FA_DTYPE_E5M2 = 5
+} fa_dtype;
 
 typedef enum fa_mask { FA_MASK_NONE = 0, FA_MASK_CAUSAL = 1, FA_MASK_SLIDING_WINDOW = 2 } fa_mask;
 
@@ -251,12 +262,12 @@ typedef struct fa_mods {
 FA_API fa_status fa_mods_init(fa_mods* mods);
 
 /* ---- forward --------------------------------------------------------------------------------------------------- */
-#define FA_PARAMS_VERSION 2
+#define FA_PARAMS_VERSION 3
 typedef struct fa_params {
   uint32_t struct_size; /* sizeof(fa_params) */
   uint32_t version;     /* FA_PARAMS_VERSION */
 
-  int32_t dtype;      /* fa_dtype of q, k, v, o and bias */
+  int32_t dtype;      /* fa_dtype of q, k, v, o and bias (version 3: k, v see kv_dtype, o sees o_dtype) */
   int32_t batch;      /* >= 1 */
   int32_t seqlen_q;   /* >= 1 (ignored in varlen mode: max_seqlen_q is used) */
   int32_t seqlen_k;   /* >= 0 (ignored in varlen mode) */
@@ -329,6 +340,36 @@ typedef struct fa_params {
   size_t workspace_size;
   /* ---- version 2: user code (see fa_mods above); NULL: none. Read during the call only. */
   const fa_mods* mods;
+
+  /* ---- version 3: FP8 (all zero / NULL: as in version 2) ------------------------------------------------------
+   * Two uses, told apart by dtype and kv_dtype:
+   * FP8 inputs (dtype FA_DTYPE_E4M3 or FA_DTYPE_E5M2): q, k and v hold fp8 codes (kv_dtype 0 or dtype), each read
+   *   as code * descale: q[b,i,h,:] * descale_q[b * descale_q_stride_batch + g * descale_q_stride_head] with g the
+   *   kv head of query head h (FlashAttention 3's descale_q / descale_k / descale_v, shape [batch, heads_kv]); k and
+   *   v likewise with descale_k / descale_v. Strides 0 / 0 give one factor per tensor; a NULL descale is 1. o_dtype
+   *   must be FA_DTYPE_BF16 or FA_DTYPE_FP16 (o is never fp8), bias has that dtype too; all arithmetic in float32
+   *   as in the 16-bit forward. No kernel computes this yet (the Hopper fp8 forward, issue 41): every such call
+   *   fails with FA_ERROR_NOT_SUPPORTED "no fp8 forward kernel yet for ...", after the fields are validated.
+   * FP8 KV cache (dtype FA_DTYPE_FP16 or FA_DTYPE_BF16, kv_dtype FA_DTYPE_E4M3 or FA_DTYPE_E5M2): k and v (their
+   *   pools when paged) hold fp8 codes, read as k[..., g, :] * k_scale[g * k_scale_stride_head] and v likewise with
+   *   v_scale (vLLM's k_scale / v_scale; stride 0: one factor for every kv head; a NULL scale is 1). q, o and bias
+   *   keep dtype. The decode family serves it (fwd_split: paged or with seqused_k, or the contiguous decode class;
+   *   head dims up to 256); other problems fail with FA_ERROR_NOT_SUPPORTED "no fp8 forward kernel yet for ...".
+   *   Pointers and strides of k / v count 1-byte elements: the 16-byte rule above is 16 elements for them.
+   * Scale and descale pointers are device float32 arrays, 4-byte aligned, strides in elements >= 0; values are
+   * read on the device (finite values are the caller's to keep). Forward only: the backward rejects fp8. */
+  int32_t o_dtype;  /* fa_dtype of o: 0 means dtype; with an fp8 dtype FA_DTYPE_BF16 or FA_DTYPE_FP16 (required) */
+  int32_t kv_dtype; /* fa_dtype of k and v: 0 means dtype; FA_DTYPE_E4M3 / E5M2 with a 16-bit dtype: fp8 KV cache */
+  const float* descale_q; /* fp8 dtype only: NULL (1) or [batch, heads_kv] factors at the strides below */
+  int64_t descale_q_stride_batch, descale_q_stride_head;
+  const float* descale_k;
+  int64_t descale_k_stride_batch, descale_k_stride_head;
+  const float* descale_v;
+  int64_t descale_v_stride_batch, descale_v_stride_head;
+  const float* k_scale;        /* fp8 KV cache only: NULL (1) or [heads_kv] factors at k_scale_stride_head */
+  int64_t k_scale_stride_head; /* 0: one factor for every kv head (per tensor) */
+  const float* v_scale;
+  int64_t v_scale_stride_head;
 } fa_params;
 
 FA_API fa_status fa_params_init(fa_params* params);

@@ -7,6 +7,9 @@ sequence uses, so the cache may be longer than what is used. Masks align to the 
 The op fa::attention_kvcache has a fake (meta) implementation, so torch.compile(dynamic=True, fullgraph=True)
 traces it; nothing in a launch depends on cache_seqlens or the block table's contents, so one captured CUDA graph
 replays with new lengths and tables (call fa.prepare_kvcache first). No autograd: the cache path is inference only.
+An fp8 cache (k_cache / v_cache torch.float8_e4m3fn or torch.float8_e5m2, q float16 / bfloat16; sm_89 or newer) is
+read as k_cache * k_scale and v_cache * v_scale, vLLM's convention: each scale a float, a float32 tensor of one
+factor, or one factor per KV head (Hkv,); None is 1. The output has q's dtype.
 """
 
 # No `from __future__ import annotations` here: torch.library.custom_op reads the annotations as types.
@@ -20,6 +23,9 @@ from ._tensor_params import build_params, check_devices, check_int32, last_dim_c
 from ._torch_common import device_index, mask_args, stream
 from .context import default_context
 
+# FA_DTYPE_E4M3 / FA_DTYPE_E5M2 (a torch without float8 dtypes has no fp8 cache to pass)
+FP8_CACHE_DTYPES = {getattr(torch, n): c for n, c in (("float8_e4m3fn", 4), ("float8_e5m2", 5)) if hasattr(torch, n)}
+
 
 def check(
     q: Tensor,
@@ -28,8 +34,11 @@ def check(
     cache_seqlens: Optional[Tensor],
     block_table: Optional[Tensor],
     alibi_slopes: Optional[Tensor],
+    k_scale: Optional[Tensor] = None,
+    v_scale: Optional[Tensor] = None,
 ) -> None:
-    """Every check of a KV-cache call before anything is allocated: fa.shape_rules.kvcache, dtypes, devices."""
+    """Every check of a KV-cache call before anything is allocated: fa.shape_rules.kvcache and kv_scales, dtypes
+    (an fp8 cache under a 16-bit q, its scales only then), devices."""
     rules.kvcache(
         q.shape,
         k_cache.shape,
@@ -38,7 +47,20 @@ def check(
         block_table=shape_of(block_table),
         alibi_slopes=shape_of(alibi_slopes),
     )
-    rules.same_dtype(("q", q.dtype), ("k_cache", k_cache.dtype), ("v_cache", v_cache.dtype))
+    rules.kv_scales(shape_of(k_scale), shape_of(v_scale), int(k_cache.shape[2]))
+    if k_cache.dtype in FP8_CACHE_DTYPES:
+        if q.dtype not in (torch.float16, torch.bfloat16):
+            rules.fail(
+                f"q: dtype {q.dtype} over an fp8 cache ({k_cache.dtype}); expected torch.float16 or torch.bfloat16"
+            )
+        rules.same_dtype(("k_cache", k_cache.dtype), ("v_cache", v_cache.dtype))
+    else:
+        rules.same_dtype(("q", q.dtype), ("k_cache", k_cache.dtype), ("v_cache", v_cache.dtype))
+        for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if s is not None:
+                rules.fail(
+                    f"{name}: given, but k_cache is {k_cache.dtype}; expected None (scales are for an fp8 cache)"
+                )
     check_devices(
         q,
         (
@@ -47,6 +69,8 @@ def check(
             ("cache_seqlens", cache_seqlens),
             ("block_table", block_table),
             ("alibi_slopes", alibi_slopes),
+            ("k_scale", k_scale),
+            ("v_scale", v_scale),
         ),
     )
     check_int32((("cache_seqlens", cache_seqlens), ("block_table", block_table)))
@@ -69,8 +93,11 @@ def _params(
     softcap,
     scale,
     num_splits,
+    k_scale=None,
+    v_scale=None,
 ):
     paged = block_table is not None
+    fp8 = FP8_CACHE_DTYPES.get(k_cache.dtype)
     p, keep = build_params(
         q,
         k_cache,
@@ -102,6 +129,13 @@ def _params(
         p.seqused_k = cache_seqlens.data_ptr() or None
         keep.append(cache_seqlens)
     p.num_splits = int(num_splits)
+    if fp8 is not None:  # an fp8 cache: its dtype, and its scales (float32, one factor or one per KV head)
+        p.kv_dtype = fp8
+        for name, s in (("k", k_scale), ("v", v_scale)):
+            if s is not None:
+                setattr(p, f"{name}_scale", s.data_ptr())
+                setattr(p, f"{name}_scale_stride_head", 0 if s.numel() == 1 else 1)
+                keep.append(s)
     return p, keep
 
 
@@ -118,9 +152,11 @@ def _kvcache_impl(
     softcap: float,
     scale: float,
     num_splits: int,
+    k_scale: Optional[Tensor],
+    v_scale: Optional[Tensor],
 ) -> Tuple[Tensor, Tensor]:
     """fa::attention_kvcache: every check, then _run."""
-    check(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes)
+    check(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, k_scale, v_scale)
     return _run(
         q,
         k_cache,
@@ -134,6 +170,8 @@ def _kvcache_impl(
         softcap,
         scale,
         num_splits,
+        k_scale,
+        v_scale,
     )
 
 
@@ -150,6 +188,8 @@ def _run(
     softcap,
     scale,
     num_splits,
+    k_scale=None,
+    v_scale=None,
 ):
     """(o, lse) of checked arguments: outputs allocated, fa_params filled, fa_run on the current stream."""
     q, k_cache, v_cache = last_dim_contiguous(q), last_dim_contiguous(k_cache), last_dim_contiguous(v_cache)
@@ -173,6 +213,8 @@ def _run(
         softcap,
         scale,
         num_splits,
+        k_scale,
+        v_scale,
     )
     with torch.cuda.device(q.device):
         default_context(device_index(q.device)).run(p, stream(q.device))
@@ -197,6 +239,8 @@ def _attention_kvcache_fake(
     softcap,
     scale,
     num_splits,
+    k_scale,
+    v_scale,
 ):
     return (
         q.new_empty(q.shape[:3] + (v_cache.shape[3],)),
@@ -204,9 +248,44 @@ def _attention_kvcache_fake(
     )
 
 
-def _op_args(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, softcap, alibi_slopes, scale, num_splits):
+def _scale_tensor(name, s, device):
+    """A k_scale / v_scale as a contiguous float32 vector on `device` (a float: one factor), or None."""
+    if s is None:
+        return None
+    if isinstance(s, (int, float)):
+        return torch.full((1,), float(s), dtype=torch.float32, device=device)
+    if not isinstance(s, Tensor):
+        raise TypeError(f"fa: {name} must be None, a float or a float32 tensor, got {type(s).__name__}")
+    return s.to(torch.float32).reshape(-1).contiguous() if s.dim() <= 1 else s
+
+
+def _op_args(
+    q,
+    k_cache,
+    v_cache,
+    cache_seqlens,
+    block_table,
+    causal,
+    window,
+    softcap,
+    alibi_slopes,
+    scale,
+    num_splits,
+    k_scale=None,
+    v_scale=None,
+):
     """The op's arguments of attention_with_kvcache's, every check made."""
-    check(q, k_cache, v_cache, None if isinstance(cache_seqlens, int) else cache_seqlens, block_table, alibi_slopes)
+    k_scale, v_scale = _scale_tensor("k_scale", k_scale, q.device), _scale_tensor("v_scale", v_scale, q.device)
+    check(
+        q,
+        k_cache,
+        v_cache,
+        None if isinstance(cache_seqlens, int) else cache_seqlens,
+        block_table,
+        alibi_slopes,
+        k_scale,
+        v_scale,
+    )
     if isinstance(cache_seqlens, int):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     if alibi_slopes is not None and (alibi_slopes.dtype != torch.float32 or not alibi_slopes.is_contiguous()):
@@ -225,6 +304,8 @@ def _op_args(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, so
         float(softcap or 0.0),
         float(scale or 0.0),
         int(num_splits),
+        k_scale,
+        v_scale,
     )
 
 
@@ -242,12 +323,27 @@ def attention_with_kvcache(
     scale: Optional[float] = None,
     num_splits: int = 0,
     return_lse: bool = False,
+    k_scale=None,
+    v_scale=None,
 ):
     """Attention of q [B, Sq, Hq, D] against a KV cache (see the module docstring). num_splits: 0 lets fa split
-    the keys over several CTAs when the GPU would idle (decode), 1 never splits, n asks for n. Returns o
-    [B, Sq, Hq, Dv] and, with return_lse, lse float32 [B, Hq, Sq]."""
+    the keys over several CTAs when the GPU would idle (decode), 1 never splits, n asks for n. k_scale / v_scale:
+    the factors of an fp8 cache (float, or float32 tensor () / (1,) / (Hkv,); None: 1). Returns o [B, Sq, Hq, Dv]
+    (q's dtype) and, with return_lse, lse float32 [B, Hq, Sq]."""
     args = _op_args(
-        q, k_cache, v_cache, cache_seqlens, block_table, causal, window, softcap, alibi_slopes, scale, num_splits
+        q,
+        k_cache,
+        v_cache,
+        cache_seqlens,
+        block_table,
+        causal,
+        window,
+        softcap,
+        alibi_slopes,
+        scale,
+        num_splits,
+        k_scale,
+        v_scale,
     )
     if torch.compiler.is_compiling():
         o, lse = torch.ops.fa.attention_kvcache(*args)
@@ -272,6 +368,8 @@ def prepare_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kwargs) -> No
         kwargs.pop("alibi_slopes", None),
         kwargs.pop("scale", None),
         kwargs.pop("num_splits", 0),
+        kwargs.pop("k_scale", None),
+        kwargs.pop("v_scale", None),
     )
     if kwargs:
         raise TypeError(f"fa: unexpected keyword arguments {sorted(kwargs)}")

@@ -47,6 +47,8 @@ STATUS_NAMES = {
 FA_DTYPE_FP16 = 1
 FA_DTYPE_BF16 = 2
 FA_DTYPE_FP32 = 3
+FA_DTYPE_E4M3 = 4  # fp8 (fa_params version 3): float8_e4m3fn
+FA_DTYPE_E5M2 = 5  # float8_e5m2
 
 FA_MASK_NONE = 0
 FA_MASK_CAUSAL = 1
@@ -58,7 +60,7 @@ FA_TUNE_REQUIRE_TUNED = 2
 FA_TUNE_ON_FIRST_USE_SYNC = 3
 
 FA_CONTEXT_OPTIONS_VERSION = 1
-FA_PARAMS_VERSION = 2
+FA_PARAMS_VERSION = 3
 FA_BWD_PARAMS_VERSION = 1
 FA_MERGE_PARAMS_VERSION = 1
 FA_MODS_VERSION = 4
@@ -171,6 +173,22 @@ class Params(ctypes.Structure):
         ("workspace", c_void_p),
         ("workspace_size", c_size_t),
         ("mods", ctypes.POINTER(Mods)),
+        # version 3: fp8 (dtypes of o and k / v, descales of fp8 inputs, scales of an fp8 KV cache)
+        ("o_dtype", c_int32),
+        ("kv_dtype", c_int32),
+        ("descale_q", c_void_p),
+        ("descale_q_stride_batch", c_int64),
+        ("descale_q_stride_head", c_int64),
+        ("descale_k", c_void_p),
+        ("descale_k_stride_batch", c_int64),
+        ("descale_k_stride_head", c_int64),
+        ("descale_v", c_void_p),
+        ("descale_v_stride_batch", c_int64),
+        ("descale_v_stride_head", c_int64),
+        ("k_scale", c_void_p),
+        ("k_scale_stride_head", c_int64),
+        ("v_scale", c_void_p),
+        ("v_scale_stride_head", c_int64),
     ]
 
 

@@ -173,6 +173,18 @@ def kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, alibi_
         alibi(alibi_slopes, q[2])
 
 
+def kv_scales(k_scale, v_scale, heads_kv: int) -> None:
+    """fa.attention_with_kvcache's k_scale / v_scale (an fp8 cache's factors): each None (1), one factor (shape ()
+    or (1,): per tensor) or one per KV head (shape (Hkv,), vLLM's per-head scales)."""
+    for name, shape in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if shape is None:
+            continue
+        if len(shape) > 1:
+            fail(f"{name}: expected shape (), (1,) or ({heads_kv},) (per tensor or per KV head), got {tuple(shape)}")
+        if len(shape) == 1 and shape[0] not in (1, heads_kv):
+            fail(f"{name}: {shape[0]} factors do not match k_cache's heads {heads_kv} (expected 1 or {heads_kv})")
+
+
 def merge(outs, lses) -> None:
     """fa.merge_attention: n outputs [B, S, H, D] and n LSEs [B, H, S] of the same queries."""
     if len(outs) < 1:

@@ -1,6 +1,7 @@
 """fa.attention_with_kvcache against the float32 reference: contiguous and paged caches (every page size checked
 bit for bit against the contiguous result), used lengths including 0 and 1, GQA, masks; split vs unsplit; a CUDA
-graph that replays with new cache lengths and block tables; torch.compile without graph breaks."""
+graph that replays with new cache lengths and block tables; torch.compile without graph breaks; fp8 caches (e4m3 / e5m2
+with per-tensor and per-head k_scale / v_scale) against the reference over the dequantized cache, and their rules."""
 
 import os
 
@@ -149,3 +150,85 @@ def test_compile_has_no_graph_breaks():
     compiled = torch.compile(step, fullgraph=True, dynamic=True)
     ref_o, _ = reference(q, k, v, lens.tolist())
     assert (compiled(q, k, v, lens).float() - 2 * ref_o).abs().max().item() <= 4e-2
+
+
+# ---- an fp8 cache (e4m3 / e5m2 with k_scale / v_scale, sm_89+) ----------------------------------------------------
+FP8_NAMES = ["float8_e4m3fn", "float8_e5m2"]
+
+
+def quantize(x, dtype, scale):
+    """x / scale rounded to the fp8 dtype (clamped to its largest value first, as a quantizer does: torch's cast
+    itself does not saturate), and its dequantized value code * scale in float32; scale [Hkv] or a float."""
+    s = scale if isinstance(scale, float) else scale.view(1, 1, -1, 1)
+    top = torch.finfo(dtype).max
+    codes = (x.float() / s).clamp(-top, top).to(dtype)
+    return codes, codes.float() * s
+
+
+def fp8_pages(cache, page_size, generator):
+    """to_pages for an fp8 cache, through its bytes (spare pages hold NaN codes 0x7F)."""
+    b, cap, h, d = cache.shape
+    per_seq = cap // page_size
+    n = b * per_seq
+    spare = 3
+    perm = torch.randperm(n + spare, generator=generator)[:n]
+    pool = torch.full((n + spare, page_size, h, d), 0x7F, dtype=torch.uint8, device=cache.device)
+    pool[perm.to(cache.device)] = cache.view(torch.uint8).reshape(n, page_size, h, d)
+    table = perm.reshape(b, per_seq).to(torch.int32).to(cache.device)
+    return pool.view(cache.dtype), table
+
+
+def fp8_capable():
+    return torch.cuda.get_device_capability() >= (8, 9)
+
+
+@pytest.mark.parametrize("kv_name", FP8_NAMES)
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("per_head", [False, True])
+def test_fp8_cache_decode(kv_name, dtype_name, per_head):
+    if not fp8_capable():
+        pytest.skip("fp8 needs sm_89 or newer")
+    kv_dtype, dtype = getattr(torch, kv_name), getattr(torch, dtype_name)
+    torch.manual_seed(11)
+    g = torch.Generator().manual_seed(11)
+    B, Sq, Hq, Hkv, D, cap = 3, 1, 32, 8, 128, 1024
+    q = torch.randn(B, Sq, Hq, D, device="cuda", dtype=dtype)
+    if per_head:
+        k_scale = torch.rand(Hkv, device="cuda") * 0.1 + 0.01
+        v_scale = torch.rand(Hkv, device="cuda") * 0.1 + 0.01
+    else:
+        k_scale, v_scale = 0.05, 0.02
+    k8, k_deq = quantize(torch.randn(B, cap, Hkv, D, device="cuda"), kv_dtype, k_scale)
+    v8, v_deq = quantize(torch.randn(B, cap, Hkv, D, device="cuda"), kv_dtype, v_scale)
+    seqlens = torch.tensor([0, 1, 1000], dtype=torch.int32, device="cuda")
+    ref_o, ref_lse = reference(q.float(), k_deq, v_deq, seqlens.tolist())
+    kw = dict(cache_seqlens=seqlens, k_scale=k_scale, v_scale=v_scale, return_lse=True)
+    for splits in (1, 0, 3):
+        o, lse = fa.attention_with_kvcache(q, k8, v8, num_splits=splits, **kw)
+        assert o.dtype == dtype
+        check_close(o, ref_o, lse, ref_lse, 2e-2)
+        assert torch.equal(o[0], torch.zeros_like(o[0])), "no used keys: o = 0"
+        for page_size in (16, 64):
+            pk, table = fp8_pages(k8, page_size, g)
+            pv = torch.empty_like(pk.view(torch.uint8))
+            pv[table.flatten().long()] = v8.view(torch.uint8).reshape(-1, page_size, Hkv, D)
+            op, lsep = fa.attention_with_kvcache(q, pk, pv.view(kv_dtype), block_table=table, num_splits=splits, **kw)
+            assert torch.equal(op, o), f"paged {page_size} differs from contiguous at splits {splits}"
+            assert torch.equal(lsep, lse)
+
+
+def test_fp8_cache_argument_rules():
+    q = torch.randn(2, 1, 8, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 32, 2, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(fa.InvalidArgument, match="k_scale: given, but k_cache is torch.bfloat16"):
+        fa.attention_with_kvcache(q, k, k, k_scale=0.5)
+    k8 = k.to(torch.float8_e4m3fn)
+    with pytest.raises(fa.InvalidArgument, match="v_scale: 3 factors do not match k_cache's heads 2"):
+        fa.attention_with_kvcache(q, k8, k8, v_scale=torch.ones(3, device="cuda"))
+    with pytest.raises(fa.InvalidArgument, match="q: dtype torch.float32 over an fp8 cache"):
+        fa.attention_with_kvcache(q.float(), k8, k8)
+    with pytest.raises(fa.InvalidArgument, match="v_cache: dtype"):
+        fa.attention_with_kvcache(q, k8, k.to(torch.float8_e5m2))
+    if not fp8_capable():
+        with pytest.raises(fa.NotSupported, match="sm_"):
+            fa.attention_with_kvcache(q, k8, k8)

@@ -69,7 +69,7 @@ def test_version_string_matches_header():
     "init,ctype,version",
     [
         ("fa_context_options_init", S.ContextOptions, 1),
-        ("fa_params_init", S.Params, 2),
+        ("fa_params_init", S.Params, 3),
         ("fa_bwd_params_init", S.BwdParams, 1),
     ],
 )

@@ -372,6 +372,20 @@ def test_kvcache(seed, paged):
     assert msg.startswith("k_cache: expected 4 dims")
 
 
+@pytest.mark.parametrize("heads_kv", [1, 2, 8])
+def test_kv_scales(heads_kv):
+    """An fp8 cache's k_scale / v_scale: None, one factor, or one per KV head; anything else names the scale."""
+    for shape in (None, (), (1,), (heads_kv,)):
+        R.kv_scales(shape, shape, heads_kv)
+    bad = heads_kv + 3
+    m = raises(lambda: R.kv_scales((bad,), None, heads_kv)).message
+    assert m == f"k_scale: {bad} factors do not match k_cache's heads {heads_kv} (expected 1 or {heads_kv})", m
+    m = raises(lambda: R.kv_scales(None, (2, heads_kv), heads_kv)).message
+    assert m.startswith("v_scale: expected shape (), (1,) or") and "got (2," in m, m
+    m = raises(lambda: R.kv_scales((1,), (bad,), heads_kv)).message
+    assert m.startswith("v_scale:"), m
+
+
 # ---- merge and ring ------------------------------------------------------------------------------------------------
 def merge_case(rng):
     n = rng.randint(2, 5)

@@ -18,21 +18,14 @@ namespace {
 using fa::test::fake_addr;
 void* addr(uintptr_t x) { return fake_addr(x); }
 
-// A decode problem against a paged cache: batch 2, one query token, 8 query heads over 2 KV heads, d 64, pages of
-// 16 rows, capacity 80 keys (5 pages per sequence), a pool of 12 pages.
+// A decode problem against a paged cache (fa::test::fake_paged_decode_params).
 struct KvCache : ::testing::Test {
   fa_context ctx = nullptr;
   fa_params p{};
   void SetUp() override {
     ctx = fa::test::make_context(":memory:", -1);
     ASSERT_NE(ctx, nullptr);
-    fa::test::fake_bshd_params(&p, 2, 1, 80, 8, 2, 64);
-    p.k_stride_batch = p.v_stride_batch = 16 * 2 * 64;  // paged: the batch stride is the page stride
-    p.seqused_k = static_cast<const int32_t*>(addr(0x50000000));
-    p.block_table = static_cast<const int32_t*>(addr(0x60000000));
-    p.block_table_stride = 5;
-    p.page_size = 16;
-    p.num_pages = 12;
+    fa::test::fake_paged_decode_params(&p);
   }
   void TearDown() override { fa_context_destroy(ctx); }
 
@@ -46,13 +39,7 @@ struct KvCache : ::testing::Test {
     EXPECT_EQ(fa_forward_workspace_size(ctx, &p, &bytes), status);
     EXPECT_EQ(bytes, 12345u) << "a rejected call writes nothing";
   }
-  fa::gen::ProblemDesc desc() {
-    fa_params out;
-    fa::gen::ProblemDesc d;
-    const fa::rt::Status st = fa::rt::validate_forward(&p, &out, &d);
-    EXPECT_TRUE(st.ok()) << st.message;
-    return d;
-  }
+  fa::gen::ProblemDesc desc() { return fa::test::validated_desc(p); }
 };
 
 TEST_F(KvCache, PagedDecodeIsSupported) {
@@ -201,25 +188,7 @@ TEST_F(KvCache, MlaHeadDimsReachTheForward) {
 TEST_F(KvCache, BackwardRefusesTheCacheFields) {
   p.lse = reinterpret_cast<float*>(0x78000000);
   fa_bwd_params b;
-  fa_bwd_params_init(&b);
-  b.fwd = &p;
-  const int64_t D = 64;
-  b.dout = addr(0x90000000);
-  b.dout_stride_batch = 8 * D;
-  b.dout_stride_seq = 8 * D;
-  b.dout_stride_head = D;
-  b.dq = addr(0xa0000000);
-  b.dq_stride_batch = 8 * D;
-  b.dq_stride_seq = 8 * D;
-  b.dq_stride_head = D;
-  b.dk = addr(0xb0000000);
-  b.dk_stride_batch = 80 * 2 * D;
-  b.dk_stride_seq = 2 * D;
-  b.dk_stride_head = D;
-  b.dv = addr(0xc0000000);
-  b.dv_stride_batch = 80 * 2 * D;
-  b.dv_stride_seq = 2 * D;
-  b.dv_stride_head = D;
+  fa::test::fake_bwd_params(&b, &p);
   size_t bytes = 0;
   EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_ERROR_NOT_SUPPORTED);
   EXPECT_NE(std::string(fa_last_error()).find("block_table"), std::string::npos) << fa_last_error();
@@ -227,8 +196,8 @@ TEST_F(KvCache, BackwardRefusesTheCacheFields) {
   p.block_table_stride = 0;
   p.page_size = 0;
   p.num_pages = 0;
-  p.k_stride_batch = 80 * 2 * D;
-  p.v_stride_batch = 80 * 2 * D;
+  p.k_stride_batch = 80 * 2 * 64;
+  p.v_stride_batch = 80 * 2 * 64;
   EXPECT_EQ(fa_backward_workspace_size(ctx, &b, &bytes), FA_ERROR_NOT_SUPPORTED);
   EXPECT_NE(std::string(fa_last_error()).find("seqused_k"), std::string::npos) << fa_last_error();
   p.seqused_k = nullptr;

@@ -5,15 +5,33 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
+#include "tests/oracle/fp8.h"
+
 namespace fa::test {
 
+namespace {
+bool fp8_cache(const DecodeSpec& s) { return s.kv_dtype == FA_DTYPE_E4M3 || s.kv_dtype == FA_DTYPE_E5M2; }
+}  // namespace
+
 std::string describe(const DecodeSpec& s) {
-  return fmt::format("{} b{} sq{} cap{} hq{}/{} d{}/{} mask{} ({},{}) alibi{} softcap{}",
+  const std::string kv = fp8_cache(s)
+                             ? fmt::format(" cache {} scales per {}", s.kv_dtype == FA_DTYPE_E4M3 ? "e4m3" : "e5m2",
+                                           s.per_head_scale ? "head" : "tensor")
+                             : "";
+  return fmt::format("{} b{} sq{} cap{} hq{}/{} d{}/{} mask{} ({},{}) alibi{} softcap{}{}",
                      s.dtype == FA_DTYPE_BF16 ? "bf16" : "fp16", s.batch, s.sq, s.cap, s.hq, s.hkv, s.d, s.dv, s.mask,
-                     s.wl, s.wr, s.alibi, s.softcap);
+                     s.wl, s.wr, s.alibi, s.softcap, kv);
+}
+
+std::vector<uint8_t> encode_cache(const DecodeSpec& s, const std::vector<double>& v) {
+  if (!fp8_cache(s)) return encode(s.dtype, v);
+  std::vector<uint8_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = oracle::fp8_encode(v[i], s.kv_dtype);  // exact: v holds fp8 values
+  return out;
 }
 
 void make_data(std::mt19937_64& rng, const DecodeSpec& s, DecodeData* x) {
@@ -26,6 +44,25 @@ void make_data(std::mt19937_64& rng, const DecodeSpec& s, DecodeData* x) {
   fill(x->q, size_t(s.batch) * s.sq * s.hq * s.d);
   fill(x->k, size_t(s.batch) * s.cap * s.hkv * s.d);
   fill(x->v, size_t(s.batch) * s.cap * s.hkv * s.dv);
+  if (fp8_cache(s)) {
+    // The cache as a quantizer leaves it: values of N(0, 1) x 16 rounded to fp8 (e4m3 saturating at 448; spread over
+    // the format's binades, subnormals included), read back with scales in [1/64, 1/8] (one per KV head or one for
+    // all), so the dequantized keys and values are again about N(0, 1).
+    for (auto* t : {&x->k, &x->v})
+      for (auto& e : *t) e = oracle::fp8_decode(oracle::fp8_encode(e * 16.0, s.kv_dtype), s.kv_dtype);
+    std::uniform_real_distribution<double> ud(1.0 / 64, 1.0 / 8);
+    x->k_scale.assign(size_t(s.hkv), float(ud(rng)));
+    x->v_scale.assign(size_t(s.hkv), float(ud(rng)));
+    if (s.per_head_scale)
+      for (int g = 0; g < s.hkv; ++g) {
+        x->k_scale[size_t(g)] = float(ud(rng));
+        x->v_scale[size_t(g)] = float(ud(rng));
+      }
+    x->d_k_scale = DevBuf(size_t(s.hkv) * 4);
+    x->d_k_scale.upload(x->k_scale.data(), size_t(s.hkv) * 4);
+    x->d_v_scale = DevBuf(size_t(s.hkv) * 4);
+    x->d_v_scale.upload(x->v_scale.data(), size_t(s.hkv) * 4);
+  }
   x->dq = DevBuf(x->q.size() * 2);
   const auto qb = encode(s.dtype, x->q);
   x->dq.upload(qb.data(), qb.size());
@@ -76,6 +113,15 @@ void oracle_of(const DecodeData& x, const std::vector<int>& used, const std::vec
     oracle::Tensor4 q{x.q.data() + size_t(b) * s.sq * s.hq * s.d, 0, (long long)s.hq * s.d, s.d};
     oracle::Tensor4 k{x.k.data() + size_t(b) * s.cap * s.hkv * s.d, 0, (long long)s.hkv * s.d, s.d};
     oracle::Tensor4 v{x.v.data() + size_t(b) * s.cap * s.hkv * s.dv, 0, (long long)s.hkv * s.dv, s.dv};
+    std::vector<double> kd, vd;  // an fp8 cache: the dequantized keys and values of sequence b (code x scale[g])
+    if (fp8_cache(s)) {
+      kd.assign(k.data, k.data + size_t(s.cap) * s.hkv * s.d);
+      vd.assign(v.data, v.data + size_t(s.cap) * s.hkv * s.dv);
+      for (size_t e = 0; e < kd.size(); ++e) kd[e] *= x.k_scale[(e / size_t(s.d)) % size_t(s.hkv)];
+      for (size_t e = 0; e < vd.size(); ++e) vd[e] *= x.v_scale[(e / size_t(s.dv)) % size_t(s.hkv)];
+      k.data = kd.data();
+      v.data = vd.data();
+    }
     oracle::MutTensor4 out{o->data() + size_t(b) * s.sq * s.hq * s.dv, 0, (long long)s.hq * s.dv, s.dv};
     oracle::forward(p, q, k, v, out, lse->data() + size_t(b) * s.hq * s.sq);
   }
@@ -89,7 +135,7 @@ void make_contiguous(const DecodeData& x, const std::vector<int>& used, Cache* c
       for (int e = 0; e < s.hkv * s.d; ++e) k[(size_t(b) * s.cap + j) * s.hkv * s.d + e] = NAN;
       for (int e = 0; e < s.hkv * s.dv; ++e) v[(size_t(b) * s.cap + j) * s.hkv * s.dv + e] = NAN;
     }
-  const auto kb = encode(s.dtype, k), vb = encode(s.dtype, v);
+  const auto kb = encode_cache(s, k), vb = encode_cache(s, v);
   c->page_size = 0;
   c->dk = DevBuf(kb.size());
   c->dk.upload(kb.data(), kb.size());
@@ -136,7 +182,7 @@ void make_paged(std::mt19937_64& rng, const DecodeData& x, const std::vector<int
         }
       }
     }
-  const auto kb = encode(s.dtype, pk), vb = encode(s.dtype, pv);
+  const auto kb = encode_cache(s, pk), vb = encode_cache(s, pv);
   c->dk = DevBuf(kb.size());
   c->dk.upload(kb.data(), kb.size());
   c->dv = DevBuf(vb.size());
@@ -207,6 +253,12 @@ fa_params params_of(DecodeData& x, Cache& c, bool with_used, int num_splits) {
   p.softcap = s.softcap;
   p.lse = static_cast<float*>(x.d_lse.get());
   p.num_splits = num_splits;
+  if (fp8_cache(s)) {
+    p.kv_dtype = s.kv_dtype;
+    p.k_scale = static_cast<const float*>(x.d_k_scale.get());
+    p.v_scale = static_cast<const float*>(x.d_v_scale.get());
+    p.k_scale_stride_head = p.v_scale_stride_head = s.per_head_scale ? 1 : 0;
+  }
   return p;
 }
 
@@ -266,6 +318,42 @@ std::vector<int> random_used(std::mt19937_64& rng, int batch, int cap) {
     used[2] = cap;
   }
   return used;
+}
+
+void random_features(Pick& pick, int c, bool paged, DecodeSpec* s) {
+  const int group = s->hq / s->hkv;
+  s->sq = pick({1, 1, 2, 3, 5, 8});
+  if (!paged) s->sq = std::max(1, std::min(s->sq, 16 / group));  // the contiguous decode class
+  s->d = pick({64, 128, 256});
+  s->dv = c % 7 == 3 ? 64 : s->d;
+  s->batch = pick({1, 3});
+  s->mask = pick({0, 1, 2});
+  if (s->mask == 2) {
+    s->wl = pick({-1, 0, 5, 60});
+    s->wr = pick({-1, 0, 3});
+  }
+  s->alibi = c % 3 == 0;
+  s->softcap = c % 5 == 0 ? 20.f : 0.f;
+}
+
+int case_count(int fallback) {
+  const char* e = std::getenv("FA_TEST_CASES");
+  return e != nullptr ? std::atoi(e) : fallback;
+}
+
+std::string run_random_case(std::mt19937_64& rng, const DecodeSpec& s, int page_size, int splits, std::string* key) {
+  DecodeData x;
+  make_data(rng, s, &x);
+  const std::vector<int> used = random_used(rng, s.batch, s.cap);
+  std::vector<double> o_ref, lse_ref;
+  oracle_of(x, used, {}, &o_ref, &lse_ref);
+  Cache cache;
+  if (page_size > 0) make_paged(rng, x, used, page_size, &cache);
+  else make_contiguous(x, used, &cache);
+  set_used(&cache, used);
+  const Out r = run(x, params_of(x, cache, true, splits));
+  *key = r.key;
+  return compare(x, r, o_ref, lse_ref);
 }
 
 void make_latent(DecodeData* x) {

@@ -1,7 +1,8 @@
 // decode_support.h -- the KV-cache decode tests' problems (tests/gpu/test_decode.cpp, test_background_decode.cpp):
 // random queries and caches, the per-sequence float64 oracle, contiguous and paged device caches (with used lengths,
 // NaN past them), the call's parameters, a run with poisoned outputs (on the suite's context or a given one) and the
-// comparison with the oracle.
+// comparison with the oracle. An fp8 cache (DecodeSpec::kv_dtype): the caches hold fp8 values (k / v as the codes'
+// values), read with per-head or per-tensor k_scale / v_scale; the oracle sees the dequantized cache.
 #pragma once
 
 #include <random>
@@ -18,6 +19,8 @@ struct DecodeSpec {
   int mask = FA_MASK_NONE, wl = -1, wr = -1;
   bool alibi = false;
   float softcap = 0.f;
+  int kv_dtype = 0;             // FA_DTYPE_E4M3 / FA_DTYPE_E5M2: an fp8 cache (q, o of dtype); 0: the cache in dtype
+  bool per_head_scale = false;  // fp8: k_scale / v_scale one per KV head (stride 1), else one for all (stride 0)
 };
 
 std::string describe(const DecodeSpec& s);
@@ -28,7 +31,8 @@ struct DecodeData {
   DecodeSpec s;
   std::vector<double> q, k, v, alibi;
   std::vector<float> alibi_f;
-  DevBuf dq, d_alibi, d_o, d_lse;
+  std::vector<float> k_scale, v_scale;  // fp8 cache: [hkv] factors (all equal unless per_head_scale)
+  DevBuf dq, d_alibi, d_o, d_lse, d_k_scale, d_v_scale;
   size_t o_n = 0, lse_n = 0;
 };
 
@@ -56,6 +60,9 @@ struct Cache {
 
 inline std::vector<uint8_t> nan_bytes(size_t n) { return std::vector<uint8_t>(n * 2, 0xff); }
 
+// Host bytes of cache values (k or v, any layout) in the cache's dtype: fp8 codes (NaN: 0x7F) or s.dtype.
+std::vector<uint8_t> encode_cache(const DecodeSpec& s, const std::vector<double>& v);
+
 void make_contiguous(const DecodeData& x, const std::vector<int>& used, Cache* c);
 
 // Pages in a random order; `extra` NaN pages in the pool; table entries past the used pages point at them.
@@ -82,6 +89,25 @@ std::string compare(const DecodeData& x, const Out& r, const std::vector<double>
                     const std::vector<double>& lse_ref);
 
 std::vector<int> random_used(std::mt19937_64& rng, int batch, int cap);
+
+// A uniform pick among values, for the random-case tests.
+struct Pick {
+  std::mt19937_64& rng;
+  int operator()(std::initializer_list<int> xs) {
+    std::uniform_int_distribution<size_t> u(0, xs.size() - 1);
+    return *(xs.begin() + u(rng));
+  }
+};
+// The random parts of case c that the random decode tests share (s's dtypes, heads and capacity already set): query
+// tokens (at most the contiguous decode class's 16 packed rows unless paged), head dims (dv 64 every 7th case), batch,
+// mask and window, ALiBi (every 3rd case) and softcap (every 5th).
+void random_features(Pick& pick, int c, bool paged, DecodeSpec* s);
+// $FA_TEST_CASES, else `fallback`: how many random cases a test runs.
+int case_count(int fallback);
+
+// One random problem of spec s (random used lengths; its cache contiguous, or paged at page_size > 0) run at
+// `splits` against the oracle: "" when it matches, else what differs (the key in *key).
+std::string run_random_case(std::mt19937_64& rng, const DecodeSpec& s, int page_size, int splits, std::string* key);
 
 // MLA's latent layout: v is the first head_dim_v columns of k, one tensor (params_of passes v = k with k's strides).
 // The oracle's v becomes k's first columns.

@@ -112,11 +112,8 @@ TEST(GpuDecode, SplitAndUnsplitAgreeWithTheOracle) {
 TEST(GpuDecode, RandomUsedLengthsFeaturesAndShapes) {
   REQUIRE_GPU();
   std::mt19937_64 rng(test_seed() + 2103);
-  const int n = std::getenv("FA_TEST_CASES") ? std::atoi(std::getenv("FA_TEST_CASES")) : 72;
-  auto pick = [&](std::initializer_list<int> xs) {
-    std::uniform_int_distribution<size_t> u(0, xs.size() - 1);
-    return *(xs.begin() + u(rng));
-  };
+  const int n = case_count(72);
+  Pick pick{rng};
   int failures = 0;
   for (int c = 0; c < n; ++c) {
     DecodeSpec s;
@@ -125,37 +122,18 @@ TEST(GpuDecode, RandomUsedLengthsFeaturesAndShapes) {
     s.hkv = pick({1, 2});
     s.hq = s.hkv * group;
     const bool paged = c % 2 == 1;
-    s.sq = pick({1, 1, 2, 3, 5, 8});
-    if (!paged) s.sq = std::max(1, std::min(s.sq, 16 / group));  // the contiguous decode class
-    s.d = pick({64, 128, 256});
-    s.dv = c % 7 == 3 ? 64 : s.d;
-    s.batch = pick({1, 3});
     s.cap = pick({1, 17, 200, 640});
-    s.mask = pick({0, 1, 2});
-    if (s.mask == 2) {
-      s.wl = pick({-1, 0, 5, 60});
-      s.wr = pick({-1, 0, 3});
-    }
-    s.alibi = c % 3 == 0;
-    s.softcap = c % 5 == 0 ? 20.f : 0.f;
-    DecodeData x;
-    make_data(rng, s, &x);
-    const std::vector<int> used = random_used(rng, s.batch, s.cap);
-    std::vector<double> o_ref, lse_ref;
-    oracle_of(x, used, {}, &o_ref, &lse_ref);
-    Cache cache;
-    if (paged) make_paged(rng, x, used, pick({1, 16, 64, 256}), &cache);
-    else make_contiguous(x, used, &cache);
-    set_used(&cache, used);
+    random_features(pick, c, paged, &s);
+    const int page_size = paged ? pick({1, 16, 64, 256}) : 0;
     const int splits = pick({0, 1, 3});
-    const Out r = run(x, params_of(x, cache, true, splits));
-    const std::string err = compare(x, r, o_ref, lse_ref);
+    std::string key;
+    const std::string err = run_random_case(rng, s, page_size, splits, &key);
     if (!err.empty()) {
       ++failures;
-      ADD_FAILURE() << "case " << c << " " << describe(s) << (paged ? fmt::format(" paged {}", cache.page_size) : "")
+      ADD_FAILURE() << "case " << c << " " << describe(s) << (paged ? fmt::format(" paged {}", page_size) : "")
                     << " splits " << splits << ": " << err;
     } else {
-      EXPECT_NE(r.key.find("fwd_split"), std::string::npos) << r.key;
+      EXPECT_NE(key.find("fwd_split"), std::string::npos) << key;
     }
   }
   std::printf("GPU SUMMARY decode: %d random KV-cache problems, %d failed\n", n, failures);

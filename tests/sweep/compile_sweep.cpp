@@ -142,6 +142,39 @@ struct Job {
   KernelConfig c;
 };
 
+// An fp8 KV cache (the families that read one, Family::fp8_kv_cache, on sm_89+): e4m3 and e5m2 under fp16 and bf16
+// queries at head dims 64, 72 (a chunk half past the row: the copy's zero-fill), 128 and 256, contiguous and paged,
+// masks and features rotating, at the family's defaults; every valid point at d 128 (bf16 over a paged e4m3 cache)
+// under --sample, every point of every variant under --full.
+template <class Push>
+void add_fp8_cache_semantics(const Family& f, int arch, bool full, Push push) {
+  if (!f.fp8_kv_cache || arch < 89) return;
+  const DeviceLimits lim = limits_for_arch(arch);
+  int rot = 0;
+  for (int dt : {kFp16, kBf16})
+    for (int kv : {kE4m3, kE5m2})
+      for (int d : {64, 72, 128, 256})
+        for (bool paged : {false, true}) {
+          const int v = rot++;
+          Semantic s;
+          s.family = &f;
+          s.arch = arch;
+          s.dtype = dt;
+          s.kv_dtype = kv;
+          s.head_dim = s.head_dim_v = d;
+          s.mask = v % 3;
+          s.has_alibi = (v / 3) % 2;
+          s.has_softcap = (v / 5) % 2;
+          s.has_lse = v % 4 != 1;
+          s.paged = paged;
+          const std::vector<Tunables> points = all_valid_points(s, lim);
+          if (points.empty()) continue;
+          const bool every = full || (d == 128 && dt == kBf16 && kv == kE4m3 && paged);
+          for (size_t i = 0; i < (every ? points.size() : 1); ++i)
+            push(KernelConfig{s, every ? points[i] : f.defaults(s)});
+        }
+}
+
 void add_semantics(const Family& f, int arch, bool full, const SampleCaps& caps, std::vector<Job>* jobs) {
   const DeviceLimits lim = limits_for_arch(arch);
   const std::vector<int> dims_full = {8,  16,  24,  32,  40,  48,  56,  64,  72,  80,
@@ -279,6 +312,7 @@ void add_semantics(const Family& f, int arch, bool full, const SampleCaps& caps,
             push(KernelConfig{s, points[i]});
         }
   }
+  add_fp8_cache_semantics(f, arch, full, push);
 }
 
 // Writes r's cubin as dir/<key>.cubin ('|' -> '+'); false (with a message) when the file cannot be written.

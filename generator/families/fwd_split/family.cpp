@@ -16,6 +16,9 @@
 // workspace of partial outputs [num_splits, batch, heads_q, seqlen_q, head_dim_v] (normalized per split) and LSEs
 // [num_splits, batch, heads_q, seqlen_q]; the workspace is sized by the largest split count any knob value could
 // pick for the problem, so fa_forward_workspace_size holds whichever tunables the chooser serves later.
+// FP8 KV cache (kv_dtype e4m3 / e5m2 with k_scale / v_scale, fa_params version 3; Family::fp8_kv_cache): the narrow
+// kernel on sm_89+ streams fp8 blocks and dequantizes each into one 16-bit tile (templates/fwd_split.cuh); the wide
+// (MLA) kernel reads no fp8 yet, so fp8 problems with head dims above 256 find no family.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -42,6 +45,11 @@ bool valid(const KernelConfig& c, std::string* why) {
   if (s.dtype != kFp16 && s.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
   if (s.has_bias) return fail(why, "takes no bias");
   if (s.varlen) return fail(why, "takes no varlen problems");
+  if (s.kv_dtype != 0) {
+    if (!is_fp8(s.kv_dtype)) return fail(why, "k / v of q's dtype, or an fp8 cache (kv_dtype e4m3 / e5m2)");
+    if (s.arch < 89) return fail(why, "an fp8 cache needs sm_89 or newer, arch is sm_" + std::to_string(s.arch));
+    if (fa_split_wide(s.head_dim, s.head_dim_v)) return fail(why, "an fp8 cache at head dims up to 256 only");
+  }
   if (fa_split_wide(s.head_dim, s.head_dim_v)) {
     // Wide heads (MLA): 64 rows per CTA, 8 warps splitting head_dim_v for O = P V, 32-key blocks, 2 stages.
     if (s.head_dim > kMaxHeadDim || s.head_dim_v > kMaxHeadDimWide)
@@ -80,7 +88,7 @@ Tunables defaults(const Semantic& s) {
 
 unsigned smem_bytes(const KernelConfig& c) {
   return static_cast<unsigned>(
-      fa_split_smem_bytes(c.s.head_dim, c.s.head_dim_v, c.t[kBlockN], c.t[kWarps], c.t[kStages]));
+      fa_split_smem_bytes(c.s.head_dim, c.s.head_dim_v, c.t[kBlockN], c.t[kWarps], c.t[kStages], is_fp8(c.s.kv_dtype)));
 }
 
 int row_tiles(int seqlen_q, int group, int d, int dv) {
@@ -111,6 +119,9 @@ bool covers_shape(const ProblemDesc& p, int arch, std::string* why) {
   if (p.has_bias) return fail(why, "takes no bias");
   if (p.mods != nullptr) return fail(why, "runs no user code (fa_mods) yet");
   if (!p.aligned16) return fail(why, "pointers or strides not 16-byte aligned");
+  if (is_fp8(p.kv_dtype) && fa_split_wide(p.head_dim, p.head_dim_v))
+    return fail(why, "an fp8 cache at head dims up to 256 only (the wide / MLA kernel reads no fp8 yet), got " +
+                         std::to_string(p.head_dim) + " / " + std::to_string(p.head_dim_v));
   if (fa_split_wide(p.head_dim, p.head_dim_v)) {
     // Wide heads (MLA): any query length (64 packed rows per CTA); no ALiBi / softcap (fwd_ref serves those).
     if (p.head_dim > kMaxHeadDim || p.head_dim_v > kMaxHeadDimWide)
@@ -170,6 +181,7 @@ const Family kFamily{.name = "fwd_split",
                      .template_name = "fwd_split.cuh",
                      .role = Role::Forward,
                      .priority = 30,
+                     .fp8_kv_cache = true,
                      .knobs = {fam::block_n(kBlockNs), fam::warps({2, 4, 8}), fam::stages({2, 3, 4}),
                                Knob{"split_target", "sp", "kSplitTarget", kSplitTargets}},
                      .covers = &covers,
