@@ -48,7 +48,7 @@ TEST(Fp8Codec, E4m3EveryCode) {
     }
     EXPECT_EQ(v, spec_value(code, 3, 7)) << "code " << c;
     EXPECT_EQ(std::signbit(v), (c & 0x80) != 0) << c;
-    if (c > 0 && c < 0x7F) EXPECT_GT(v, fp8_decode(static_cast<uint8_t>(c - 1), kFp8E4m3)) << "increasing at " << c;
+    if (c > 0 && c < 0x7F) { EXPECT_GT(v, fp8_decode(static_cast<uint8_t>(c - 1), kFp8E4m3)) << "increasing at " << c; }
   }
   EXPECT_EQ(nans, 2);  // 0x7F and 0xFF only
   // Table entries of the spec (OCP FP8 v1.0, E4M3).
@@ -79,7 +79,7 @@ TEST(Fp8Codec, E5m2EveryCode) {
       continue;
     }
     EXPECT_EQ(v, spec_value(code, 2, 15)) << "code " << c;
-    if (c > 0 && c < 0x7C) EXPECT_GT(v, fp8_decode(static_cast<uint8_t>(c - 1), kFp8E5m2)) << "increasing at " << c;
+    if (c > 0 && c < 0x7C) { EXPECT_GT(v, fp8_decode(static_cast<uint8_t>(c - 1), kFp8E5m2)) << "increasing at " << c; }
   }
   EXPECT_EQ(nans, 6);
   EXPECT_EQ(infs, 2);
@@ -202,13 +202,13 @@ TEST(Fp8Oracle, DescalesFactorOutOfScoresAndOutput) {
   v2.scale_sh = 1;
   const fa::oracle::DenseForward c = f.run(f.tq(), f.tk(), v2, f.p);
   EXPECT_EQ(c.lse, base.lse);
-  for (int b = 0; b < 2; ++b)
+  for (int bi = 0; bi < 2; ++bi)
     for (int i = 0; i < 3; ++i)
       for (int h = 0; h < 4; ++h)
         for (int d = 0; d < 16; ++d) {
-          const size_t at = static_cast<size_t>(((b * 3 + i) * 4 + h) * 16 + d);
-          const double want = base.o[at] * dv[b * 2 + h / 2];
-          EXPECT_NEAR(c.o[at], want, 1e-14 * std::fabs(want)) << b << " " << i << " " << h << " " << d;
+          const size_t at = static_cast<size_t>(((bi * 3 + i) * 4 + h) * 16 + d);
+          const double want = base.o[at] * dv[bi * 2 + h / 2];
+          EXPECT_NEAR(c.o[at], want, 1e-14 * std::fabs(want)) << bi << " " << i << " " << h << " " << d;
         }
   // descale_q per (b, kv head) on the query side: head h reads the factor of its KV head h / 2.
   const double dq[4] = {1.0, 4.0, 1.0, 1.0};
