@@ -24,17 +24,14 @@ struct FaBwdEpilogue {
       const int r = th.warp * 16 + th.gq + 8 * hh;
       if (i0 + r < sq) {
         const long long R = (long long)b * sq + i0 + r;
-        float* p =
-            args.dq_accum + (R >> 3) * G + ((R & 7) << 3) + (((long long)h * K::kD + col0) << 3) + 2 * th.tq;
+        float* p = args.dq_accum + (R >> 3) * G + ((R & 7) << 3) + (((long long)h * K::kD + col0) << 3) + 2 * th.tq;
 #pragma unroll
-        for (int j = 0; j < K::kDqN / 8; ++j)
-          fa_sm80::red_add2(p + j * 64, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
+        for (int j = 0; j < K::kDqN / 8; ++j) fa_sm80::red_add2(p + j * 64, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
       }
     }
   }
   // dK = scale * dK and dV of the key block from n0 (kv head g, batch b; sk: seqlen_k) in the dtype.
-  FA_DEVICE void store(const float (&dk)[K::kD / 2], const float (&dv)[K::kD / 2], int n0, int g, int b,
-                       int sk) const {
+  FA_DEVICE void store(const float (&dk)[K::kD / 2], const float (&dv)[K::kD / 2], int n0, int g, int b, int sk) const {
     typedef unsigned short E;
     const float scale = args.f.scale;
     E* dkg = (E*)args.dk + (long long)b * args.dk_sb + (long long)g * args.dk_sh;

@@ -69,8 +69,8 @@ struct FaBwdProducer {
 #pragma unroll
       for (int c = 0; c < K::kD / 64; ++c) {
         fa_tma_load_4d(sm.q + (unsigned)(st * K::kQBytes + c * K::kBM * 128), &tma.q, bar.full(st), c * 64, i0, h, b);
-        fa_tma_load_4d(sm.dout + (unsigned)(st * K::kQBytes + c * K::kBM * 128), &tma.dout, bar.full(st), c * 64, i0,
-                       h, b);
+        fa_tma_load_4d(sm.dout + (unsigned)(st * K::kQBytes + c * K::kBM * 128), &tma.dout, bar.full(st), c * 64, i0, h,
+                       b);
       }
     }
     const long long lrow = (long long)b * a.lse_sb + (long long)h * a.lse_sh;

@@ -19,7 +19,7 @@
 template <class K>
 struct FaBwdSched {
   const FaFwdArgs& a;
-  int nb, g, b, n0;       // key block, kv head, batch, first key
+  int nb, g, b, n0;         // key block, kv head, batch, first key
   int m_lo, m_hi, nm, rot;  // the band's query blocks [m_lo, m_hi), nm of them; the plain order's rotation
 
   FA_DEVICE FaBwdSched(const FaFwdArgs& args, const FaBwdCta& cta)
