@@ -61,8 +61,12 @@ if [ $BENCH = 1 ] && [ "$ONLY" != "tests" ] && [ -n "$LIB" ]; then
   for b in "$ROOT"/bench/bench_*.py; do
     [ -f "$b" ] || continue
     step "benchmark $(basename "$b")"
-    args="--out $OUT"
-    [ $QUICK = 1 ] && args="$args --quick"
+    # Each benchmark gets the flags it declares (bench_decode.py requires --json; only bench_peers.py draws PNGs).
+    name="$(basename "$b" .py)"
+    args=""
+    grep -q 'add_argument("--json"' "$b" && args="$args --json $OUT/$name.json"
+    grep -q 'add_argument("--out"' "$b" && args="$args --out $OUT/${name}_png"
+    [ $QUICK = 1 ] && grep -q 'add_argument("--quick"' "$b" && args="$args --quick"
     FA_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" timeout 900 python3 "$b" $args 2>&1 | tee "$OUT/$(basename "$b" .py).log" | tail -60
     summary+=("bench $(basename "$b"): rc ${PIPESTATUS[0]}, table in $OUT/$(basename "$b" .py).log")
   done
