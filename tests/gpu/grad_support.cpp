@@ -42,6 +42,30 @@ void poison_grads(const Case& c, Grads& g) {
   g.d_dv.upload(pv.data(), pv.size());
 }
 
+// The backward params of p (whose tensors have c's strides): dout, dq, dk, dv at c's o / q / k / v strides.
+fa_bwd_params bwd_params(const Case& c, const fa_params& p, const void* dout, void* dq, void* dk, void* dv) {
+  fa_bwd_params b;
+  fa_bwd_params_init(&b);
+  b.fwd = &p;
+  b.dout = dout;
+  b.dout_stride_batch = c.o_sb;
+  b.dout_stride_seq = c.o_ss;
+  b.dout_stride_head = c.o_sh;
+  b.dq = dq;
+  b.dq_stride_batch = c.q_sb;
+  b.dq_stride_seq = c.q_ss;
+  b.dq_stride_head = c.q_sh;
+  b.dk = dk;
+  b.dk_stride_batch = c.k_sb;
+  b.dk_stride_seq = c.k_ss;
+  b.dk_stride_head = c.k_sh;
+  b.dv = dv;
+  b.dv_stride_batch = c.v_sb;
+  b.dv_stride_seq = c.v_ss;
+  b.dv_stride_head = c.v_sh;
+  return b;
+}
+
 void setup_grads(std::mt19937_64& rng, Case& c, Grads& g) {
   const size_t es = c.dtype == FA_DTYPE_FP32 ? 4 : 2;
   g.dout.assign(c.o_n, std::numeric_limits<double>::quiet_NaN());
@@ -54,24 +78,7 @@ void setup_grads(std::mt19937_64& rng, Case& c, Grads& g) {
   g.d_dk = DevBuf(c.k_n * es);
   g.d_dv = DevBuf(c.v_n * es);
   poison_grads(c, g);
-  fa_bwd_params_init(&g.b);
-  g.b.fwd = &c.params;
-  g.b.dout = g.d_dout.get();
-  g.b.dout_stride_batch = c.o_sb;
-  g.b.dout_stride_seq = c.o_ss;
-  g.b.dout_stride_head = c.o_sh;
-  g.b.dq = g.d_dq.get();
-  g.b.dq_stride_batch = c.q_sb;
-  g.b.dq_stride_seq = c.q_ss;
-  g.b.dq_stride_head = c.q_sh;
-  g.b.dk = g.d_dk.get();
-  g.b.dk_stride_batch = c.k_sb;
-  g.b.dk_stride_seq = c.k_ss;
-  g.b.dk_stride_head = c.k_sh;
-  g.b.dv = g.d_dv.get();
-  g.b.dv_stride_batch = c.v_sb;
-  g.b.dv_stride_seq = c.v_ss;
-  g.b.dv_stride_head = c.v_sh;
+  g.b = bwd_params(c, c.params, g.d_dout.get(), g.d_dq.get(), g.d_dk.get(), g.d_dv.get());
   g.dq_ref.assign(c.q_n, 0.0);
   g.dk_ref.assign(c.k_n, 0.0);
   g.dv_ref.assign(c.v_n, 0.0);
@@ -155,26 +162,7 @@ fa_bwd_params prepare_bwd_params(const Case& c, const fa_params& p, PrepareGrads
   scratch->dq = DevBuf(c.q_n * es);
   scratch->dk = DevBuf(c.k_n * es);
   scratch->dv = DevBuf(c.v_n * es);
-  fa_bwd_params b;
-  fa_bwd_params_init(&b);
-  b.fwd = &p;
-  b.dout = p.o;
-  b.dout_stride_batch = p.o_stride_batch;
-  b.dout_stride_seq = p.o_stride_seq;
-  b.dout_stride_head = p.o_stride_head;
-  b.dq = scratch->dq.get();
-  b.dq_stride_batch = c.q_sb;
-  b.dq_stride_seq = c.q_ss;
-  b.dq_stride_head = c.q_sh;
-  b.dk = scratch->dk.get();
-  b.dk_stride_batch = c.k_sb;
-  b.dk_stride_seq = c.k_ss;
-  b.dk_stride_head = c.k_sh;
-  b.dv = scratch->dv.get();
-  b.dv_stride_batch = c.v_sb;
-  b.dv_stride_seq = c.v_ss;
-  b.dv_stride_head = c.v_sh;
-  return b;
+  return bwd_params(c, p, p.o, scratch->dq.get(), scratch->dk.get(), scratch->dv.get());
 }
 
 void prepare_in_parallel(const std::vector<const fa_params*>& problems, const std::vector<const Case*>& owners) {
