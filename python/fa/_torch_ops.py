@@ -18,8 +18,8 @@ How fa.attention sends a call (attention() below is the one dispatch):
   last dim, an empty tensor): the op's arguments (op_args, checked; op_args_fixed keeps them per signature), then
   the op: _forward (plain; eager: _EagerAttention, the op pair's implementations under an autograd.Function) or
   _mods_op.forward_with_mods (user code).
-  sinks (attention sinks, with or without user code): op_args, then _sinks_op.forward_with_sinks (the sinks get
-  their gradient too).
+  sinks (attention sinks, with or without user code): no kept entry; the op's arguments as above, then
+  _sinks_op.forward_with_sinks (the sinks get their gradient too).
 """
 
 # No `from __future__ import annotations` here: torch.library.custom_op reads the annotations as types.
@@ -283,30 +283,9 @@ def attention(
     in its own dtype). Returns o (same layout as q, head dim Dv), and lse (float32 [B, Hq, Sq] or [Hq, total]; with
     sinks it includes them) when return_lse.
     """
-    if sinks is not None:
-        q2, k2, v2, rest, bhsd = op_args(
-            q,
-            k,
-            v,
-            causal,
-            window,
-            bias,
-            alibi_slopes,
-            softcap,
-            scale,
-            layout,
-            cu_seqlens_q,
-            cu_seqlens_k,
-            max_seqlen_q,
-            max_seqlen_k,
-        )
-        o, lse = forward_with_sinks(q2, k2, v2, sinks, mods, rest)
-        if bhsd:
-            o = o.transpose(1, 2)
-        return (o, lse) if return_lse else o
     plain = bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None
     eager = not torch.compiler.is_compiling()
-    if plain and eager and layout == "bshd":  # a kept entry per signature (the module docstring's table)
+    if plain and eager and layout == "bshd" and sinks is None:  # a kept entry per signature (the docstring's table)
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             kept = grad_step
         elif mods is None:
@@ -335,7 +314,10 @@ def attention(
             max_seqlen_q,
             max_seqlen_k,
         )
-    o, lse = _forward(q2, k2, v2, rest) if mods is None else forward_with_mods(q2, k2, v2, mods, rest)
+    if sinks is not None:
+        o, lse = forward_with_sinks(q2, k2, v2, sinks, mods, rest)
+    else:
+        o, lse = _forward(q2, k2, v2, rest) if mods is None else forward_with_mods(q2, k2, v2, mods, rest)
     if bhsd:
         o = o.transpose(1, 2)
     return (o, lse) if return_lse else o

@@ -19,20 +19,7 @@ if REASON is None:
 
     import fa
     from attention_ref import attention_ref
-
-OUT_SLACK = 1e-3
-GRAD_SLACK = 2e-3
-
-
-def max_err(a, b):
-    a, b = a.float(), b.float()
-    assert not torch.isnan(a).any(), "NaN in fa's result"
-    return (a - b).abs().max().item() if a.numel() else 0.0
-
-
-def check_close(name, got, low, ref, slack):
-    e_fa, e_pt = max_err(got, ref), max_err(low, ref)
-    assert e_fa <= 2 * e_pt + slack, f"{name}: fa error {e_fa:.3e} > 2 x torch error {e_pt:.3e} + {slack}"
+    from test_gpu_attention import GRAD_SLACK, OUT_SLACK, check_close, max_err
 
 
 def sinks_of(hq, seed, dtype=None):
