@@ -470,16 +470,18 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       const float l = fa_lanes_sum<4>(row_l[mt][hh]);
       float inv = l > 0.f ? 1.f / l : 0.f;
       const int r = wrow0 + mt * 16 + gq + hh * 8;
-      const float mul = kFeat ? 1.f : args.scale_log2;  // feature path scores are already in log2 units
-      const float mx = row_m[mt][hh];
       [[maybe_unused]] float lse_sink = 0.f;
       if constexpr (fa_cfg::kHasSinks) {  // the sink column (common/sinks.cuh)
+        const float mul = kFeat ? 1.f : args.scale_log2;  // feature path scores are already in log2 units
+        const float mx = row_m[mt][hh];
         const FaRowEnd e = fa_sink_row_end(mx == FA_MMA_NEG_INF ? FA_MMA_NEG_INF : mx * mul, l, args.sinks[h]);
         inv = e.o_mul;
         lse_sink = e.lse;
       }
       if constexpr (fa_cfg::kHasLse) {
         if (args.lse != nullptr && tq == 0 && r < q_rows) {
+          const float mul = kFeat ? 1.f : args.scale_log2;  // feature path scores are already in log2 units
+          const float mx = row_m[mt][hh];
           const float lse = fa_cfg::kHasSinks                   ? lse_sink
                             : (l > 0.f && mx != FA_MMA_NEG_INF) ? (mx * mul + __log2f(l)) * 0.6931471805599453f
                                                                 : FA_MMA_NEG_INF;
