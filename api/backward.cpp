@@ -85,6 +85,9 @@ FaBwdArgs make_bwd_args(const BwdView& v, const fa::gen::ProblemDesc& d, const f
   a.total_q = d.total_q;
   a.total_k = d.total_k;
   a.deterministic = d.deterministic ? 1 : 0;
+  a.dsinks = b.dsinks;
+  a.dsink_parts = plan.dsink_parts;
+  a.dsink_blocks = plan.dsink_blocks;
   return a;
 }
 
@@ -106,6 +109,7 @@ Status enqueue_with(fa_context c, const BwdView& v, const fa::gen::ProblemDesc& 
     args.dq_accum = at(plan.off_dq_accum);
     args.dk_accum = at(plan.off_dk_accum);
     args.dv_accum = at(plan.off_dv_accum);
+    args.dsink_part = at(plan.off_dsink_part);
     bind_block_workspace(plan, &args.f, base);
   };
   const FaUser user = make_user_args(v.fwd);  // user code's buffers and scalars (zero without mods)

@@ -45,6 +45,7 @@ std::string semantic_key(const Semantic& s) {
   if (s.paged) key += ".paged";
   if (s.kv_dtype != 0) key += fmt::format(".kv_{}", dtype_name(s.kv_dtype));
   if (s.o_dtype != 0) key += fmt::format(".o_{}", dtype_name(s.o_dtype));
+  if (s.has_sinks) key += ".sinks";
   if (s.mods != nullptr) key += fmt::format(".{}", user_mods_tag(*s.mods));
   return key;
 }
@@ -132,7 +133,7 @@ bool ConfigLess::operator()(const KernelConfig& a, const KernelConfig& b) const 
   auto tie = [](const KernelConfig& c) {
     const Semantic& s = c.s;
     return std::tie(s.family, s.arch, s.dtype, s.head_dim, s.head_dim_v, s.mask, s.has_bias, s.has_alibi, s.has_softcap,
-                    s.varlen, s.even_k, s.has_lse, s.paged, s.mods, s.kv_dtype, s.o_dtype, c.t.v);
+                    s.varlen, s.even_k, s.has_lse, s.paged, s.mods, s.kv_dtype, s.o_dtype, s.has_sinks, c.t.v);
   };
   return tie(a) < tie(b);
 }
@@ -161,6 +162,7 @@ std::string render_source(const KernelConfig& c) {
   src += fmt::format("constexpr bool kPaged = {};\n", b(s.paged));
   src += fmt::format("constexpr bool kHasMaskMod = {};\n", b(has_mask_mod(s.mods)));
   src += fmt::format("constexpr bool kHasScoreMod = {};\n", b(has_score_mod(s.mods)));
+  src += fmt::format("constexpr bool kHasSinks = {};\n", b(s.has_sinks));
   if (s.family != nullptr) {
     const auto& knobs = s.family->knobs;
     for (size_t i = 0; i < knobs.size(); ++i) {

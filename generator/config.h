@@ -17,7 +17,7 @@ struct Family;    // family.h
 struct UserMods;  // user_mods.h
 
 // Bumped whenever rendering or any template's meaning changes; part of every compile key.
-inline constexpr int kGeneratorVersion = 3;
+inline constexpr int kGeneratorVersion = 4;
 
 enum Dtype : int { kFp16 = 1, kBf16 = 2, kFp32 = 3, kE4m3 = 4, kE5m2 = 5 };  // values equal fa_dtype
 inline bool is_fp8(int dtype) { return dtype == kE4m3 || dtype == kE5m2; }
@@ -48,6 +48,7 @@ struct Semantic {
   bool has_lse = true;             // the kernel writes LSE (backward needs it; fa_run may pass lse == null)
   bool paged = false;              // k / v read through a block table of pages (fa_params.block_table)
   const UserMods* mods = nullptr;  // user code (fa_mods), interned; nullptr: none
+  bool has_sinks = false;          // attention sinks (fa_params.sinks): only families that declare Family::sinks
   bool operator==(const Semantic&) const = default;
 };
 
@@ -77,7 +78,7 @@ const char* dtype_name(int dtype);           // "fp16", "bf16", "fp32", "e4m3", 
 const char* mask_name(int mask);             // "none", "causal", "window"
 
 // "fwd_mma.sm90.bf16.d128.dv128.causal.b0a0s0v0e1l1|m128.n64.w4.s2.qr0.kj1" -- stable, human-readable, complete
-// (".kv_e4m3" / ".o_bf16" after the features when kv_dtype / o_dtype are set).
+// (".kv_e4m3" / ".o_bf16" after the features when kv_dtype / o_dtype are set, ".sinks" with attention sinks).
 std::string canonical_key(const KernelConfig& c);
 std::string semantic_key(const Semantic& s);
 // The knobs of s's family by their key tags, in schema order ("m128.n64.w4.s2.qr0.kj1").

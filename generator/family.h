@@ -83,6 +83,11 @@ struct Plan {
     return workspace_reserve_bytes > workspace_bytes ? workspace_reserve_bytes : workspace_bytes;
   }
   size_t off_delta = SIZE_MAX, off_dq_accum = SIZE_MAX, off_dk_accum = SIZE_MAX, off_dv_accum = SIZE_MAX;
+  // Backward plans of a problem with attention sinks: bwd_pre's per-CTA partial sums of the sinks' gradient (float32
+  // [heads_q][dsink_parts], dsink_parts = batch x dsink_blocks, bwd_pre's query blocks) that the bwd_sinks step
+  // reduces (FaBwdArgs::dsink_part); SIZE_MAX: none.
+  size_t off_dsink_part = SIZE_MAX;
+  int dsink_parts = 0, dsink_blocks = 0;
   long long accum_q_stride_row = 0, accum_kv_stride_row = 0;
   // Split-KV forward plans: the key splits per (batch, kv head) and the float32 partial-output regions
   // (FaFwdArgs::part_o / part_lse); num_splits == 1: none.
@@ -170,6 +175,10 @@ struct Family {
   // (q, o 16-bit); fp8_inputs: q, k, v of an fp8 dtype with descales, o of o_dtype.
   bool fp8_kv_cache = false;
   bool fp8_inputs = false;
+  // Attention sinks (fa_params.sinks, Semantic::has_sinks): the family's kernels read them (kHasSinks). Without it
+  // the selector passes the family over and the validity predicate refuses any config of it with a sink, so that
+  // no kernel ever ignores the pointer.
+  bool sinks = false;
   std::vector<Knob> knobs;         // the tunable schema
   const char* legacy_x = nullptr;  // the knob that pre-schema keys called `x` (parse_tunables_key)
 

@@ -21,6 +21,7 @@ struct ProblemDesc {
   int mask = kMaskNone;
   int win_left = -1, win_right = -1;  // as given (normalised in the kernel args)
   bool has_bias = false, has_alibi = false, has_softcap = false, has_lse = false;
+  bool has_sinks = false;  // fa_params.sinks (attention sinks): a semantic feature, in the key
   bool aligned16 = false;  // q/k/v/o (and bias) pointers 16-byte aligned and their row/head/batch strides
                            // multiples of 16 bytes: vectorised and cp.async paths allowed
   bool tma_ok = false;     // aligned16, and q/k/v (and o, fixed length) describable as TMA tensors: every dimension

@@ -144,6 +144,8 @@ bool is_valid(const KernelConfig& c, const DeviceLimits& lim, std::string* why) 
                 fmt::format("head_dim_v: expected a multiple of 8 in [8, {}], got {}", kMaxHeadDimV, s.head_dim_v));
   if (s.mask < kMaskNone || s.mask > kMaskWindow) return fail(why, fmt::format("mask: expected 0..2, got {}", s.mask));
   if (s.varlen && s.even_k) return fail(why, "even_k: expected false in varlen mode, got true");
+  if (s.has_sinks && !f.sinks)
+    return fail(why, fmt::format("sinks: family {} reads no attention sinks (expected none, got sinks)", f.name));
   for (size_t i = 0; i < f.knobs.size(); ++i) {
     const Knob& k = f.knobs[i];
     const int v = c.t[static_cast<int>(i)];

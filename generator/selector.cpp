@@ -34,6 +34,7 @@ Semantic semantic_for(const Family& f, const ProblemDesc& p, int arch) {
   s.varlen = p.varlen;
   s.paged = p.paged;
   s.mods = p.mods;
+  s.has_sinks = p.has_sinks;
   if (f.role == Role::Forward) {
     s.has_lse = p.has_lse;
     s.even_k = !p.varlen && p.seqlen_k > 0 && p.seqlen_k % 64 == 0;  // a hint; finalize() sets the real flag
@@ -51,6 +52,10 @@ bool family_covers(const Family& f, const ProblemDesc& p, int arch, std::string*
   }
   if (is_fp8(p.kv_dtype) && !f.fp8_kv_cache) {
     if (why) *why = fmt::format("{}: reads no fp8 KV cache (kv_dtype {})", f.name, dtype_name(p.kv_dtype));
+    return false;
+  }
+  if (p.has_sinks && !f.sinks) {
+    if (why) *why = fmt::format("{}: takes no attention sinks", f.name);
     return false;
   }
   if (is_fp8(p.dtype) && !f.fp8_inputs) {

@@ -77,6 +77,7 @@ FaFwdArgs make_fwd_args(const fa_params& p, const gen::ProblemDesc& d) {
   a.v_scale = p.v_scale;
   a.k_scale_sh = p.k_scale_stride_head;
   a.v_scale_sh = p.v_scale_stride_head;
+  a.sinks = p.sinks;
   if (d.paged) {
     a.block_table = p.block_table;
     a.bt_stride = p.block_table_stride;

@@ -108,6 +108,42 @@ Status check_factors(const char* name, const float* ptr, const char* sb_name, in
   return Status::Ok();
 }
 
+// A buffer's name, address and bytes (the backward's overlap checks).
+struct Region {
+  const char* n;
+  const void* p;
+  int64_t bytes;
+};
+
+// fa_bwd_params.dsinks (version 2): required (4-byte aligned float32 [heads_q]) exactly when the forward has sinks,
+// not overlapping the other gradients, dout, o or the LSE (lse_rows floats).
+Status check_dsinks(const fa_bwd_params& b, const fa_params& p, int64_t lse_rows, const Region (&outs)[3],
+                    const Region (&ins)[5]) {
+  if (p.sinks == nullptr) {
+    if (b.dsinks != nullptr) return invalid("dsinks", "NULL when fwd.sinks is NULL", ptr_str(b.dsinks));
+    return Status::Ok();
+  }
+  if (b.dsinks == nullptr)
+    return invalid("dsinks",
+                   b.version >= 2 ? "a float32 [heads_q] device pointer for the sinks' gradient, as fwd.sinks is set"
+                                  : "a float32 [heads_q] device pointer (fa_bwd_params version 2), as fwd.sinks is set",
+                   b.version >= 2 ? "NULL" : fmt::format("absent (fa_bwd_params version {})", b.version));
+  if (reinterpret_cast<uintptr_t>(b.dsinks) % 4)
+    return invalid("dsinks", "a 4-byte aligned float32 [heads_q] pointer", ptr_str(b.dsinks));
+  const int64_t bytes = int64_t(p.heads_q) * 4;
+  for (const Region& r : outs)
+    if (overlaps(b.dsinks, bytes, r.p, r.bytes))
+      return invalid("dsinks", fmt::format("memory not overlapping {}", r.n), ptr_str(b.dsinks));
+  for (const Region& r : ins)
+    if (overlaps(b.dsinks, bytes, r.p, r.bytes))
+      return invalid("dsinks", fmt::format("memory not overlapping {}", r.n), ptr_str(b.dsinks));
+  if (overlaps(b.dsinks, bytes, p.sinks, bytes))
+    return invalid("dsinks", "memory not overlapping sinks", ptr_str(b.dsinks));
+  if (overlaps(b.dsinks, bytes, p.lse, lse_rows * 4))
+    return invalid("dsinks", "memory not overlapping lse", ptr_str(b.dsinks));
+  return Status::Ok();
+}
+
 // The version 3 fields (fa.h "FP8"): which dtypes combine, and the descale / scale factor arrays.
 Status validate_fp8_fields(const fa_params& p) {
   const bool fp8_in = p.dtype == FA_DTYPE_E4M3 || p.dtype == FA_DTYPE_E5M2;
@@ -380,6 +416,8 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   }
   if (p.alibi_slopes != nullptr && reinterpret_cast<uintptr_t>(p.alibi_slopes) % 4)
     return invalid("alibi_slopes", "4-byte aligned", ptr_str(p.alibi_slopes));
+  if (p.sinks != nullptr && reinterpret_cast<uintptr_t>(p.sinks) % 4)
+    return invalid("sinks", "a 4-byte aligned float32 [heads_q] pointer or NULL", ptr_str(p.sinks));
   if (p.lse != nullptr) {
     if (reinterpret_cast<uintptr_t>(p.lse) % 4) return invalid("lse", "4-byte aligned", ptr_str(p.lse));
     const int64_t lse_bytes = (varlen ? int64_t(p.heads_q) * p.total_q : int64_t(p.batch) * p.heads_q * sq) * 4;
@@ -407,6 +445,7 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
   d.has_alibi = p.alibi_slopes != nullptr;
   d.has_softcap = p.softcap > 0.0f;
   d.has_lse = p.lse != nullptr;
+  d.has_sinks = p.sinks != nullptr;
   d.seqused = p.seqused_k != nullptr;
   d.paged = paged;
   d.page_size = paged ? p.page_size : 0;
@@ -513,15 +552,19 @@ Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc
   if (in->version < 1 || in->version > FA_BWD_PARAMS_VERSION)
     return error(FA_ERROR_INVALID_VERSION, fmt::format("bwd.version: expected 1..{} (call fa_bwd_params_init), got {}",
                                                        FA_BWD_PARAMS_VERSION, in->version));
-  if (in->struct_size != sizeof(fa_bwd_params))
-    return error(FA_ERROR_INVALID_VERSION, fmt::format("bwd.struct_size: expected {} (call fa_bwd_params_init), got {}",
-                                                       sizeof(fa_bwd_params), in->struct_size));
+  // Version 1 ends where dsinks (version 2) begins: read as far as it goes, the rest stays zero.
+  const size_t expected_size = in->version == 1 ? offsetof(fa_bwd_params, dsinks) : sizeof(fa_bwd_params);
+  if (in->struct_size != expected_size)
+    return error(FA_ERROR_INVALID_VERSION,
+                 fmt::format("bwd.struct_size: expected {} for version {} (call fa_bwd_params_init), got {}",
+                             expected_size, in->version, in->struct_size));
   if (in->fwd == nullptr) return invalid("bwd.fwd", "the forward fa_params*", "NULL");
   BwdView v;
   gen::ProblemDesc d;
   Status st = validate_forward(in->fwd, &v.fwd, &d);
   if (!st.ok()) return st;
-  v.bwd = *in;
+  std::memset(&v.bwd, 0, sizeof v.bwd);
+  std::memcpy(&v.bwd, in, expected_size);
   const fa_params& p = v.fwd;
   if (p.lse == nullptr) return invalid("fwd.lse", "the forward's LSE (non-NULL) for the backward", "NULL");
   if (d.kv_dtype != 0 || d.o_dtype != 0)
@@ -574,21 +617,19 @@ Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc
                     p.head_dim_v, &span_dv);
   if (!st.ok()) return st;
   const int64_t e = static_cast<int64_t>(es);
-  struct R {
-    const char* n;
-    const void* p;
-    int64_t bytes;
-  };
-  const R outs[] = {{"dq", b.dq, span_dq * e}, {"dk", b.dk, span_dk * e}, {"dv", b.dv, span_dv * e}};
-  const R ins[] = {{"q", p.q, 1}, {"k", p.k, 1}, {"v", p.v, 1}, {"o", p.o, 1}, {"dout", b.dout, span_do * e}};
+  const Region outs[] = {{"dq", b.dq, span_dq * e}, {"dk", b.dk, span_dk * e}, {"dv", b.dv, span_dv * e}};
+  const Region ins[] = {{"q", p.q, 1}, {"k", p.k, 1}, {"v", p.v, 1}, {"o", p.o, 1}, {"dout", b.dout, span_do * e}};
   for (int i = 0; i < 3; ++i) {
     for (int j = i + 1; j < 3; ++j)
       if (overlaps(outs[i].p, outs[i].bytes, outs[j].p, outs[j].bytes))
         return invalid(outs[j].n, fmt::format("memory not overlapping {}", outs[i].n), ptr_str(outs[j].p));
-    for (const R& r : ins)
+    for (const Region& r : ins)
       if (overlaps(outs[i].p, outs[i].bytes, r.p, r.bytes))
         return invalid(outs[i].n, fmt::format("memory not overlapping {}", r.n), ptr_str(outs[i].p));
   }
+  st = check_dsinks(b, p, d.varlen ? int64_t(p.heads_q) * p.total_q : int64_t(p.batch) * p.heads_q * d.seqlen_q,
+                    outs, ins);
+  if (!st.ok()) return st;
   if (b.deterministic != 0 && b.deterministic != 1) return invalid("deterministic", "0 or 1", b.deterministic);
   if (b.workspace != nullptr && reinterpret_cast<uintptr_t>(b.workspace) % 256)
     return invalid("workspace", "a 256-byte aligned pointer or NULL", ptr_str(b.workspace));

@@ -12,8 +12,10 @@
 // cu_seqlens_q[b] + i), column h * kHeadDim + c of accum_q_stride_row, 8 x 8 tiled: fa_dq_accum_off in
 // common/dq_accum.cuh; the 8 columns of one row in one block are 32 contiguous bytes: two 16-byte stores) when present,
 // and the int32 deterministic-dQ semaphores (args.dk_accum reinterpreted, element r * heads_q + h) when
-// args.deterministic and present.
-// Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kBlockM, kWarps.
+// args.deterministic and present. With attention sinks (kHasSinks) each CTA also writes its partial sum of their
+// gradient, sum over its rows of exp(sink_h - lse_i) * Delta_i (0 where lse is -inf), into args.dsink_part (the
+// bwd_sinks step reduces the partials: fa_args.cuh).
+// Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kBlockM, kWarps, kHasSinks.
 #ifndef FA_BWD_PRE_CUH
 #define FA_BWD_PRE_CUH
 
@@ -33,8 +35,15 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
   const T* o0 = static_cast<const T*>(a.f.o) + ob + seq.base_q * a.f.o_ss + (long long)h * a.f.o_sh;
   const T* d0 = static_cast<const T*>(a.dout) + db + seq.base_q * a.do_ss + (long long)h * a.do_sh;
   const long long lb = (long long)b * a.f.lse_sb + (long long)h * a.f.lse_sh + seq.base_q;
+  // Attention sinks: row i's term of the sinks' gradient, exp(sink_h - lse_i) * Delta_i, in s_sink[i - i0]; warp 0
+  // sums the CTA's rows in row order at the end into its partial sum (bwd_sinks.cuh adds the partials up).
+  __shared__ float s_sink[fa_cfg::kHasSinks ? fa_cfg::kBlockM : 1];
+  const float sink = fa_cfg::kHasSinks ? a.f.sinks[h] : 0.f;
   auto store_delta = [&](int i, float sum) {
-    a.delta[lb + i] = a.f.lse[lb + i] == -__int_as_float(0x7f800000) ? 0.f : sum;
+    const float lse = a.f.lse[lb + i];
+    const bool none = lse == -__int_as_float(0x7f800000);
+    a.delta[lb + i] = none ? 0.f : sum;
+    if constexpr (fa_cfg::kHasSinks) s_sink[i - i0] = none ? 0.f : expf(sink - lse) * sum;
   };
   // Every row start 16-byte aligned: the base pointers and the row strides (in bytes) are multiples of 16.
   const unsigned long long align = reinterpret_cast<unsigned long long>(o0) | reinterpret_cast<unsigned long long>(d0) |
@@ -109,6 +118,15 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
   if (a.deterministic && a.dk_accum)
     for (int r = tid; r < rows; r += kThreads)
       reinterpret_cast<int*>(a.dk_accum)[(row0 + i0 + r) * a.f.heads_q + h] = 0;
+  if constexpr (fa_cfg::kHasSinks) {  // every CTA writes its part, 0 past the sequence's rows (rows <= 0)
+    __syncthreads();
+    if (warp == 0) {
+      float acc = 0.f;
+      for (int r = lane; r < rows; r += 32) acc += s_sink[r];
+      acc = fa_warp_sum(acc);
+      if (lane == 0) a.dsink_part[(long long)h * a.dsink_parts + (long long)b * a.dsink_blocks + blockIdx.x] = acc;
+    }
+  }
 }
 
 #endif  // FA_BWD_PRE_CUH

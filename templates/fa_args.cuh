@@ -101,6 +101,9 @@ struct FaFwdArgs {
   const float* k_scale;
   const float* v_scale;
   long long k_scale_sh, v_scale_sh;
+  // Attention sinks (fa_params.sinks, fa_cfg::kHasSinks): float32 [heads_q] logits in natural units, the extra column
+  // of every row's softmax (common/sinks.cuh); null without.
+  const float* sinks;
 };
 
 struct FaBwdArgs {
@@ -124,6 +127,12 @@ struct FaBwdArgs {
   int lpt_tail;             // bwd_mma: the last lpt_tail (kv head, batch) pairs run key-block-major (fa_bwd_cta)
   unsigned lpt_magic_tail;  // fa_div_magic(lpt_tail), fa_div_magic(heads_kv)
   unsigned lpt_magic_heads;
+  // Attention sinks (f.sinks set): the gradient dsinks [heads_q] (fa_bwd_params.dsinks, written by bwd_sinks) and
+  // the workspace of its partial sums, dsink_part[h * dsink_parts + b * dsink_blocks + x] for bwd_pre's CTA (x, h, b)
+  // (dsink_blocks = its grid's x extent; dsink_parts = batch * dsink_blocks). Null / 0 without sinks.
+  float* dsinks;
+  float* dsink_part;
+  int dsink_parts, dsink_blocks;
 };
 
 #endif  // FA_ARGS_CUH

@@ -11,7 +11,9 @@
 // __launch_bounds__(..., 1): without minBlocksPerSM, ptxas's register-occupancy targets spill a few bytes on sm_80.
 // Launched as a programmatic dependent of the split kernel on sm_90 (common/pdl.cuh): fa_pdl_wait() before any
 // memory access. Grid: x = heads_q * seqlen_q, y = batch (32-bit row arithmetic: a 64-bit division is a call with a
-// stack frame that ptxas reports as spills). Reads fa_cfg: kDtype, kHeadDimV, kHasLse, kWarps.
+// stack frame that ptxas reports as spills). With attention sinks (kHasSinks: split-KV plans of a problem with
+// sinks, never fa_merge_partials) the sink joins the merge as a part of its own. Reads fa_cfg: kDtype, kHeadDimV,
+// kHasLse, kHasSinks, kWarps.
 #ifndef FA_FWD_COMBINE_CUH
 #define FA_FWD_COMBINE_CUH
 
@@ -64,6 +66,9 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
   acc = s_acc[0];
 #pragma unroll
   for (int w = 1; w < kWarps; ++w) acc = fa_lse_merge_join(acc, s_acc[w]);
+  // Attention sinks (kHasSinks): the row's sink column as one more part, lse = sink, O = 0 (common/sinks.cuh): the
+  // splits left it out, so it counts once; a row no split saw gives O = 0, lse = sink.
+  if constexpr (fa_cfg::kHasSinks) acc = fa_lse_merge_add(acc, a.sinks[r / (unsigned)a.seqlen_q]);
   const float total = fa_lse_merge_total(acc);
   const FaLseWeights weights = fa_lse_merge_weights(acc);
   float4 x[kQuadsPerLane];

@@ -40,10 +40,11 @@
 //   lse = -inf.
 // Masks: bottom-right aligned to the used length (common/split.cuh); blocks crossing a band edge, the used length or
 // holding a key on a page outside the pool mask per key (-inf), others not at all. Q rows past the packed rows are
-// zero and never written. Shared memory: fwd_mla_layout.cuh. Reads fa_cfg: kDtype, kHeadDim (a multiple of 64,
-// <= 576), kHeadDimV (512, <= kHeadDim), kMask, kHasLse, kPaged, kBlockN (64), kStages (2), kL2Ahead, kSched. The host
-// covers only problems whose v is k's first head_dim_v columns (same pointer and strides); no ALiBi, softcap, bias,
-// varlen or user code (generator/families/fwd_mla).
+// zero and never written. Attention sinks (kHasSinks): the row's sink column joins at the end (row_end). Shared
+// memory: fwd_mla_layout.cuh. Reads fa_cfg: kDtype, kHeadDim (a multiple of 64, <= 576), kHeadDimV (512, <=
+// kHeadDim), kMask, kHasLse, kHasSinks, kPaged, kBlockN (64), kStages (2), kL2Ahead, kSched. The host covers only
+// problems whose v is k's first head_dim_v columns (same pointer and strides); no ALiBi, softcap, bias, varlen or
+// user code (generator/families/fwd_mla).
 #ifndef FA_FWD_MLA_CUH
 #define FA_FWD_MLA_CUH
 
@@ -221,6 +222,23 @@ FA_DEVICE void load_q(const FaFwdArgs& a, const Cta& c, int ct) {
   cp_wait<0>();
   fa_fence_proxy_async();
   fa_bar_sync(3, 256);
+}
+
+// Row r of the tile's end given its final max m (log2 units, -inf: no key) and sum l: O's factor *inv and the LSE
+// *lse; with attention sinks (kHasSinks) and no splits, the row's sink column joins (common/sinks.cuh; split
+// partials leave it to the combine step).
+FA_DEVICE void row_end(const FaFwdArgs& a, const Cta& c, int r, float m, float l, float* inv, float* lse) {
+  *inv = l > 0.f ? 1.f / l : 0.f;
+  *lse = (l > 0.f && m != FA_MLA_NEG_INF) ? (m + __log2f(l)) * 0.6931471805599453f : FA_MLA_NEG_INF;
+  if constexpr (fa_cfg::kHasSinks) {
+    if (a.num_splits == 1 && r < c.w.rows) {
+      const int group = a.group, R = c.r0 + r;
+      const int i = R / group, h = c.g * group + (R - i * group);
+      const FaRowEnd e = fa_sink_row_end(m, l, a.sinks[h]);
+      *inv = e.o_mul;
+      *lse = e.lse;
+    }
+  }
 }
 
 // Consumer CW's output columns [256 CW, 256 CW + 256) of its rows rw and rw + 8 (o in the wgmma D layout), scaled by
@@ -407,9 +425,7 @@ struct Consumer : ConsumerBase {
     for (int hh = 0; hh < 2; ++hh) {
       const int r = rw + hh * 8;
       const float l = ssum[r] + ssum[kR + r];
-      inv[hh] = l > 0.f ? 1.f / l : 0.f;
-      lse[hh] = (l > 0.f && row_m[hh] != FA_MLA_NEG_INF) ? (row_m[hh] * mul + __log2f(l)) * 0.6931471805599453f
-                                                         : FA_MLA_NEG_INF;
+      row_end(a, c, r, row_m[hh] == FA_MLA_NEG_INF ? FA_MLA_NEG_INF : row_m[hh] * mul, l, &inv[hh], &lse[hh]);
     }
     write_out<CW>(a, c, o, rw, tq, inv, lse);
   }

@@ -451,9 +451,7 @@ struct SeesawConsumer : ConsumerBase {
     for (int hh = 0; hh < 2; ++hh) {
       const int r = rw + hh * 8;
       m[hh] = n > 0 ? smax()[r] : FA_MLA_NEG_INF;
-      const float lt = ss[r] + ss[kR + r];
-      inv[hh] = lt > 0.f ? 1.f / lt : 0.f;
-      lse[hh] = (lt > 0.f && m[hh] != FA_MLA_NEG_INF) ? (m[hh] + __log2f(lt)) * 0.6931471805599453f : FA_MLA_NEG_INF;
+      row_end(a, c, r, m[hh], ss[r] + ss[kR + r], &inv[hh], &lse[hh]);
     }
     write_out<CW>(a, c, o, rw, tq, inv, lse);
   }

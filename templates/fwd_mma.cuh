@@ -8,7 +8,8 @@
 //   t   = log2e * (softcap*tanh(S*scale/softcap) + bias - slope*|i + sk - sq - j|)   (feature path)
 //   m'  = max(m, rowmax t);  P = exp2(t - m');  l = l*exp2(m - m') + rowsum P;  O = O*exp2(m - m') + P V_j
 // P stays in registers: the S accumulator layout of two n8 tiles is exactly the A operand of the next m16n8k16,
-// so P is only re-packed to 16-bit pairs; V comes through ldmatrix.trans. Finally O /= l, lse = (m + log2 l) ln 2.
+// so P is only re-packed to 16-bit pairs; V comes through ldmatrix.trans. Finally O /= l, lse = (m + log2 l) ln 2
+// (with attention sinks, kHasSinks, the row's sink column joins there: common/sinks.cuh).
 // Masks are bottom-right aligned: key j is visible to query i iff lo(i) <= j < hi(i) with
 // lo = i + sk - sq - win_left (win_left >= 0), hi = i + sk - sq + win_right + 1 (win_right >= 0). K/V blocks
 // wholly outside the band are never loaded; blocks are visited from the last to the first, and masking code runs
@@ -32,7 +33,7 @@
 // hides wholly are never loaded, and blocks it hides nowhere skip the masking step. Without classes (blk_cls null)
 // every block of the band is visited and masked.
 // Reads fa_cfg: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasMaskMod, kHasScoreMod,
-// kVarlen, kEvenK, kHasLse,
+// kVarlen, kEvenK, kHasLse, kHasSinks,
 // kBlockM, kBlockN, kWarps, kStages (1: no prefetch; >= 2: blocks j+1..j+kStages-1 in flight), kQInRegs
 // (1: Q fragments loaded once into registers), kKvJoint (false: K and V waited for separately, two barriers per block,
 // S = Q K^T overlaps the V copy; true: K and V waited for together, one barrier per block).
@@ -467,14 +468,23 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float l = fa_lanes_sum<4>(row_l[mt][hh]);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+      float inv = l > 0.f ? 1.f / l : 0.f;
       const int r = wrow0 + mt * 16 + gq + hh * 8;
+      [[maybe_unused]] float lse_sink = 0.f;
+      if constexpr (fa_cfg::kHasSinks) {  // the sink column (common/sinks.cuh)
+        const float mul = kFeat ? 1.f : args.scale_log2;  // feature path scores are already in log2 units
+        const float mx = row_m[mt][hh];
+        const FaRowEnd e = fa_sink_row_end(mx == FA_MMA_NEG_INF ? FA_MMA_NEG_INF : mx * mul, l, args.sinks[h]);
+        inv = e.o_mul;
+        lse_sink = e.lse;
+      }
       if constexpr (fa_cfg::kHasLse) {
         if (args.lse != nullptr && tq == 0 && r < q_rows) {
           const float mul = kFeat ? 1.f : args.scale_log2;  // feature path scores are already in log2 units
           const float mx = row_m[mt][hh];
-          const float lse =
-              (l > 0.f && mx != FA_MMA_NEG_INF) ? (mx * mul + __log2f(l)) * 0.6931471805599453f : FA_MMA_NEG_INF;
+          const float lse = fa_cfg::kHasSinks                   ? lse_sink
+                            : (l > 0.f && mx != FA_MMA_NEG_INF) ? (mx * mul + __log2f(l)) * 0.6931471805599453f
+                                                                : FA_MMA_NEG_INF;
           args.lse[(long long)b * args.lse_sb + (long long)h * args.lse_sh + (long long)(base_q + m0 + r)] = lse;
         }
       }

@@ -5,14 +5,15 @@
 // softmax recurrence
 //   s_j = scale * q.k_j  -> softcap: c * tanh(s_j / c) -> + bias_ij -> - slope_h * |i + Sk - Sq - j|
 //   m'  = max(m, max_j s_j);  l' = l * e^(m - m') + sum_j e^(s_j - m');  o' = o * e^(m - m') + sum_j e^(s_j - m') v_j
-// and at the end o = o / l, lse = m + log l (o = 0 and lse = -inf when no key is visible or every score is -inf).
+// and at the end o = o / l, lse = m + log l (o = 0 and lse = -inf when no key is visible or every score is -inf);
+// with attention sinks (kHasSinks) the row's sink column joins there (common/sinks.cuh: fa_sink_row_end).
 // Each lane owns output columns lane, lane + 32, ... of head_dim_v. Accumulation is float32 (natural exp, expf).
 // User code (fa_mods): s = fa_user_score(s, b, h, i, j, u) after ALiBi (kHasScoreMod), and key j is hidden
 // from query i when fa_user_mask(b, h, i, j, u) is false (kHasMaskMod), on top of the built-in mask.
 // KV cache: the keys of sequence b are min(seqlen_k, seqused_k[b]) when seqused_k is given (fa_seq_used); with
 // kPaged, key j is row j % page_size of page block_table[b][j / page_size] (a page outside the pool masks the key).
 // Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasLse, kPaged,
-// kHasMaskMod, kHasScoreMod, kWarps (rows per CTA; kBlockM == kWarps, kBlockN == 32).
+// kHasMaskMod, kHasScoreMod, kHasSinks, kWarps (rows per CTA; kBlockM == kWarps, kBlockN == 32).
 #ifndef FA_FWD_REF_CUH
 #define FA_FWD_REF_CUH
 
@@ -106,9 +107,15 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       }
     }
   }
-  fa_row_store<E, kDV>(o, acc, l > 0.0f ? 1.0f / l : 0.0f, lane);
+  float o_mul = l > 0.0f ? 1.0f / l : 0.0f, lse = l > 0.0f ? m + logf(l) : -INFINITY;
+  if constexpr (fa_cfg::kHasSinks) {  // the sink column (common/sinks.cuh; m in natural units)
+    const FaRowEnd e = fa_sink_row_end(m * 1.4426950408889634f, l, a.sinks[h]);
+    o_mul = e.o_mul;
+    lse = e.lse;
+  }
+  fa_row_store<E, kDV>(o, acc, o_mul, lane);
   if (fa_cfg::kHasLse && a.lse != nullptr && lane == 0)
-    a.lse[(long long)b * a.lse_sb + (long long)h * a.lse_sh + seq.base_q + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+    a.lse[(long long)b * a.lse_sb + (long long)h * a.lse_sh + seq.base_q + i] = lse;
 }
 
 #endif  // FA_FWD_REF_CUH

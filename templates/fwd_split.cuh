@@ -15,7 +15,8 @@
 // O* = sum_w O_w exp2(m_w - m*) / l*, lse = (m* + log2 l*) ln 2. num_splits == 1: O* goes to o (dtype) and lse to
 // lse; num_splits > 1: the split's NORMALIZED O* (float32) and its natural-log LSE go to part_o / part_lse (layout
 // in fa_args.cuh) and the fwd_combine step merges the splits (common/combine.cuh). A split or row that sees no key
-// gives O* = 0, lse = -inf.
+// gives O* = 0, lse = -inf. Attention sinks (kHasSinks): the row's sink column joins O* and lse where they go to o
+// (common/sinks.cuh); split partials leave it out and the combine adds it, once.
 // Memory: K and V blocks stream through a kStages-deep cp.async pipeline (16-byte copies, one commit group per
 // block, rows swizzled or padded as in fwd_mma: smem_layout.cuh). Keys at or past the used length are never read
 // (zero-filled, masked). Paged (kPaged): key j of sequence b is row j & (page_size - 1) of page
@@ -40,7 +41,7 @@
 // unchanged over that tile (layout: fwd_split_layout.cuh). The scales factor out of the sums, so the tile holds bare
 // codes: k_scale[g] joins the softmax scale (S = k_scale * Q K^T), v_scale[g] the final 1 / l (O = v_scale * P V / l).
 // Wide heads (> 256: MLA) take fwd_split_wide.cuh's body (64 rows per CTA, warps split dv). Reads fa_cfg: kDtype,
-// kKvDtype, kHeadDim, kHeadDimV (<= 576 / 512), kMask, kHasAlibi, kHasSoftcap, kHasLse, kPaged, kBlockN,
+// kKvDtype, kHeadDim, kHeadDimV (<= 576 / 512), kMask, kHasAlibi, kHasSoftcap, kHasLse, kHasSinks, kPaged, kBlockN,
 // kWarps, kStages. No bias, no varlen (the family's covers()).
 #ifndef FA_FWD_SPLIT_CUH
 #define FA_FWD_SPLIT_CUH
@@ -575,14 +576,21 @@ FA_DEVICE void narrow_kernel(const FaFwdArgs& a) {
         o3 += x.w * f;
       }
     }
-    const float inv = l > 0.f ? (kFp8Kv ? v_scale / l : 1.f / l) : 0.f;
+    const int R = r0 + r;
+    const int i = R / group, h = g * group + (R - i * group);
+    float inv = l > 0.f ? (kFp8Kv ? v_scale / l : 1.f / l) : 0.f;
+    float lse = (l > 0.f && m != FA_SPLIT_NEG_INF) ? (m + __log2f(l)) * 0.6931471805599453f : FA_SPLIT_NEG_INF;
+    if constexpr (fa_cfg::kHasSinks) {  // the sink column, once per row: here without splits, else in the combine
+      if (!split_out) {
+        const FaRowEnd e = fa_sink_row_end(m, l, a.sinks[h]);
+        inv = kFp8Kv ? v_scale * e.o_mul : e.o_mul;
+        lse = e.lse;
+      }
+    }
     o0 *= inv;
     o1 *= inv;
     o2 *= inv;
     o3 *= inv;
-    const float lse = (l > 0.f && m != FA_SPLIT_NEG_INF) ? (m + __log2f(l)) * 0.6931471805599453f : FA_SPLIT_NEG_INF;
-    const int R = r0 + r;
-    const int i = R / group, h = g * group + (R - i * group);
     if (split_out) {
       const long long row = (((long long)split * a.batch + b) * a.heads_q + h) * a.seqlen_q + i;
       *(float4*)(a.part_o + row * kDV + c4 * 4) = make_float4(o0, o1, o2, o3);

@@ -263,9 +263,20 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
       const int r = m * 16 + gq + hh * 8;
       if (r >= rows) continue;
       const float l = sL[r], mrow = sMf[r];
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+      float inv = l > 0.f ? 1.f / l : 0.f;
+      auto row_lse = [&] {  // evaluated where it is stored (the registers of the loops above stay free)
+        return (l > 0.f && mrow != FA_SPLIT_NEG_INF) ? (mrow + __log2f(l)) * 0.6931471805599453f : FA_SPLIT_NEG_INF;
+      };
       const int R = r0 + r;
       const int i = R / group, h = g * group + (R - i * group);
+      [[maybe_unused]] float lse_sink = 0.f;
+      if constexpr (fa_cfg::kHasSinks) {  // the sink column, once per row: here without splits, else in the combine
+        if (!split_out) {
+          const FaRowEnd e = fa_sink_row_end(mrow, l, a.sinks[h]);
+          inv = e.o_mul;
+          lse_sink = e.lse;
+        }
+      }
       if (split_out) {
         const long long row = (((long long)split * a.batch + b) * a.heads_q + h) * a.seqlen_q + i;
         float* dst = a.part_o + row * kDV + warp * kColsW + tq * 2;
@@ -273,9 +284,7 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
         for (int n = 0; n < kNT; ++n)
           if (kDVPad == kDV || warp * kColsW + n * 8 + tq * 2 < kDV)
             *(float2*)(dst + n * 8) = make_float2(o_acc[m][n][hh * 2] * inv, o_acc[m][n][hh * 2 + 1] * inv);
-        if (warp == 0 && tq == 0)
-          a.part_lse[row] =
-              (l > 0.f && mrow != FA_SPLIT_NEG_INF) ? (mrow + __log2f(l)) * 0.6931471805599453f : FA_SPLIT_NEG_INF;
+        if (warp == 0 && tq == 0) a.part_lse[row] = row_lse();
       } else {
         T* op =
             (T*)a.o + (long long)b * a.o_sb + (long long)i * a.o_ss + (long long)h * a.o_sh + warp * kColsW + tq * 2;
@@ -285,8 +294,7 @@ FA_DEVICE void wide_kernel(const FaFwdArgs& a) {
             *(unsigned*)(op + n * 8) = pack2(o_acc[m][n][hh * 2] * inv, o_acc[m][n][hh * 2 + 1] * inv);
         if constexpr (fa_cfg::kHasLse) {
           if (warp == 0 && tq == 0 && a.lse != nullptr)
-            a.lse[(long long)b * a.lse_sb + (long long)h * a.lse_sh + i] =
-                (l > 0.f && mrow != FA_SPLIT_NEG_INF) ? (mrow + __log2f(l)) * 0.6931471805599453f : FA_SPLIT_NEG_INF;
+            a.lse[(long long)b * a.lse_sb + (long long)h * a.lse_sh + i] = fa_cfg::kHasSinks ? lse_sink : row_lse();
         }
       }
     }

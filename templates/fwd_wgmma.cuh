@@ -49,7 +49,8 @@
 // warp), common/hopper_softmax.cuh (the score policy and the online softmax), common/hopper_epilogue.cuh (O and LSE
 // out); this file holds the layout, the consumer's GEMMs and its per-block schedule (Consumer), and the kernel.
 // Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasMaskMod,
-// kHasScoreMod, kVarlen, kEvenK (seqlen_k % kBlockN == 0, fixed length only), kHasLse, and the tunables kBlockM
+// kHasScoreMod, kVarlen, kEvenK (seqlen_k % kBlockN == 0, fixed length only), kHasLse, kHasSinks (the epilogue
+// piece), and the tunables kBlockM
 // (= 64 * kConsumers), kBlockN (16..256, multiple of 16), kStages (2..4), kConsumers (1..3), kPingPong,
 // kIntraOverlap, kPersistent.
 // Parameters: (FaFwdArgs, FaUser with user code (FA_USER_PARAM), FaFwdTma).

@@ -143,6 +143,7 @@ rt::Status DeviceProblem::create(fa_context c, const GridPoint& g, std::unique_p
                             {&dp->lse_ref_, l.lse * 4},
                             {&b.bias, l.bias * es},
                             {&b.alibi, l.alibi * 4},
+                            {&b.sinks, l.sinks * 4},
                             {&b.seqused, l.seqused * 4},
                             {&b.block_table, l.block_table * 4}}) {
     if (bytes == 0) continue;  // absent from this problem
@@ -164,7 +165,9 @@ rt::Status DeviceProblem::create(fa_context c, const GridPoint& g, std::unique_p
     slopes[h] = std::exp2(-8.0f * static_cast<float>(h + 1) / static_cast<float>(p.heads_q));
   const std::vector<int32_t> used(l.seqused, p.seqlen_k);  // every sequence uses the bucket's key count
   const std::vector<int32_t> table = block_table_contents(l, 5);
+  const std::vector<float> sinks = sinks_contents(l);
   if (!(st = upload(b.alibi, slopes.data(), slopes.size() * 4)).ok() ||
+      !(st = upload(b.sinks, sinks.data(), sinks.size() * 4)).ok() ||
       !(st = upload(b.seqused, used.data(), used.size() * 4)).ok() ||
       !(st = upload(b.block_table, table.data(), table.size() * 4)).ok())
     return st;

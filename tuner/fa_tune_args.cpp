@@ -149,6 +149,7 @@ bool parse_features(const std::string& text, std::vector<FeatureSpec>* out, std:
       for (const std::string& part : split(item, '+')) {
         if (part == "bias") f.bias = true;
         else if (part == "alibi") f.alibi = true;
+        else if (part == "sinks") f.sinks = true;
         else if (part == "softcap") f.softcap = 30.0f;
         else if (part.rfind("softcap:", 0) == 0) {
           char* end = nullptr;
@@ -161,7 +162,7 @@ bool parse_features(const std::string& text, std::vector<FeatureSpec>* out, std:
           f.softcap = static_cast<float>(x);
         } else {
           *error = fmt::format(
-              "--features: expected none or a '+'-joined combination of bias, alibi, softcap[:V], "
+              "--features: expected none or a '+'-joined combination of bias, alibi, sinks, softcap[:V], "
               "got '{}'",
               part);
           return false;
@@ -290,7 +291,7 @@ std::string usage_text() {
       "  --seqlens LIST         lengths or ranges A:B (powers of two from A to B), e.g. 512:16384 (default 1024:8192)\n"
       "  --batch-tokens N       batch = max(1, N / seqlen) (default 16384)\n"
       "  --masks LIST           none, causal, window:LEFT:RIGHT (default none,causal)\n"
-      "  --features LIST        none or '+'-joined bias, alibi, softcap[:V] (default none)\n"
+      "  --features LIST        none or '+'-joined bias, alibi, sinks, softcap[:V] (default none)\n"
       "  --preset NAME          a model's grid; explicit grid flags override its fields. Presets:\n";
   for (const Preset& p : presets()) u += fmt::format("                           {:<11} {}\n", p.name, p.what);
   u += "options:\n"
@@ -594,6 +595,7 @@ std::vector<GridPoint> expand_grid(const TuneArgs& a) {
                 p.win_right = m.mask == gen::kMaskWindow ? m.right : -1;
                 p.has_bias = f.bias;
                 p.has_alibi = f.alibi;
+                p.has_sinks = f.sinks;
                 p.has_softcap = f.softcap > 0;
                 p.has_lse = true;
                 p.aligned16 = true;

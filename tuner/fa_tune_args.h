@@ -16,9 +16,9 @@ struct MaskSpec {
 };
 
 struct FeatureSpec {
-  bool bias = false, alibi = false;
+  bool bias = false, alibi = false, sinks = false;
   float softcap = 0.0f;  // > 0: enabled
-  std::string name;      // "none", "bias", "softcap:50", "bias+alibi"
+  std::string name;      // "none", "bias", "softcap:50", "bias+alibi", "sinks"
 };
 
 struct TuneArgs {

@@ -27,6 +27,7 @@ ProblemLayout problem_layout(const gen::ProblemDesc& p) {
   if (p.has_bias) l.bias = static_cast<size_t>(p.seqlen_q) * p.seqlen_k;
   if (p.has_alibi) l.alibi = static_cast<size_t>(p.heads_q);
   if (p.seqused) l.seqused = b;
+  if (p.has_sinks) l.sinks = static_cast<size_t>(p.heads_q);
   return l;
 }
 
@@ -73,6 +74,7 @@ fa_params problem_params(const gen::ProblemDesc& p, float softcap, const Problem
     fp.bias_stride_k = 1;
   }
   if (l.alibi != 0) fp.alibi_slopes = reinterpret_cast<const float*>(b.alibi);
+  if (l.sinks != 0) fp.sinks = reinterpret_cast<const float*>(b.sinks);
   fp.softcap = p.has_softcap ? softcap : 0.0f;
   if (l.seqused != 0) fp.seqused_k = reinterpret_cast<const int32_t*>(b.seqused);
   if (l.block_table != 0) {
@@ -83,6 +85,12 @@ fa_params problem_params(const gen::ProblemDesc& p, float softcap, const Problem
   }
   fp.num_splits = p.num_splits;
   return fp;
+}
+
+std::vector<float> sinks_contents(const ProblemLayout& l) {
+  std::vector<float> s(l.sinks);
+  for (size_t h = 0; h < s.size(); ++h) s[h] = static_cast<float>(h % 5) - 1.0f;  // -1 .. 3
+  return s;
 }
 
 std::vector<int32_t> block_table_contents(const ProblemLayout& l, unsigned seed) {

@@ -17,22 +17,26 @@
 namespace fa::tune {
 
 struct ProblemLayout {
-  // Elements of each buffer (bias in the problem's dtype; alibi float; seqused / block table int32); 0: none.
-  size_t q = 0, k = 0, v = 0, o = 0, lse = 0, bias = 0, alibi = 0, seqused = 0, block_table = 0;
+  // Elements of each buffer (bias in the problem's dtype; alibi, sinks float; seqused / block table int32); 0: none.
+  size_t q = 0, k = 0, v = 0, o = 0, lse = 0, bias = 0, alibi = 0, seqused = 0, block_table = 0, sinks = 0;
   int pages_per_seq = 0, num_pages = 0;  // paged: the block table's row length and the pool's pages
   bool v_in_k = false;                   // v is k's first head_dim_v columns: no buffer of its own
 };
 
 // The device addresses of the buffers of a layout (0 where the layout has none).
 struct ProblemBuffers {
-  CUdeviceptr q = 0, k = 0, v = 0, o = 0, lse = 0, bias = 0, alibi = 0, seqused = 0, block_table = 0;
+  CUdeviceptr q = 0, k = 0, v = 0, o = 0, lse = 0, bias = 0, alibi = 0, seqused = 0, block_table = 0, sinks = 0;
 };
 
 ProblemLayout problem_layout(const gen::ProblemDesc& p);
 
 // The forward parameters of p over buffers b laid out by l: BSHD tensors, k / v as pools of pages when paged, the
-// LSE output, softcap (0 unless p has one), the caller's mask, window and split count.
+// LSE output, softcap (0 unless p has one), the caller's mask, window and split count, sinks when p has them.
 fa_params problem_params(const gen::ProblemDesc& p, float softcap, const ProblemLayout& l, const ProblemBuffers& b);
+
+// The sinks of a timing problem: one logit per query head, around the scores' scale (they change no timing, only
+// the results the winner's check compares).
+std::vector<float> sinks_contents(const ProblemLayout& l);
 
 // The block table: every sequence's pages, a permutation of the pool (seeded), so that the timed kernel reads
 // scattered pages as a server's cache does.

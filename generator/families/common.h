@@ -64,10 +64,11 @@ inline Launch query_rows_launch(const KernelConfig& c, const LaunchShape& sh) {
   return rows_launch(sh.max_seqlen_q, c.t[kRowsBlockM], sh.heads_q, sh.batch, c.t[kRowsWarps], 0);
 }
 inline Tunables query_rows_defaults(const Semantic&) { return Tunables{{32, 8}}; }
-inline Family query_rows_step(const char* name, const char* template_name) {
+inline Family query_rows_step(const char* name, const char* template_name, bool sinks = false) {
   return Family{.name = name,
                 .template_name = template_name,
                 .role = Role::Step,
+                .sinks = sinks,
                 .knobs = {block_m({32, 64, 128}), warps({4, 8})},
                 .defaults = &query_rows_defaults,
                 .launch = &query_rows_launch};
@@ -96,11 +97,21 @@ inline KernelConfig plain_step(const char* name, const ProblemDesc& p, int arch)
 }
 
 // The start of every backward plan: the float32 Delta region [heads_q * rows_q] (indexed like the LSE), and the
-// bwd_pre step at its defaults. Returns the next free offset.
+// bwd_pre step at its defaults; with attention sinks (p.has_sinks) also the region of bwd_pre's partial sums of their
+// gradient (one per CTA: [heads_q][batch x query blocks]) and the bwd_sinks step that reduces them into dsinks.
+// Returns the next free offset.
 inline size_t backward_plan_start(const ProblemDesc& p, int arch, Plan* plan) {
   plan->off_delta = 0;
-  plan->steps.push_back(plain_step("bwd_pre", p, arch));
-  return align256(static_cast<size_t>(rows_q(p)) * static_cast<size_t>(p.heads_q) * sizeof(float));
+  const KernelConfig pre = plain_step("bwd_pre", p, arch);
+  plan->steps.push_back(pre);
+  size_t off = align256(static_cast<size_t>(rows_q(p)) * static_cast<size_t>(p.heads_q) * sizeof(float));
+  if (!p.has_sinks) return off;
+  const int block_m = pre.t[kRowsBlockM];
+  plan->dsink_blocks = (p.seqlen_q + block_m - 1) / block_m;  // bwd_pre's grid: none when no sequence has a query
+  plan->dsink_parts = p.batch * plan->dsink_blocks;
+  plan->off_dsink_part = off;
+  plan->steps.push_back(plain_step("bwd_sinks", p, arch));
+  return align256(off + static_cast<size_t>(plan->dsink_parts) * static_cast<size_t>(p.heads_q) * sizeof(float));
 }
 
 // The float32 dQ accumulator of the tensor-core backwards (bwd_mma, bwd_wgmma) from offset `off`: [rows_q rounded up
@@ -147,7 +158,9 @@ inline bool encode_tensor_maps(const BindInput& in, const TensorMapDesc* maps, v
 inline void backward_plan_end(const KernelConfig& main, const ProblemDesc& p, size_t off, Plan* plan) {
   plan->tuned_step = static_cast<int>(plan->steps.size());
   plan->steps.push_back(main);
-  plan->steps.push_back(plain_step("bwd_post", p, main.s.arch));
+  KernelConfig post = plain_step("bwd_post", p, main.s.arch);
+  post.s.has_sinks = false;  // dq alone: one kernel with and without sinks
+  plan->steps.push_back(post);
   plan->workspace_bytes = std::max<size_t>(off, 256);
 }
 
@@ -212,6 +225,7 @@ inline size_t block_workspace(const ProblemDesc& p, int block_m, int block_n, bo
 inline size_t plan_mask_blocks(const KernelConfig& main, const ProblemDesc& p, const BlockSkipping& b, size_t off,
                                Plan* out) {
   KernelConfig cls = default_step("mask_blocks", p, main.s.arch);
+  cls.s.has_sinks = false;  // the tile classes do not depend on sinks: one kernel with and without
   cls.t[0] = b.block_m;
   cls.t[1] = b.block_n;
   cls.t[2] = b.sub ? 1 : 0;  // mask_blocks' sub_tiles knob: the sub-tile codes compiled in

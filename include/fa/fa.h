@@ -17,8 +17,14 @@
  *     s_ij += bias[b,h,i,j]                                         (only when bias != NULL)
  *     s_ij += -alibi_slopes[h] * |i + Sk - Sq - j|                  (only when alibi_slopes != NULL)
  *     s_ij  = -inf where the mask hides key j from query i
- *     lse_i = log(sum_j exp(s_ij))          (natural log; -inf when every key is hidden)
+ *     lse_i = log(exp(sinks[h]) + sum_j exp(s_ij))  (natural log; the sink term only when sinks != NULL; -inf when
+ *                                                    every key is hidden and there is no sink)
  *     o_i   = sum_j exp(s_ij - lse_i) v[b,j,g,:]                    (0 when every key is hidden; never NaN)
+ *   Attention sinks (sinks != NULL, gpt-oss; FlashAttention 4 / cuDNN "sinks", transformers' s_aux): one logit per
+ *   query head, an extra column of every row's softmax that has no value vector. It is in the units of s_ij (after
+ *   the scale, softcap, bias, ALiBi and user code; it is not multiplied by softmax_scale), is never masked, and
+ *   counts once per row however the keys are split (split-KV adds it in the combine). A row whose keys are all
+ *   hidden gives o = 0 and lse = sinks[h]; sinks[h] = -inf is no sink for head h.
  *   Masks are aligned to the bottom-right corner when Sq != Sk (FlashAttention >= 2.1):
  *     FA_MASK_NONE            every key visible
  *     FA_MASK_CAUSAL          j <= i + Sk - Sq
@@ -35,22 +41,22 @@
  *
  * Extents. Pointers carry no size, so the library checks what its fields say and nothing more, as cuDNN does for its
  * tensor descriptors. Every call checks: the pointers it needs non-NULL and aligned (to the element size; int32 arrays,
- * alibi_slopes and lse to 4 bytes, a workspace to 256); the dims in range (batch, heads_q a multiple of heads_kv, head
- * dims, page_size, num_splits, mask and window); each stride >= 0 with its largest offset below 2^60 elements; no two
- * elements of one of q, k, v, o, dout, dq, dk, dv at one address (a stride of 0 only on a dim of extent 1; sorted by
- * stride, each stride at least the span of the dims inside it, e.g. k_stride_head >= head_dim); the outputs o, lse (dq,
- * dk, dv; a merge's o and lse) not overlapping the inputs, over the spans those dims and strides give; in varlen mode
- * total_q >= max_seqlen_q and total_k >= max_seqlen_k; with a block table, block_table_stride >= the pages seqlen_k
- * needs. The rest is the caller's to keep, because nothing in a pointer tells it: each allocation covers what the
- * fields describe at their strides -- q, o (and dout, dq) batch x seqlen_q x heads_q x head_dim (head_dim_v for o,
- * dout; total_q tokens in varlen mode), k, v (dk, dv) batch x seqlen_k x heads_kv (a paged cache: num_pages x page_size
- * x heads_kv), bias batch x heads_q x seqlen_q x seqlen_k, alibi_slopes heads_q floats, lse as above, cu_seqlens
- * batch+1 entries, seqused_k batch entries, block_table batch rows of block_table_stride entries, a merge's parts
- * num_parts x batch x heads x seqlen (x head_dim); and what the device reads from memory: cu_seqlens non-decreasing
- * from 0, cu_seqlens[batch] <= total, no sequence longer than its max_seqlen (seqused_k is clamped to [0, seqlen_k] and
- * block-table entries outside [0, num_pages) are masked, so any values are safe). A field that overstates its tensor
- * reads or writes past the allocation. The Python package checks every relation between its tensors' shapes before it
- * fills these structs (python/fa/shape_rules.py).
+ * alibi_slopes, sinks, lse and dsinks to 4 bytes, a workspace to 256); the dims in range (batch, heads_q a multiple of
+ * heads_kv, head dims, page_size, num_splits, mask and window); each stride >= 0 with its largest offset below 2^60
+ * elements; no two elements of one of q, k, v, o, dout, dq, dk, dv at one address (a stride of 0 only on a dim of
+ * extent 1; sorted by stride, each stride at least the span of the dims inside it, e.g. k_stride_head >= head_dim); the
+ * outputs o, lse (dq, dk, dv; a merge's o and lse) not overlapping the inputs, over the spans those dims and strides
+ * give; in varlen mode total_q >= max_seqlen_q and total_k >= max_seqlen_k; with a block table, block_table_stride >=
+ * the pages seqlen_k needs. The rest is the caller's to keep, because nothing in a pointer tells it: each allocation
+ * covers what the fields describe at their strides -- q, o (and dout, dq) batch x seqlen_q x heads_q x head_dim
+ * (head_dim_v for o, dout; total_q tokens in varlen mode), k, v (dk, dv) batch x seqlen_k x heads_kv (a paged cache:
+ * num_pages x page_size x heads_kv), bias batch x heads_q x seqlen_q x seqlen_k, alibi_slopes, sinks and dsinks heads_q
+ * floats, lse as above, cu_seqlens batch+1 entries, seqused_k batch entries, block_table batch rows of
+ * block_table_stride entries, a merge's parts num_parts x batch x heads x seqlen (x head_dim); and what the device
+ * reads from memory: cu_seqlens non-decreasing from 0, cu_seqlens[batch] <= total, no sequence longer than its
+ * max_seqlen (seqused_k is clamped to [0, seqlen_k] and block-table entries outside [0, num_pages) are masked, so any
+ * values are safe). A field that overstates its tensor reads or writes past the allocation. The Python package checks
+ * every relation between its tensors' shapes before it fills these structs (python/fa/shape_rules.py).
  */
 #ifndef FA_FA_H
 #define FA_FA_H
@@ -370,6 +376,11 @@ typedef struct fa_params {
   int64_t k_scale_stride_head; /* 0: one factor for every kv head (per tensor) */
   const float* v_scale;
   int64_t v_scale_stride_head;
+  /* Attention sinks (see the semantics at the top): NULL, or device float32 [heads_q] sink logits, contiguous, 4-byte
+   * aligned, one per query head, read on the device (values finite or -inf are the caller's to keep). Every dtype
+   * (fp8 as 16-bit) and every forward family takes them (prefill, decode, paged, split-KV, MLA); the backward then
+   * writes their gradient into fa_bwd_params.dsinks. A sink changes the kernel (it is part of the problem key). */
+  const float* sinks;
 } fa_params;
 
 FA_API fa_status fa_params_init(fa_params* params);
@@ -405,10 +416,10 @@ FA_API int fa_is_supported(fa_context context, const fa_params* params);
 FA_API fa_status fa_problem_key(fa_context context, const fa_params* params, char* buf, size_t size);
 
 /* ---- backward -------------------------------------------------------------------------------------------------- */
-/* The forward params (q, k, v, o, lse, masks, bias, alibi, softcap, scale, varlen, mods) describe the problem; lse
- * must be the forward's LSE. Bias is an input only: no gradient with respect to bias (or to anything user code
- * reads) is computed. User code (fwd->mods) runs here too: a score_mod needs score_mod_grad (fa_mods above). */
-#define FA_BWD_PARAMS_VERSION 1
+/* The forward params (q, k, v, o, lse, masks, bias, alibi, softcap, scale, varlen, mods, sinks) describe the problem;
+ * lse must be the forward's LSE. Bias is an input only: no gradient with respect to bias (or to anything user code
+ * reads) is computed; the sinks' gradient is (dsinks). User code (fwd->mods) runs here too: a score_mod needs score_mod_grad (fa_mods above). */
+#define FA_BWD_PARAMS_VERSION 2
 typedef struct fa_bwd_params {
   uint32_t struct_size; /* sizeof(fa_bwd_params) */
   uint32_t version;     /* FA_BWD_PARAMS_VERSION */
@@ -426,6 +437,10 @@ typedef struct fa_bwd_params {
   void* workspace; /* device memory of at least fa_backward_workspace_size bytes, 256-byte aligned; NULL: the
                       library allocates stream-ordered memory (cuMemAllocAsync), which is legal in graph capture */
   size_t workspace_size;
+  /* ---- version 2 */
+  float* dsinks; /* fwd->sinks set: required, device float32 [heads_q], 4-byte aligned: d loss / d sinks[h] =
+                    -sum_{b,i} exp(sinks[h] - lse_i) * dot(dout_i, o_i), written (not accumulated; bitwise the same
+                    run to run, deterministic or not). fwd->sinks NULL: must be NULL (version 1: no sinks). */
 } fa_bwd_params;
 
 FA_API fa_status fa_bwd_params_init(fa_bwd_params* params);

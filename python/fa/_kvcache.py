@@ -9,7 +9,9 @@ traces it; nothing in a launch depends on cache_seqlens or the block table's con
 replays with new lengths and tables (call fa.prepare_kvcache first). No autograd: the cache path is inference only.
 An fp8 cache (k_cache / v_cache torch.float8_e4m3fn or torch.float8_e5m2, q float16 / bfloat16; sm_89 or newer) is
 read as k_cache * k_scale and v_cache * v_scale, vLLM's convention: each scale a float, a float32 tensor of one
-factor, or one factor per KV head (Hkv,); None is 1. The output has q's dtype.
+factor, or one factor per KV head (Hkv,); None is 1. The output has q's dtype. Attention sinks (gpt-oss): sinks
+[Hq], one logit per query head added to every row's softmax (any floating dtype, read as float32; the LSE includes
+them); the split-KV combine adds them once.
 """
 
 # No `from __future__ import annotations` here: torch.library.custom_op reads the annotations as types.
@@ -36,9 +38,10 @@ def check(
     alibi_slopes: Optional[Tensor],
     k_scale: Optional[Tensor] = None,
     v_scale: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
 ) -> None:
     """Every check of a KV-cache call before anything is allocated: fa.shape_rules.kvcache and kv_scales, dtypes
-    (an fp8 cache under a 16-bit q, its scales only then), devices."""
+    (an fp8 cache under a 16-bit q, its scales only then; sinks float32), devices."""
     rules.kvcache(
         q.shape,
         k_cache.shape,
@@ -46,7 +49,10 @@ def check(
         cache_seqlens=shape_of(cache_seqlens),
         block_table=shape_of(block_table),
         alibi_slopes=shape_of(alibi_slopes),
+        sinks=shape_of(sinks),
     )
+    if sinks is not None and sinks.dtype != torch.float32:
+        rules.fail(f"sinks: dtype {sinks.dtype}; expected torch.float32")
     rules.kv_scales(shape_of(k_scale), shape_of(v_scale), int(k_cache.shape[2]))
     if k_cache.dtype in FP8_CACHE_DTYPES:
         if q.dtype not in (torch.float16, torch.bfloat16):
@@ -71,6 +77,7 @@ def check(
             ("alibi_slopes", alibi_slopes),
             ("k_scale", k_scale),
             ("v_scale", v_scale),
+            ("sinks", sinks),
         ),
     )
     check_int32((("cache_seqlens", cache_seqlens), ("block_table", block_table)))
@@ -95,6 +102,7 @@ def _params(
     num_splits,
     k_scale=None,
     v_scale=None,
+    sinks=None,
 ):
     paged = block_table is not None
     fp8 = FP8_CACHE_DTYPES.get(k_cache.dtype)
@@ -136,6 +144,9 @@ def _params(
                 setattr(p, f"{name}_scale", s.data_ptr())
                 setattr(p, f"{name}_scale_stride_head", 0 if s.numel() == 1 else 1)
                 keep.append(s)
+    if sinks is not None:
+        p.sinks = sinks.data_ptr()
+        keep.append(sinks)
     return p, keep
 
 
@@ -154,9 +165,10 @@ def _kvcache_impl(
     num_splits: int,
     k_scale: Optional[Tensor],
     v_scale: Optional[Tensor],
+    sinks: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     """fa::attention_kvcache: every check, then _run."""
-    check(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, k_scale, v_scale)
+    check(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, k_scale, v_scale, sinks)
     return _run(
         q,
         k_cache,
@@ -172,6 +184,7 @@ def _kvcache_impl(
         num_splits,
         k_scale,
         v_scale,
+        sinks,
     )
 
 
@@ -190,6 +203,7 @@ def _run(
     num_splits,
     k_scale=None,
     v_scale=None,
+    sinks=None,
 ):
     """(o, lse) of checked arguments: outputs allocated, fa_params filled, fa_run on the current stream."""
     q, k_cache, v_cache = last_dim_contiguous(q), last_dim_contiguous(k_cache), last_dim_contiguous(v_cache)
@@ -215,6 +229,7 @@ def _run(
         num_splits,
         k_scale,
         v_scale,
+        sinks,
     )
     with torch.cuda.device(q.device):
         default_context(device_index(q.device)).run(p, stream(q.device))
@@ -241,6 +256,7 @@ def _attention_kvcache_fake(
     num_splits,
     k_scale,
     v_scale,
+    sinks=None,
 ):
     return (
         q.new_empty(q.shape[:3] + (v_cache.shape[3],)),
@@ -273,9 +289,14 @@ def _op_args(
     num_splits,
     k_scale=None,
     v_scale=None,
+    sinks=None,
 ):
     """The op's arguments of attention_with_kvcache's, every check made."""
     k_scale, v_scale = _scale_tensor("k_scale", k_scale, q.device), _scale_tensor("v_scale", v_scale, q.device)
+    if sinks is not None:
+        if not isinstance(sinks, Tensor) or not sinks.is_floating_point():
+            rules.fail(f"sinks: {type(sinks).__name__}; expected a floating tensor of one logit per query head")
+        sinks = sinks.detach().to(torch.float32).contiguous()  # the cache path has no autograd
     check(
         q,
         k_cache,
@@ -285,6 +306,7 @@ def _op_args(
         alibi_slopes,
         k_scale,
         v_scale,
+        sinks,
     )
     if isinstance(cache_seqlens, int):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
@@ -306,6 +328,7 @@ def _op_args(
         int(num_splits),
         k_scale,
         v_scale,
+        sinks,
     )
 
 
@@ -325,11 +348,12 @@ def attention_with_kvcache(
     return_lse: bool = False,
     k_scale=None,
     v_scale=None,
+    sinks: Optional[Tensor] = None,
 ):
     """Attention of q [B, Sq, Hq, D] against a KV cache (see the module docstring). num_splits: 0 lets fa split
     the keys over several CTAs when the GPU would idle (decode), 1 never splits, n asks for n. k_scale / v_scale:
-    the factors of an fp8 cache (float, or float32 tensor () / (1,) / (Hkv,); None: 1). Returns o [B, Sq, Hq, Dv]
-    (q's dtype) and, with return_lse, lse float32 [B, Hq, Sq]."""
+    the factors of an fp8 cache (float, or float32 tensor () / (1,) / (Hkv,); None: 1). sinks: attention sinks, one
+    logit per query head [Hq]. Returns o [B, Sq, Hq, Dv] (q's dtype) and, with return_lse, lse float32 [B, Hq, Sq]."""
     args = _op_args(
         q,
         k_cache,
@@ -344,6 +368,7 @@ def attention_with_kvcache(
         num_splits,
         k_scale,
         v_scale,
+        sinks,
     )
     if torch.compiler.is_compiling():
         o, lse = torch.ops.fa.attention_kvcache(*args)
@@ -370,6 +395,7 @@ def prepare_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kwargs) -> No
         kwargs.pop("num_splits", 0),
         kwargs.pop("k_scale", None),
         kwargs.pop("v_scale", None),
+        kwargs.pop("sinks", None),
     )
     if kwargs:
         raise TypeError(f"fa: unexpected keyword arguments {sorted(kwargs)}")

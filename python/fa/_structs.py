@@ -61,7 +61,7 @@ FA_TUNE_ON_FIRST_USE_SYNC = 3
 
 FA_CONTEXT_OPTIONS_VERSION = 1
 FA_PARAMS_VERSION = 3
-FA_BWD_PARAMS_VERSION = 1
+FA_BWD_PARAMS_VERSION = 2
 FA_MERGE_PARAMS_VERSION = 1
 FA_MODS_VERSION = 4
 FA_MOD_DEPENDS_BATCH, FA_MOD_DEPENDS_HEAD = 1, 2
@@ -189,6 +189,7 @@ class Params(ctypes.Structure):
         ("k_scale_stride_head", c_int64),
         ("v_scale", c_void_p),
         ("v_scale_stride_head", c_int64),
+        ("sinks", c_void_p),  # attention sinks: float32 [heads_q] logits, or NULL
     ]
 
 
@@ -207,6 +208,8 @@ class BwdParams(ctypes.Structure):
         ("reserved0", c_int32),
         ("workspace", c_void_p),
         ("workspace_size", c_size_t),
+        # version 2: the sinks' gradient (float32 [heads_q]), required exactly when fwd.sinks is set
+        ("dsinks", c_void_p),
     ]
 
 

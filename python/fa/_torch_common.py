@@ -151,10 +151,11 @@ def run_forward(q, k, v, rest, attach=None):
 _BWD_CACHE: dict = {}
 
 
-def run_backward(dout, q, k, v, o, lse, rest, deterministic: bool, attach=None):
+def run_backward(dout, q, k, v, o, lse, rest, deterministic: bool, attach=None, dsinks=None):
     """(dq, dk, dv) of the op-level views, every check first (for a kept key: when it was made): gradients
     allocated, fa_params filled from the forward's arguments `rest` (then `attach(params)` may add to it, as in
-    run_forward), fa_run_backward on the current stream."""
+    run_forward), fa_run_backward on the current stream. `dsinks`: float32 [Hq] the backward writes the sinks'
+    gradient into (attach then sets the forward's sinks)."""
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
     o, dout = last_dim_contiguous(o), last_dim_contiguous(dout)
     key = None
@@ -173,6 +174,7 @@ def run_backward(dout, q, k, v, o, lse, rest, deterministic: bool, attach=None):
             lse.get_device(),
             rest[4:],
             deterministic,
+            dsinks is not None,  # a kept entry with sinks never serves a call without (its params point at them)
         )
         entry = _BWD_CACHE.get(key)
         if entry is None:
@@ -183,12 +185,16 @@ def run_backward(dout, q, k, v, o, lse, rest, deterministic: bool, attach=None):
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    if q.numel() == 0 or k.numel() == 0:
+    if q.numel() == 0 or k.numel() == 0:  # no query, or no key: every o is 0, so is the sinks' gradient
+        if dsinks is not None:
+            dsinks.zero_()
         return dq.zero_(), dk.zero_(), dv.zero_()
     if key is None:
         p, keep = build_params(q, k, v, o, lse, *rest)
         keep_attached = attach(p) if attach is not None else None
         bp = build_bwd_params(p, dout, dq, dk, dv, rest[2] is not None, deterministic)
+        if dsinks is not None:
+            bp.dsinks = dsinks.data_ptr()
         with torch.cuda.device(q.device):
             default_context(device_index(q.device)).run_backward(bp, stream(q.device))
         del keep, keep_attached
@@ -207,6 +213,8 @@ def run_backward(dout, q, k, v, o, lse, rest, deterministic: bool, attach=None):
     bp = S.BwdParams.from_buffer_copy(bblob)
     bp.fwd = ctypes.pointer(p)
     bp.dout, bp.dq, bp.dk, bp.dv = dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+    if dsinks is not None:
+        bp.dsinks = dsinks.data_ptr()
     default_context(device).run_backward(bp, stream_of(device))
     del keep_attached
     return dq, dk, dv

@@ -18,6 +18,8 @@ How fa.attention sends a call (attention() below is the one dispatch):
   last dim, an empty tensor): the op's arguments (op_args, checked; op_args_fixed keeps them per signature), then
   the op: _forward (plain; eager: _EagerAttention, the op pair's implementations under an autograd.Function) or
   _mods_op.forward_with_mods (user code).
+  sinks (attention sinks, with or without user code): no kept entry; the op's arguments as above, then
+  _sinks_op.forward_with_sinks (the sinks get their gradient too).
 """
 
 # No `from __future__ import annotations` here: torch.library.custom_op reads the annotations as types.
@@ -30,6 +32,7 @@ from torch import Tensor
 from . import _structs as S
 from ._grad_step import grad_step
 from ._mods_op import eager_mods, forward_with_mods
+from ._sinks_op import check_sinks, forward_with_sinks
 from ._tensor_params import build_bwd_params, build_params, last_dim_contiguous, output_shapes
 from ._torch_common import (
     PARAMS_CACHE,
@@ -265,6 +268,7 @@ def attention(
     max_seqlen_k: Optional[int] = None,
     return_lse: bool = False,
     mods=None,
+    sinks: Optional[Tensor] = None,
 ):
     """FlashAttention forward (differentiable, with user code `mods` (fa.Mods) too: a score_mod then needs its
     score_mod_grad). See python/README.md and include/fa/fa.h for the semantics.
@@ -273,12 +277,15 @@ def attention(
     (layout="bhsd", no copy), or varlen [total, H, D] with cu_seqlens_q/k (int32 [B+1]). Masks are aligned to the
     bottom-right corner. window=(left, right), -1 unbounded; causal with a window means right=0. bias broadcasts to
     [B, Hq, Sq, Sk]; alibi_slopes is float32 [Hq]; softcap 0 is off; scale None is 1/sqrt(D). Tensors that
-    disagree (batch, keys, heads, head dims, bias, ALiBi, cu_seqlens) raise fa.InvalidArgument naming both.
-    Returns o (same layout as q, head dim Dv), and lse (float32 [B, Hq, Sq] or [Hq, total]) when return_lse.
+    disagree (batch, keys, heads, head dims, bias, ALiBi, cu_seqlens, sinks) raise fa.InvalidArgument naming both.
+    sinks: attention sinks (gpt-oss), one logit per query head [Hq] (any floating dtype, read as float32), an extra
+    column of every row's softmax without a value, in the units of the scaled scores; differentiable (its gradient
+    in its own dtype). Returns o (same layout as q, head dim Dv), and lse (float32 [B, Hq, Sq] or [Hq, total]; with
+    sinks it includes them) when return_lse.
     """
     plain = bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None
     eager = not torch.compiler.is_compiling()
-    if plain and eager and layout == "bshd":  # a kept entry per signature (the module docstring's table)
+    if plain and eager and layout == "bshd" and sinks is None:  # a kept entry per signature (the docstring's table)
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             kept = grad_step
         elif mods is None:
@@ -307,7 +314,10 @@ def attention(
             max_seqlen_q,
             max_seqlen_k,
         )
-    o, lse = _forward(q2, k2, v2, rest) if mods is None else forward_with_mods(q2, k2, v2, mods, rest)
+    if sinks is not None:
+        o, lse = forward_with_sinks(q2, k2, v2, sinks, mods, rest)
+    else:
+        o, lse = _forward(q2, k2, v2, rest) if mods is None else forward_with_mods(q2, k2, v2, mods, rest)
     if bhsd:
         o = o.transpose(1, 2)
     return (o, lse) if return_lse else o
@@ -351,13 +361,20 @@ def _problem(q, k, v, kwargs):
     )
     kwargs.pop("return_lse", None)
     mods = kwargs.pop("mods", None)
+    sinks = kwargs.pop("sinks", None)
     if kwargs:
         raise TypeError(f"fa: unexpected keyword arguments {sorted(kwargs)}")
     q2, k2, v2 = last_dim_contiguous(q2), last_dim_contiguous(k2), last_dim_contiguous(v2)
+    if sinks is not None:
+        sinks = sinks.detach().to(torch.float32).contiguous()
+        check_sinks(q2, sinks, rest[2] is not None)
     o_shape, lse_shape = output_shapes(q2, k2, v2, rest[2])
     o = torch.empty(o_shape, dtype=q2.dtype, device=q2.device)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q2.device)
     p, keep = build_params(q2, k2, v2, o, lse, *rest)
+    if sinks is not None:
+        p.sinks = sinks.data_ptr()
+        keep.append(sinks)
     if mods is not None:
         m, keep_m = mods.to_struct(q2.device)
         p.mods = ctypes.pointer(m)
@@ -368,18 +385,19 @@ def _problem(q, k, v, kwargs):
 def prepare(q: Tensor, k: Tensor, v: Tensor, *, backward: Optional[bool] = None, **kwargs) -> None:
     """Compile (and, by policy, tune) the kernels fa.attention(q, k, v, **kwargs) will use, so that it can be
     captured in a CUDA graph. Also prepares the backward when `backward` is True, or when it is None and grad mode
-    is on and q, k or v requires grad. Same keyword arguments as fa.attention."""
+    is on and q, k, v (or sinks) requires grad. Same keyword arguments as fa.attention."""
+    sinks_in = kwargs.get("sinks")
     p, keep, (q2, k2, v2, o, rest) = _problem(q, k, v, dict(kwargs))
     ctx = default_context(device_index(q2.device))
     with torch.cuda.device(q2.device):
         ctx.prepare(p)
-        if rest[0] is None and rest[1] is None and rest[2] is None:
+        if rest[0] is None and rest[1] is None and rest[2] is None and sinks_in is None:
             # the eager inference path (with user code too) runs without LSE unless return_lse: its kernel too
             p_no_lse = S.Params.from_buffer_copy(bytes(p))
             p_no_lse.lse = None
             ctx.prepare(p_no_lse)
         if backward is None:
-            backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+            backward = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, sinks_in))
         if backward:
             dq, dk, dv = (
                 torch.empty_like(q2.contiguous()),
@@ -389,6 +407,9 @@ def prepare(q: Tensor, k: Tensor, v: Tensor, *, backward: Optional[bool] = None,
             bp = build_bwd_params(
                 p, torch.empty_like(o), dq, dk, dv, rest[2] is not None, torch.are_deterministic_algorithms_enabled()
             )
+            dsinks = torch.empty(int(q2.shape[-2]), dtype=torch.float32, device=q2.device) if p.sinks else None
+            if dsinks is not None:
+                bp.dsinks = dsinks.data_ptr()
             ctx.prepare_backward(bp)
     del keep
 

@@ -79,6 +79,12 @@ def alibi(slopes, heads_q: int) -> None:
         fail(f"alibi_slopes: size {n} (shape {tuple(slopes)}) does not match q's heads {heads_q}")
 
 
+def sink_logits(shape, heads_q: int, name: str = "sinks", owner: str = "q") -> None:
+    """`name` (attention sinks) holds one logit per query head of `owner`: shape (Hq,)."""
+    if len(shape) != 1 or shape[0] != heads_q:
+        fail(f"{name}: shape {tuple(shape)} does not match {owner}'s heads {heads_q} (expected ({heads_q},))")
+
+
 def bias_broadcast(bias, target, owners) -> None:
     """bias broadcasts (torch rules: aligned right, each extent 1 or the target's) to `target` [B, Hq, Sq, Sk];
     owners[i] names where target[i] comes from ("q's batch", ...)."""
@@ -92,7 +98,17 @@ def bias_broadcast(bias, target, owners) -> None:
 
 
 def attention(
-    q, k, v, *, bias=None, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None
+    q,
+    k,
+    v,
+    *,
+    bias=None,
+    alibi_slopes=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    sinks=None,
 ) -> None:
     """fa.attention's forward (and fa.prepare / is_supported / problem_key): fixed length, or varlen when
     cu_seqlens are given (max_seqlen_q / max_seqlen_k: the host maxima, None when not known yet)."""
@@ -122,6 +138,8 @@ def attention(
         owners = ("cu_seqlens_q's batch", "q's heads", "max_seqlen_q", "max_seqlen_k")
     if alibi_slopes is not None:
         alibi(alibi_slopes, target[1])
+    if sinks is not None:
+        sink_logits(sinks, target[1])
     if bias is not None and None not in target:
         bias_broadcast(bias, target, owners)
 
@@ -151,7 +169,7 @@ def grad_output(dout, o, dims=BSHD) -> None:
     match_dims("dout", dout, "o", o, dims, range(len(dims)))
 
 
-def kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, alibi_slopes=None) -> None:
+def kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, alibi_slopes=None, sinks=None) -> None:
     """fa.attention_with_kvcache / prepare_kvcache: q [B, Sq, Hq, D] against a contiguous cache [B, S_cap, Hkv, D]
     (v_cache [.., Dv]) or, with block_table [B, max_pages], page pools [num_pages, page_size, Hkv, D]."""
     cache = BSHD if block_table is None else PAGED
@@ -171,6 +189,8 @@ def kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, alibi_
         match("cache_seqlens", "length", cache_seqlens[0], "q", "batch", q[0])
     if alibi_slopes is not None:
         alibi(alibi_slopes, q[2])
+    if sinks is not None:
+        sink_logits(sinks, q[2])
 
 
 def kv_scales(k_scale, v_scale, heads_kv: int) -> None:

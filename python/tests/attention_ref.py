@@ -1,5 +1,6 @@
 """PyTorch reference attention with fa's semantics (include/fa/fa.h): bottom-right aligned masks, GQA, softcap,
-bias, ALiBi; fully hidden rows give o = 0 and lse = -inf. upcast=True computes in float32 (the reference);
+bias, ALiBi, attention sinks (one more softmax column per head, without a value: a fully hidden row then gives
+o = 0 and lse = the sink); fully hidden rows give o = 0 and lse = -inf. upcast=True computes in float32 (the reference);
 upcast=False computes in the inputs' precision (the "same-precision PyTorch implementation" whose error against the
 reference sets the tolerance, FlashAttention's rule)."""
 
@@ -36,6 +37,7 @@ def attention_ref(
     scale=None,
     upcast=True,
     mods=None,
+    sinks=None,
 ):
     """q [B, Sq, Hq, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv] -> (o [B, Sq, Hq, Dv], lse float32 [B, Hq, Sq])."""
     if upcast:
@@ -69,6 +71,11 @@ def attention_ref(
                 if mods.reference_mask is not None:
                     vis[bb, hh] &= mods.reference_mask(bb, hh, i, j)
     s = s.masked_fill(~vis, float("-inf"))
+    if sinks is not None:  # finite sinks: every row has its sink column (differentiable in sinks)
+        col = (sinks.float() if upcast else sinks).to(s.dtype).reshape(1, hq, 1, 1).expand(b, hq, sq, 1)
+        full = torch.cat([col, s], dim=-1)
+        p = torch.softmax(full, dim=-1)[..., 1:]
+        return torch.einsum("bhij,bjhd->bihd", p.to(v.dtype), v), torch.logsumexp(full.float(), dim=-1)
     lse = torch.logsumexp(s.float(), dim=-1)
     hidden = ~vis.any(dim=-1, keepdim=True)  # fully hidden rows: o = 0, and no NaN in the forward or its gradient
     p = torch.softmax(s.masked_fill(hidden, 0.0), dim=-1).masked_fill(hidden, 0.0)

@@ -70,7 +70,7 @@ def test_version_string_matches_header():
     [
         ("fa_context_options_init", S.ContextOptions, 1),
         ("fa_params_init", S.Params, 3),
-        ("fa_bwd_params_init", S.BwdParams, 1),
+        ("fa_bwd_params_init", S.BwdParams, 2),
     ],
 )
 def test_struct_size_matches_library(init, ctype, version):

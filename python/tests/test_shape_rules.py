@@ -67,11 +67,12 @@ def fixed_case(rng):
     case = {"q": (B, Sq, hq, d), "k": (B, Sk, hk, d), "v": (B, Sk, hk, dv)}
     case["bias"] = broadcast_of(rng, (B, hq, Sq, Sk)) if rng.random() < 0.5 else None
     case["alibi_slopes"] = (hq,) if rng.random() < 0.5 else None
+    case["sinks"] = (hq,) if rng.random() < 0.5 else None
     return case
 
 
 def run_fixed(c):
-    R.attention(c["q"], c["k"], c["v"], bias=c["bias"], alibi_slopes=c["alibi_slopes"])
+    R.attention(c["q"], c["k"], c["v"], bias=c["bias"], alibi_slopes=c["alibi_slopes"], sinks=c.get("sinks"))
 
 
 def fixed_perturbations(rng, c):
@@ -88,7 +89,7 @@ def fixed_perturbations(rng, c):
     out.append((dict(c, v=put(v, 1, nk)), "v", nk, "k", Sk))
     if hk > 1:
         nh = rng.choice([x for x in range(1, 80) if x % hk])
-        out.append((dict(c, q=put(q, 2, nh), alibi_slopes=None, bias=None), "q", nh, "k", hk))
+        out.append((dict(c, q=put(q, 2, nh), alibi_slopes=None, bias=None, sinks=None), "q", nh, "k", hk))
     nh = hq + rng.randint(1, 5)  # never a divisor of hq
     out.append((dict(c, k=put(k, 2, nh)), "q", hq, "k", nh))
     nh = other_than(rng, hk)
@@ -98,6 +99,10 @@ def fixed_perturbations(rng, c):
     if c["alibi_slopes"] is not None:
         n = other_than(rng, hq)
         out.append((dict(c, alibi_slopes=(n,)), "alibi_slopes", n, "q", hq))
+    if c["sinks"] is not None:
+        n = other_than(rng, hq)
+        out.append((dict(c, sinks=(n,)), "sinks", n, "q", hq))
+        out.append((dict(c, sinks=(hq, 1)), "sinks", (hq, 1), "q", hq))
     if c["bias"]:
         out.append(bias_perturbation(rng, c, (B, hq, Sq, Sk), ("q", "q", "q", "k")))
     return out
@@ -128,7 +133,7 @@ def test_attention_every_single_field(seed):
     """Every field of q, k, v changed alone: q's seqlen, v's head dim and q's heads over one KV head are free; any
     other change raises an error naming the changed tensor and its new value."""
     rng = random.Random(seed)
-    c = dict(fixed_case(rng), bias=None, alibi_slopes=None)
+    c = dict(fixed_case(rng), bias=None, alibi_slopes=None, sinks=None)
     hk = c["k"][2]
     free = {("q", 1), ("v", 3)} | ({("q", 2)} if hk == 1 else set())
     for name in ("q", "k", "v"):
@@ -307,6 +312,7 @@ def kv_case(rng, paged):
         "q": (B, Sq, hq, d),
         "cache_seqlens": (B,) if rng.random() < 0.7 else None,
         "alibi_slopes": (hq,) if rng.random() < 0.3 else None,
+        "sinks": (hq,) if rng.random() < 0.3 else None,
     }
     if paged:
         pages, page = rng.randint(1, 64), rng.choice((1, 16, 64, 256))
@@ -325,6 +331,7 @@ def run_kv(c):
         cache_seqlens=c["cache_seqlens"],
         block_table=c["block_table"],
         alibi_slopes=c["alibi_slopes"],
+        sinks=c.get("sinks"),
     )
 
 
@@ -356,6 +363,9 @@ def kv_perturbations(rng, c):
     if c["alibi_slopes"] is not None:
         n = other_than(rng, hq)
         out.append((dict(c, alibi_slopes=(n,)), "alibi_slopes", n, "q", hq))
+    if c["sinks"] is not None:
+        n = other_than(rng, hq)
+        out.append((dict(c, sinks=(n,)), "sinks", n, "q", hq))
     return out
 
 

@@ -1,7 +1,8 @@
 """fa.integrations.transformers_rules without torch or a GPU: over every small (Sq, Skv, mask length, causal,
 sliding window), the keys fa shows each query equal those transformers' own mask functions keep (positions of a KV
 cache: the queries are the last Sq of the used keys; causal p - w < j <= p, bidirectional |p - j| <= w); padding
-becomes a key mask_mod, never a bias; each error (shapes, dropout, sinks, 4-D masks, bad scalars) names its field."""
+becomes a key mask_mod, never a bias; s_aux becomes fa's sinks; each error (shapes, dropout, s_aux's shape, 4-D
+masks, bad scalars) names its field."""
 
 import itertools
 import math
@@ -77,8 +78,19 @@ def expect(cls, message_start, **kw):
 
 def test_not_supported():
     assert "no dropout" in expect(fa.NotSupported, "dropout: 0.1", dropout=0.1)
-    assert "(64,)" in expect(fa.NotSupported, "s_aux: attention sinks", s_aux=(64,))
     assert "(2, 1, 3, 10)" in expect(fa.NotSupported, "attention_mask: a 4-D mask", attention_mask=(2, 1, 3, 10))
+
+
+def test_s_aux_is_fa_sinks():
+    """gpt-oss's s_aux (one logit per query head) runs as fa's sinks, with every mask; another shape is an error
+    naming s_aux and query's heads."""
+    assert R.plan(Q, K, V, s_aux=(8,)) == R.Call(keys=10, causal=True, sinks=True)
+    c = R.plan(Q, K, V, s_aux=(8,), attention_mask=(2, 7), sliding_window=4)
+    assert c == R.Call(keys=7, causal=True, window=(3, 0), key_padding=True, sinks=True)
+    assert not R.plan(Q, K, V).sinks
+    for shape in ((64,), (8, 1), ()):
+        msg = expect(fa.InvalidArgument, f"s_aux: shape {shape}", s_aux=shape)
+        assert "query's heads 8" in msg, msg
 
 
 def test_shape_errors_name_both():

@@ -6,9 +6,10 @@
 // the store has read it (flush: after this consumer's next GEMM is issued, the store reading under it, else at the
 // next epilogue or the end). Single-buffered persistent (the Q buffer is being refilled) and tiles without visits
 // (they own no Q buffer): O goes straight from the accumulators with 4-byte stores. Rows past seqlen_q are never
-// written; lse (kHasLse, args.lse set) by the quad's first lane of each row.
+// written; lse (kHasLse, args.lse set) by the quad's first lane of each row. With attention sinks (kHasSinks) the
+// row's sink column joins O's factor and the LSE here (common/sinks.cuh).
 // K (the kernel's constexpr config) provides: kBM, kBN, kStages, kDV, kDVp, kNV, kPersist, kStaged. Reads fa_cfg:
-// kVarlen, kHasLse. Needs common/sm90.cuh, common/sm80.cuh (pack2), common/hopper_kv_ring.cuh (FaWgBars),
+// kVarlen, kHasLse, kHasSinks. Needs common/sm90.cuh, common/sm80.cuh (pack2), common/hopper_kv_ring.cuh (FaWgBars),
 // common/hopper_softmax.cuh, fa_tma_args.cuh.
 #ifndef FA_COMMON_HOPPER_EPILOGUE_CUH
 #define FA_COMMON_HOPPER_EPILOGUE_CUH
@@ -49,11 +50,18 @@ struct FaWgEpilogue {
     for (int hh = 0; hh < 2; ++hh) {
       const float l = sm.row_sum(hh);
       inv[hh] = l > 0.f ? 1.f / l : 0.f;
+      [[maybe_unused]] float lse_sink = 0.f;
+      if constexpr (fa_cfg::kHasSinks) {  // the sink column (common/sinks.cuh)
+        const float mx = sm.row_m[hh];
+        const FaRowEnd e = fa_sink_row_end(mx == FA_WG_NEG_INF ? FA_WG_NEG_INF : mx * mul, l, args.sinks[h]);
+        inv[hh] = e.o_mul;
+        lse_sink = e.lse;
+      }
       const int r = rbase + hh * 8;
       if constexpr (fa_cfg::kHasLse) {
         if (args.lse != nullptr && tq == 0 && m0 + r < sq)
           args.lse[(long long)b * args.lse_sb + (long long)h * args.lse_sh + (long long)(T.base_q + m0 + r)] =
-              sm.lse(hh, l, mul);
+              fa_cfg::kHasSinks ? lse_sink : sm.lse(hh, l, mul);
       }
     }
     E* og = (E*)args.o + (fa_cfg::kVarlen ? 0ll : (long long)b * args.o_sb) + (long long)T.base_q * args.o_ss +

@@ -179,6 +179,15 @@ TEST(FaTuneArgs, PresetsAndOverrides) {
   }
   EXPECT_EQ(gqa, static_cast<int>(g.size()) / 2);
   EXPECT_EQ(bias_alibi, static_cast<int>(g.size()) / 3);
+
+  // gpt-oss: attention sinks, alone and with a window.
+  ASSERT_TRUE(tune::parse_tune_args({"--dtypes", "bf16", "--head-dims", "64", "--heads", "64", "--kv-heads", "8",
+                                     "--seqlens", "1024", "--masks", "causal,window:128:0", "--features", "sinks"},
+                                    &a, &e))
+      << e;
+  g = tune::expand_grid(a);
+  ASSERT_EQ(g.size(), 2u);
+  for (const auto& p : g) EXPECT_TRUE(p.desc.has_sinks && !p.desc.has_bias && !p.desc.has_alibi);
 }
 
 TEST(FaTuneArgs, DevicesParseAndResolve) {

@@ -1,8 +1,8 @@
 // test_problem_layout.cpp -- the background tuner's private buffers (tuner/problem_layout.h) stand in for the call
 // that queued the job: for calls a server makes (decode over contiguous and paged caches, used lengths, MLA's latent
-// cache, forced splits, GQA / MQA, windows, softcap, speculative decode, prefill with a bias or ALiBi), the problem
-// validated from the private parameters reaches the same family and tuning key as the caller's own, on sm_80 and
-// sm_90. (Before the layout, a paged call's job came back with the contiguous key and every paged key failed.)
+// cache, forced splits, GQA / MQA, windows, softcap, speculative decode, prefill with a bias or ALiBi, sinks), the
+// problem validated from the private parameters reaches the same family and tuning key as the caller's own, on sm_80
+// and sm_90. (Before the layout, a paged call's job came back with the contiguous key and every paged key failed.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -115,6 +115,24 @@ std::vector<CallCase> calls() {
                    decode(4, 3, 4096, 16, 1, 64)(p);
                    page(p, 128);
                  }});
+  const float* sinks = reinterpret_cast<const float*>(test::fake_addr(0x78000000));
+  out.push_back({"sinks paged decode", [=](fa_params* p) {  // gpt-oss decode
+                   decode(8, 1, 4096, 64, 8, 64)(p);
+                   page(p, 16);
+                   used(p);
+                   p->sinks = sinks;
+                 }});
+  out.push_back({"sinks prefill window", [=](fa_params* p) {
+                   decode(2, 2048, 2048, 64, 8, 64)(p);
+                   p->mask = FA_MASK_SLIDING_WINDOW;
+                   p->window_left = 127;
+                   p->window_right = 0;
+                   p->sinks = sinks;
+                 }});
+  out.push_back({"sinks MLA", [=](fa_params* p) {
+                   mla(p, 128, 1, 4096);
+                   p->sinks = sinks;
+                 }});
   return out;
 }
 
@@ -122,7 +140,7 @@ std::vector<CallCase> calls() {
 tune::ProblemBuffers fake_buffers(const tune::ProblemLayout& l) {
   tune::ProblemBuffers b;
   CUdeviceptr next = CUdeviceptr{1} << 32;
-  for (CUdeviceptr* p : {&b.q, &b.k, &b.v, &b.o, &b.lse, &b.bias, &b.alibi, &b.seqused, &b.block_table}) {
+  for (CUdeviceptr* p : {&b.q, &b.k, &b.v, &b.o, &b.lse, &b.bias, &b.alibi, &b.seqused, &b.block_table, &b.sinks}) {
     *p = next;
     next += CUdeviceptr{1} << 30;
   }
@@ -160,6 +178,8 @@ TEST(ProblemLayout, PrivateBuffersReachTheCallersTuningKey) {
       EXPECT_EQ(got.seqused, job.seqused);
       EXPECT_EQ(got.v_in_k, job.v_in_k);
       EXPECT_EQ(got.num_splits, job.num_splits);
+      EXPECT_EQ(got.has_sinks, job.has_sinks);
+      EXPECT_EQ(mine.sinks != nullptr, call.sinks != nullptr);
       // The same launches: the plan (split count and workspace included) of the caller's problem.
       EXPECT_EQ(gen::make_plan(s, got).reported_workspace(), gen::make_plan(want, job).reported_workspace());
     }

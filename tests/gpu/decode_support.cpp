@@ -22,9 +22,9 @@ std::string describe(const DecodeSpec& s) {
                              ? fmt::format(" cache {} scales per {}", s.kv_dtype == FA_DTYPE_E4M3 ? "e4m3" : "e5m2",
                                            s.per_head_scale ? "head" : "tensor")
                              : "";
-  return fmt::format("{} b{} sq{} cap{} hq{}/{} d{}/{} mask{} ({},{}) alibi{} softcap{}{}",
+  return fmt::format("{} b{} sq{} cap{} hq{}/{} d{}/{} mask{} ({},{}) alibi{} softcap{}{}{}",
                      s.dtype == FA_DTYPE_BF16 ? "bf16" : "fp16", s.batch, s.sq, s.cap, s.hq, s.hkv, s.d, s.dv, s.mask,
-                     s.wl, s.wr, s.alibi, s.softcap, kv);
+                     s.wl, s.wr, s.alibi, s.softcap, kv, s.sinks ? " sinks" : "");
 }
 
 std::vector<uint8_t> encode_cache(const DecodeSpec& s, const std::vector<double>& v) {
@@ -77,6 +77,12 @@ void make_data(std::mt19937_64& rng, const DecodeSpec& s, DecodeData* x) {
     x->d_alibi = DevBuf(size_t(s.hq) * 4);
     x->d_alibi.upload(x->alibi_f.data(), size_t(s.hq) * 4);
   }
+  if (s.sinks) {
+    x->sinks = random_sinks(rng, s.hq, s.dtype);
+    x->sinks_f.assign(x->sinks.begin(), x->sinks.end());
+    x->d_sinks = DevBuf(size_t(s.hq) * 4);
+    x->d_sinks.upload(x->sinks_f.data(), size_t(s.hq) * 4);
+  }
   x->o_n = size_t(s.batch) * s.sq * s.hq * s.dv;
   x->lse_n = size_t(s.batch) * s.hq * s.sq;
   x->d_o = DevBuf(x->o_n * 2);
@@ -101,6 +107,7 @@ void oracle_of(const DecodeData& x, const std::vector<int>& used, const std::vec
     p.window_left = s.wl;
     p.window_right = s.wr;
     p.alibi = s.alibi ? x.alibi.data() : nullptr;
+    p.sinks = s.sinks ? x.sinks.data() : nullptr;
     p.softcap = s.softcap;
     std::vector<double> bias;
     if (!masked.empty()) {
@@ -253,6 +260,7 @@ fa_params params_of(DecodeData& x, Cache& c, bool with_used, int num_splits) {
   p.softcap = s.softcap;
   p.lse = static_cast<float*>(x.d_lse.get());
   p.num_splits = num_splits;
+  if (s.sinks) p.sinks = static_cast<const float*>(x.d_sinks.get());
   if (fp8_cache(s)) {
     p.kv_dtype = s.kv_dtype;
     p.k_scale = static_cast<const float*>(x.d_k_scale.get());

@@ -21,6 +21,7 @@ struct DecodeSpec {
   float softcap = 0.f;
   int kv_dtype = 0;             // FA_DTYPE_E4M3 / FA_DTYPE_E5M2: an fp8 cache (q, o of dtype); 0: the cache in dtype
   bool per_head_scale = false;  // fp8: k_scale / v_scale one per KV head (stride 1), else one for all (stride 0)
+  bool sinks = false;           // attention sinks: [hq] logits drawn by random_sinks (gpu_support.h)
 };
 
 std::string describe(const DecodeSpec& s);
@@ -32,7 +33,9 @@ struct DecodeData {
   std::vector<double> q, k, v, alibi;
   std::vector<float> alibi_f;
   std::vector<float> k_scale, v_scale;  // fp8 cache: [hkv] factors (all equal unless per_head_scale)
-  DevBuf dq, d_alibi, d_o, d_lse, d_k_scale, d_v_scale;
+  std::vector<double> sinks;            // s.sinks: [hq]
+  std::vector<float> sinks_f;
+  DevBuf dq, d_alibi, d_o, d_lse, d_k_scale, d_v_scale, d_sinks;
   size_t o_n = 0, lse_n = 0;
 };
 

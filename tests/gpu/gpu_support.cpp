@@ -2,6 +2,7 @@
 #include "tests/gpu/gpu_support.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
@@ -229,6 +230,20 @@ size_t layout(bool bhsd, bool aligned, std::mt19937_64& rng, long long B, long l
 
 }  // namespace
 
+std::vector<double> random_sinks(std::mt19937_64& rng, int heads, int dtype) {
+  std::vector<double> out(static_cast<size_t>(heads));
+  const double large = dtype == FA_DTYPE_FP16 ? 12.0 : 30.0;
+  for (int h = 0; h < heads; ++h) {
+    const int kind = h == 0 ? 0 : uni(rng, 0, 5);
+    const double x = kind <= 2   ? unif(rng, -2.0, 4.0)
+                     : kind == 3 ? unif(rng, large / 2, large)
+                     : kind == 4 ? -INFINITY
+                                 : (uni(rng, 0, 1) ? -1e4 : -80.0);
+    out[static_cast<size_t>(h)] = double(float(x));
+  }
+  return out;
+}
+
 void make_random_case(std::mt19937_64& rng, const CaseOptions& opt, Case* c) {
   c->force_aligned = opt.force_aligned;
   for (int attempt = 0;; ++attempt) {
@@ -336,6 +351,11 @@ void materialize(std::mt19937_64& rng, Case* c) {
     }
     p.alibi = c->alibi.data();
   }
+  if (c->with_sinks) {
+    c->sinks = random_sinks(rng, p.heads_q, c->dtype);
+    c->sinks_f.assign(c->sinks.begin(), c->sinks.end());
+    p.sinks = c->sinks.data();
+  }
   // oracle
   c->o_ref.assign(c->o_n, 0.0);
   c->lse_n = size_t(oracle::lse_size(p));
@@ -418,6 +438,11 @@ void materialize(std::mt19937_64& rng, Case* c) {
     c->d_alibi.upload(c->alibi_f.data(), c->alibi_f.size() * 4);
     P.alibi_slopes = reinterpret_cast<const float*>(c->d_alibi.get());
   }
+  if (p.sinks) {
+    c->d_sinks = DevBuf(c->sinks_f.size() * 4);
+    c->d_sinks.upload(c->sinks_f.data(), c->sinks_f.size() * 4);
+    P.sinks = reinterpret_cast<const float*>(c->d_sinks.get());
+  }
   P.softcap = float(p.softcap);
   P.softmax_scale = float(p.scale);
   if (p.scale != 0.0) p.scale = double(float(p.scale));  // the kernel sees the float value
@@ -430,6 +455,7 @@ void materialize(std::mt19937_64& rng, Case* c) {
       p.batch, p.heads_q, p.heads_kv, p.head_dim, dv, varlen ? "varlen" : "fixed", maxq, maxk, p.mask, p.window_left,
       p.window_right, p.bias != nullptr, p.alibi != nullptr, p.softcap, p.scale, c->bhsd ? "bhsd" : "bshd",
       c->want_lse);
+  if (p.sinks) c->desc += fmt::format(" sinks({})", fmt::join(c->sinks_f, ","));
   if (p.scale != 0.0 || p.softcap != 0.0) {  // recompute the oracle with float-rounded scalars
     p.softcap = double(float(p.softcap));
     oracle::forward(p, {c->q.data(), c->q_sb, c->q_ss, c->q_sh}, {c->k.data(), c->k_sb, c->k_ss, c->k_sh},

@@ -79,7 +79,17 @@ struct Case {
   DevBuf dq, dk, dv, d_o, d_lse, d_bias, d_alibi, d_cuq, d_cuk;
   fa_params params;
   std::vector<float> alibi_f;
+  // Attention sinks: set with_sinks before materialize (which draws them: random_sinks) for a case with sinks.
+  bool with_sinks = false;
+  std::vector<double> sinks;  // [heads_q], the float values the kernel reads
+  std::vector<float> sinks_f;
+  DevBuf d_sinks;
 };
+
+// Sink logits for `heads` query heads, as a user's could be: typical values in [-2, 4] (head 0 always), and at random
+// a large one that dominates its rows (up to 12 in fp16, whose outputs would otherwise underflow, else up to 30),
+// -inf (no sink) and -inf-ish ones (-1e4, -80); each exactly a float.
+std::vector<double> random_sinks(std::mt19937_64& rng, int heads, int dtype);
 
 struct CaseOptions {
   bool allow_fp32 = true;

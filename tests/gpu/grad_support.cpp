@@ -40,6 +40,22 @@ void poison_grads(const Case& c, Grads& g) {
   g.d_dq.upload(pq.data(), pq.size());
   g.d_dk.upload(pk.data(), pk.size());
   g.d_dv.upload(pv.data(), pv.size());
+  if (!g.dsinks_ref.empty()) {
+    const std::vector<float> nan(g.dsinks_ref.size(), std::nanf(""));
+    g.d_dsinks.upload(nan.data(), nan.size() * 4);
+  }
+}
+
+double dsinks_error(const Grads& g) {
+  std::vector<float> got(g.dsinks_ref.size());
+  g.d_dsinks.download(got.data(), got.size() * 4);
+  double num = 0, den = 0;
+  for (size_t h = 0; h < got.size(); ++h) {
+    if (!std::isfinite(got[h])) return INFINITY;
+    num += (got[h] - g.dsinks_ref[h]) * (got[h] - g.dsinks_ref[h]);
+    den += g.dsinks_ref[h] * g.dsinks_ref[h];
+  }
+  return got.empty() ? 0.0 : std::sqrt(num) / std::max(std::sqrt(den), 1e-3 * std::sqrt(double(got.size())));
 }
 
 // The backward params of p (whose tensors have c's strides): dout, dq, dk, dv at c's o / q / k / v strides.
@@ -77,15 +93,18 @@ void setup_grads(std::mt19937_64& rng, Case& c, Grads& g) {
   g.d_dq = DevBuf(c.q_n * es);
   g.d_dk = DevBuf(c.k_n * es);
   g.d_dv = DevBuf(c.v_n * es);
+  g.dsinks_ref.assign(c.op.sinks != nullptr ? size_t(c.op.heads_q) : 0, 0.0);
+  if (!g.dsinks_ref.empty()) g.d_dsinks = DevBuf(g.dsinks_ref.size() * 4);
   poison_grads(c, g);
   g.b = bwd_params(c, c.params, g.d_dout.get(), g.d_dq.get(), g.d_dk.get(), g.d_dv.get());
+  if (!g.dsinks_ref.empty()) g.b.dsinks = reinterpret_cast<float*>(g.d_dsinks.get());
   g.dq_ref.assign(c.q_n, 0.0);
   g.dk_ref.assign(c.k_n, 0.0);
   g.dv_ref.assign(c.v_n, 0.0);
   oracle::backward(c.op, {c.q.data(), c.q_sb, c.q_ss, c.q_sh}, {c.k.data(), c.k_sb, c.k_ss, c.k_sh},
                    {c.v.data(), c.v_sb, c.v_ss, c.v_sh}, {g.dout.data(), c.o_sb, c.o_ss, c.o_sh},
                    {g.dq_ref.data(), c.q_sb, c.q_ss, c.q_sh}, {g.dk_ref.data(), c.k_sb, c.k_ss, c.k_sh},
-                   {g.dv_ref.data(), c.v_sb, c.v_ss, c.v_sh});
+                   {g.dv_ref.data(), c.v_sb, c.v_ss, c.v_sh}, g.dsinks_ref.empty() ? nullptr : g.dsinks_ref.data());
 }
 
 double grad_error(int dtype, const DevBuf& buf, const std::vector<double>& input, const std::vector<double>& ref,
@@ -140,7 +159,8 @@ GradResult check_grads_at(const Case& c, Grads& g, const gen::Tunables& t, const
 }
 
 std::string GradResult::describe() const {
-  return fmt::format("dq {:.3g} dk {:.3g} dv {:.3g} {} padding {} ", dq, dk, dv, failure, padding_ok);
+  return fmt::format("dq {:.3g} dk {:.3g} dv {:.3g} dsinks {:.3g} {} padding {} ", dq, dk, dv, dsinks, failure,
+                     padding_ok);
 }
 
 GradResult measure_grads(const Case& c, Grads& g) {
@@ -154,6 +174,7 @@ GradResult measure_grads(const Case& c, Grads& g) {
   r.dq = grad_error(c.dtype, g.d_dq, c.q, g.dq_ref, &r.padding_ok);
   r.dk = grad_error(c.dtype, g.d_dk, c.k, g.dk_ref, &r.padding_ok);
   r.dv = grad_error(c.dtype, g.d_dv, c.v, g.dv_ref, &r.padding_ok);
+  r.dsinks = dsinks_error(g);
   return r;
 }
 
@@ -162,7 +183,12 @@ fa_bwd_params prepare_bwd_params(const Case& c, const fa_params& p, PrepareGrads
   scratch->dq = DevBuf(c.q_n * es);
   scratch->dk = DevBuf(c.k_n * es);
   scratch->dv = DevBuf(c.v_n * es);
-  return bwd_params(c, p, p.o, scratch->dq.get(), scratch->dk.get(), scratch->dv.get());
+  fa_bwd_params b = bwd_params(c, p, p.o, scratch->dq.get(), scratch->dk.get(), scratch->dv.get());
+  if (p.sinks != nullptr) {
+    scratch->dsinks = DevBuf(size_t(p.heads_q) * 4);
+    b.dsinks = reinterpret_cast<float*>(scratch->dsinks.get());
+  }
+  return b;
 }
 
 void prepare_in_parallel(const std::vector<const fa_params*>& problems, const std::vector<const Case*>& owners) {

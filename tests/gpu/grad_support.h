@@ -22,6 +22,8 @@ struct Grads {
   DevBuf d_dout, d_dq, d_dk, d_dv;
   fa_bwd_params b;
   std::vector<double> dq_ref, dk_ref, dv_ref;
+  DevBuf d_dsinks;                 // a case with sinks: float32 [heads_q], poisoned (NaN) before each run
+  std::vector<double> dsinks_ref;  // the oracle's; empty without sinks
 };
 
 // Random dO (NaN where the output is padding), poisoned dQ/dK/dV buffers with the case's strides, the params, and
@@ -33,15 +35,19 @@ void setup_grads(std::mt19937_64& rng, Case& c, Grads& g);
                                               gen::ProblemDesc* d);
 // Re-poisons the gradient buffers (before another launch on the same Grads).
 void poison_grads(const Case& c, Grads& g);
+// The sinks' gradient of g's last backward (synced) against the oracle's: relative, with an RMS floor of 1e-3 as
+// grad_error; NaN or Inf (the poison left) fails.
+double dsinks_error(const Grads& g);
 // Relative error over the valid elements (those the reference input had: non-NaN); padding must stay poisoned.
 double grad_error(int dtype, const DevBuf& buf, const std::vector<double>& input, const std::vector<double>& ref,
                   bool* padding_ok);
 
 struct GradResult {
   double dq = INFINITY, dk = INFINITY, dv = INFINITY;
+  double dsinks = 0;  // a case with sinks: dsinks_error
   bool padding_ok = true;
   std::string failure;  // empty: fa_run_backward returned FA_OK
-  double worst() const { return std::max(dq, std::max(dk, dv)); }
+  double worst() const { return std::max(std::max(dq, dsinks), std::max(dk, dv)); }
   bool ok(int dtype) const { return failure.empty() && padding_ok && worst() <= bwd_tolerance(dtype); }
   std::string describe() const;  // "dq .. dk .. dv .. <failure> padding <ok>", for a failed expectation
 };
@@ -57,7 +63,7 @@ GradResult measure_grads(const Case& c, Grads& g);
 // Gradient buffers of a case's extents for fa_prepare_backward, which (under a tuning policy) times candidates on
 // the params' buffers: it reads dout and writes dq / dk / dv as fa_run_backward would.
 struct PrepareGrads {
-  DevBuf dq, dk, dv;
+  DevBuf dq, dk, dv, dsinks;
 };
 // The backward params for preparing p (whose buffers are c's or share c's extents): dout = p's o, the gradients in
 // *scratch (allocated here, on the calling thread: keep it alive until fa_prepare_backward returns).

@@ -79,11 +79,13 @@ double row_softmax(const Problem& p, Tensor4 q, Tensor4 k, int b, int h, int i, 
     rs.dsdx[sj] = dsdx;
     if (s > row_max) row_max = s;
   }
-  if (row_max == -kInf) {  // every key hidden (or Sk = 0)
+  const double sink = p.sinks != nullptr ? p.sinks[h] : -kInf;  // one more column, never hidden, no value
+  if (sink > row_max) row_max = sink;
+  if (row_max == -kInf) {  // every key hidden (or Sk = 0), and no sink
     rs.prob.assign(n, 0.0);
     return -kInf;
   }
-  double sum = 0.0;
+  double sum = std::exp(sink - row_max);
   for (double s : rs.prob) sum += std::exp(s - row_max);  // exp(-inf) = 0 for hidden keys
   const double lse = row_max + std::log(sum);
   for (double& s : rs.prob) s = std::exp(s - lse);
@@ -228,9 +230,12 @@ void forward(const Problem& p, Tensor4 q, Tensor4 k, Tensor4 v, MutTensor4 o, do
 }
 
 void backward(const Problem& p, Tensor4 q, Tensor4 k, Tensor4 v, Tensor4 dout, MutTensor4 dq, MutTensor4 dk,
-              MutTensor4 dv) {
+              MutTensor4 dv, double* dsinks) {
   validate(p);
   if (p.score_mod && !p.score_mod_grad) bad("score_mod_grad: the backward of a score_mod needs its derivative");
+  if (dsinks != nullptr && p.sinks == nullptr) bad("dsinks: the gradient of sinks needs p.sinks");
+  if (dsinks != nullptr)
+    for (int h = 0; h < p.heads_q; ++h) dsinks[h] = 0.0;
   const int group = p.heads_q / p.heads_kv;
   const int dim_v = head_dim_v_of(p);
   const double scale = effective_scale(p);
@@ -251,7 +256,7 @@ void backward(const Problem& p, Tensor4 q, Tensor4 k, Tensor4 v, Tensor4 dout, M
     for (int h = 0; h < p.heads_q; ++h) {
       const int g = h / group;
       for (int i = 0; i < sq; ++i) {
-        row_softmax(p, q, k, b, h, i, sq, sk, rs);
+        const double row_lse = row_softmax(p, q, k, b, h, i, sq, sk, rs);
         const double* qi = q_row(p, q, b, i, h);
         const double* doi = q_row(p, dout, b, i, h);
         double* dqi = q_row(p, dq, b, i, h);
@@ -265,6 +270,7 @@ void backward(const Problem& p, Tensor4 q, Tensor4 k, Tensor4 v, Tensor4 dout, M
           for (int d = 0; d < dim_v; ++d) oi[static_cast<size_t>(d)] += pj * vj[d];
         }
         const double delta = dot(doi, oi.data(), dim_v);
+        if (dsinks != nullptr && row_lse != -kInf) dsinks[h] -= std::exp(p.sinks[h] - row_lse) * delta;
         dx.assign(static_cast<size_t>(sk), 0.0);
         for (int j = 0; j < sk; ++j) {
           const size_t sj = static_cast<size_t>(j);
@@ -320,11 +326,12 @@ DenseBackward backward(const Problem& p, std::span<const double> q, std::span<co
   out.dq.assign(q.size(), 0.0);
   out.dk.assign(k.size(), 0.0);
   out.dv.assign(v.size(), 0.0);
+  out.dsinks.assign(p.sinks != nullptr ? static_cast<size_t>(p.heads_q) : 0, 0.0);
   const Tensor4 tq = dense_view(p, q.data(), p.seqlen_q, p.heads_q, p.head_dim);
   const Tensor4 tk = dense_view(p, k.data(), p.seqlen_k, p.heads_kv, p.head_dim);
   const Tensor4 tv = dense_view(p, v.data(), p.seqlen_k, p.heads_kv, dim_v);
   backward(p, tq, tk, tv, dense_view(p, dout.data(), p.seqlen_q, p.heads_q, dim_v), mut(tq, out.dq.data()),
-           mut(tk, out.dk.data()), mut(tv, out.dv.data()));
+           mut(tk, out.dk.data()), mut(tv, out.dv.data()), p.sinks != nullptr ? out.dsinks.data() : nullptr);
   return out;
 }
 

@@ -9,14 +9,16 @@
  *     s_ij += -alibi[h] * |i + Sk - Sq - j|                        (alibi != nullptr)
  *     s_ij = score_mod(s_ij, b, h, i, j)                          (score_mod set)
  *     s_ij = -inf where the mask or mask_mod(b, h, i, j) == false hides j from i (bottom-right aligned; key_visible)
- *     lse_i = log(sum_j exp(s_ij)),  o_i = sum_j exp(s_ij - lse_i) v[b,j,g,:]
- *   A row with every key hidden (or Sk = 0) gives o_i = 0 and lse_i = -inf.
+ *     lse_i = log(exp(sink_h) + sum_j exp(s_ij)),  o_i = sum_j exp(s_ij - lse_i) v[b,j,g,:]
+ *                                                             (the sink term only with sinks != nullptr)
+ *   A row with every key hidden (or Sk = 0) gives o_i = 0 and lse_i = -inf, or sink_h with sinks.
  * Backward, given dO (P_ij = exp(s_ij - lse_i), D_i = dot(dO_i, o_i)):
  *     dP_ij = dot(dO_i, v_j),  dS_ij = P_ij (dP_ij - D_i),  dX_ij = dS_ij * (1 - tanh^2(x_ij / softcap)) (softcap)
  *                                                             * score_mod_grad(s_ij, b, h, i, j)   (score_mod; s_ij
  *                                                               before score_mod, as score_mod received it)
  *     dq_i = scale * sum_j dX_ij k_j,  dk_j = scale * sum_{h in group, i} dX_ij q_i,
  *     dv_j = sum_{h in group, i} P_ij dO_i
+ *     dsink_h = -sum_{b, i} exp(sink_h - lse_i) D_i              (sinks; the sink's dP is 0: it has no value)
  *   No gradient with respect to bias or alibi slopes.
  *
  * Layout: tensors are [batch, seqlen, heads, dim] with element strides (sb, ss, sh) and a contiguous last dim.
@@ -65,6 +67,7 @@ struct Problem {
   const double* bias = nullptr;             // nullptr: no bias
   long long bias_sb = 0, bias_sh = 0, bias_sq = 0, bias_sk = 0;
   const double* alibi = nullptr;  // [heads_q] or nullptr
+  const double* sinks = nullptr;  // [heads_q] sink logits (attention sinks) or nullptr; -inf: no sink for that head
   double softcap = 0.0;           // > 0 enables
   double scale = 0.0;             // 0 means 1/sqrt(head_dim)
   // User code (fa_mods): the score after ALiBi is score_mod(s, b, h, i, j); a key is hidden where mask_mod(b, h, i,
@@ -92,9 +95,10 @@ bool key_visible(const Problem& p, int i, int j, int sq, int sk);
 // ---- strided interface -----------------------------------------------------------------------------------------
 // o has the strides given (head_dim_v wide); lse may be nullptr.
 void forward(const Problem& p, Tensor4 q, Tensor4 k, Tensor4 v, MutTensor4 o, double* lse);
-// dq like q, dk like k, dv like v (strides given). dk/dv are summed over the query heads of a GQA group.
+// dq like q, dk like k, dv like v (strides given). dk/dv are summed over the query heads of a GQA group. dsinks
+// ([heads_q]; written when non-null, which p.sinks requires): the sinks' gradient.
 void backward(const Problem& p, Tensor4 q, Tensor4 k, Tensor4 v, Tensor4 dout, MutTensor4 dq, MutTensor4 dk,
-              MutTensor4 dv);
+              MutTensor4 dv, double* dsinks = nullptr);
 
 // ---- dense convenience (contiguous BSHD: fixed [batch, seqlen, heads, dim], varlen [total, heads, dim]) ----------
 struct DenseForward {
@@ -103,6 +107,7 @@ struct DenseForward {
 };
 struct DenseBackward {
   std::vector<double> dq, dk, dv;
+  std::vector<double> dsinks;  // heads_q with p.sinks, else empty
 };
 DenseForward forward(const Problem& p, std::span<const double> q, std::span<const double> k, std::span<const double> v);
 DenseBackward backward(const Problem& p, std::span<const double> q, std::span<const double> k,

@@ -2,8 +2,9 @@
 // archs instead, e.g. --arch 100 --arch 120) and fails on any compile error or any ptxas spill. --sample: a fixed
 // covering sample (every family, dtype, mask, feature flag, a spread of head dims, every valid tunable point of each
 // family at head dim 128, and of fwd_mma at 64, and the heuristic defaults of fwd_mma and bwd_mma; user code:
-// takes_user_code, sweep_mods). --full: the whole product (each point also with user
-// code where the family runs it).
+// takes_user_code, sweep_mods; attention sinks: each semantic's sampled point also with sinks in the families that
+// read them). --full: the whole product (each point also with user code where the family runs it, a quarter of the
+// variants also with sinks). `--match .sinks` keeps the sink kernels alone.
 // --full --limit N [--seed S]: a random sample of N points of the whole product (it has ~300k points).
 // --family NAME: only that family's kernels. --match TEXT (repeatable): only the points whose canonical key holds one
 // of the texts (before --limit): a predicate rule's neighbourhood, e.g. --full --match 'd248.dv248.none.b1a0s1'.
@@ -187,6 +188,15 @@ void add_semantics(const Family& f, int arch, bool full, const SampleCaps& caps,
     if (!is_valid(c, lim, nullptr)) return;
     if (seen.insert(canonical_key(c)).second) jobs->push_back(Job{c});
   };
+  // c and, for a family that reads attention sinks, its sink variant (it changes the epilogue only: every semantic
+  // point of --sample, a quarter of --full's variants)
+  auto push_sinks = [&](const KernelConfig& c, bool also) {
+    push(c);
+    if (!f.sinks || !also) return;
+    KernelConfig sc = c;
+    sc.s.has_sinks = true;
+    push(sc);
+  };
   for (int dt : dtypes_for(f, arch)) {
     for (int d : dims) {
       for (int variant = 0; variant < (full ? 48 : 1); ++variant) {
@@ -216,22 +226,22 @@ void add_semantics(const Family& f, int arch, bool full, const SampleCaps& caps,
             }
             for (const Tunables& t : all_valid_points(sv, lim)) {
               KernelConfig c{sv, t};
-              push(c);
+              push_sinks(c, v % 4 == 1);
               if (!s.varlen && has_shape_class(f)) {
                 c.s.even_k = true;
-                push(c);
+                push_sinks(c, v % 4 == 1);
               }
             }
           }
         } else {
           KernelConfig c{s, space[static_cast<size_t>(v) % space.size()]};
           c.s.even_k = !s.varlen && has_shape_class(f) && (v % 2 == 0);
-          push(c);
+          push_sinks(c, true);
           if (reads_pages(f, s)) {  // the paged variant of the families that read KV-cache pages
             KernelConfig pc = c;
             pc.s.paged = true;
             pc.t = space[static_cast<size_t>(v + 1) % space.size()];
-            push(pc);
+            push_sinks(pc, true);
           }
           if (has_shape_class(f) && !s.varlen) {  // the heuristic defaults of both shape classes, every mask (--lite:
                                                   // every other mask / feature variant)
@@ -309,10 +319,10 @@ void add_semantics(const Family& f, int arch, bool full, const SampleCaps& caps,
           if (v >= 2 && !s.paged) continue;
           const std::vector<Tunables> points = all_valid_points(s, lim);
           for (size_t i = 0; i < (full ? points.size() : std::min<size_t>(1, points.size())); ++i)
-            push(KernelConfig{s, points[i]});
+            push_sinks(KernelConfig{s, points[i]}, !full || v % 2 == 1);
         }
   }
-  add_fp8_cache_semantics(f, arch, full, push);
+  add_fp8_cache_semantics(f, arch, full, [&](const KernelConfig& c) { push_sinks(c, c.s.has_lse); });
 }
 
 // Writes r's cubin as dir/<key>.cubin ('|' -> '+'); false (with a message) when the file cannot be written.

@@ -325,6 +325,7 @@ const Family kFamily{
     .template_name = "bwd_mma.cuh",
     .role = Role::Backward,
     .priority = 10,
+    .sinks = true,
     .knobs = {fam::block_m({16, 32, 64, 128}), fam::block_n({32, 64, 128}), fam::warps({4, 8}), fam::stages({1, 2})},
     .covers = &covers,
     .defaults = &defaults,

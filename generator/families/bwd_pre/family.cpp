@@ -7,7 +7,7 @@
 namespace fa::gen {
 
 FA_FAMILY_FOLDER(bwd_pre) {
-  static const Family family = fam::query_rows_step("bwd_pre", "bwd_pre.cuh");
+  static const Family family = fam::query_rows_step("bwd_pre", "bwd_pre.cuh", true);
   register_family(&family);
 }
 

@@ -43,6 +43,7 @@ Family make(const char* name, Role role) {
                 .priority = 0,
                 .reference = true,
                 .tuned_on_first_use = false,
+                .sinks = true,  // the LSE holds the sink: P and dS of the keys are unchanged
                 .knobs = {fam::warps({2, 4, 8})},
                 .defaults = &defaults,
                 .launch = &launch,

@@ -30,6 +30,7 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
 const Family kFamily{.name = "fwd_combine",
                      .template_name = "fwd_combine.cuh",
                      .role = Role::Step,
+                     .sinks = true,
                      .knobs = {fam::warps({4, 8})},
                      .defaults = &defaults,
                      .valid = &valid,

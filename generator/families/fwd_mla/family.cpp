@@ -99,6 +99,7 @@ const Family kFamily{
     .arch_min = 90,
     .arch_max = 90,
     .priority = 40,
+    .sinks = true,
     .knobs = {fam::block_n({64}), fam::stages({2}), Knob{"split_target", "sp", "kSplitTarget", kSplitTargets},
               Knob{"l2_ahead", "pf", "kL2Ahead", {0, 1, 2, 4}}, Knob{"sched", "ss", "kSched", {0, 1}}},
     .covers = &covers,

@@ -219,6 +219,7 @@ const Family kFamily{
     .template_name = "fwd_mma.cuh",
     .role = Role::Forward,
     .priority = 10,
+    .sinks = true,
     .knobs = {fam::block_m({64, 128}), fam::block_n({32, 64, 128}), fam::warps({4, 8}), fam::stages({1, 2, 3}),
               Knob{"q_in_regs", "qr", "kQInRegs", {0, 1}, true}, Knob{"kv_joint", "kj", "kKvJoint", {0, 1}, true}},
     .legacy_x = "kv_joint",

@@ -78,7 +78,15 @@ def attention_forward(
     if call.key_padding:
         mods = Mods(mask_mod=KEY_PADDING, buffers=[attention_mask[:, : call.keys]], depends="b")
     o = attention(
-        q, k, v, causal=call.causal, window=call.window, softcap=call.softcap, scale=call.scale, mods=mods
+        q,
+        k,
+        v,
+        causal=call.causal,
+        window=call.window,
+        softcap=call.softcap,
+        scale=call.scale,
+        mods=mods,
+        sinks=s_aux if call.sinks else None,
     )  # [B, Sq, Hq, Dv]
     return o, None
 

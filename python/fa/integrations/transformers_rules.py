@@ -26,9 +26,11 @@ The rules:
     batch other than B is an error; a 4-D mask (a dense mask: another mask function was registered, or a custom
     mask) is not supported: fa would have to run it as a bias.
   - softcap: None or 0 off, > 0 fa's softcap. scaling None: 1/sqrt(D); else finite and > 0 (fa reads 0 as None).
-  - not supported (fa.NotSupported): dropout > 0 (fa has no dropout), s_aux (attention sinks: issue 42, not yet in
-    fa), a 4-D mask. Shapes that disagree (fa.InvalidArgument naming both): ranks, batch, heads (Hq a multiple of Hkv,
-    key's and value's equal), head dims, key counts.
+  - s_aux (gpt-oss's sinks, one logit per query head [Hq], concatenated to the scaled scores before the softmax and
+    dropped after it): fa's sinks (the same units; differentiable), with every mask above.
+  - not supported (fa.NotSupported): dropout > 0 (fa has no dropout), a 4-D mask. Shapes that disagree
+    (fa.InvalidArgument naming both): ranks, batch, heads (Hq a multiple of Hkv, key's and value's equal; s_aux one
+    per query head), head dims, key counts.
 Not seen by these rules: packed sequences without a mask (transformers detects them from position_ids, a device
 tensor; the backend must pass them as varlen itself).
 """
@@ -49,7 +51,8 @@ BHSD = ("batch", "heads", "seqlen", "head dim")
 class Call:
     """The fa.attention call: q, k, v as [B, S, H, D] views of transformers' [B, H, S, D] tensors, k and v cut to
     their first `keys` keys; causal, window, softcap, scale (None: 1/sqrt(D)) as fa.attention takes them; key_padding:
-    a mask_mod over the 2-D mask's first `keys` columns (key j of sequence b visible iff mask[b, j])."""
+    a mask_mod over the 2-D mask's first `keys` columns (key j of sequence b visible iff mask[b, j]); sinks: s_aux
+    passed as fa's sinks."""
 
     keys: int
     causal: bool = False
@@ -57,6 +60,7 @@ class Call:
     key_padding: bool = False
     softcap: float = 0.0
     scale: float | None = None
+    sinks: bool = False
 
 
 def unsupported(message: str):
@@ -124,9 +128,9 @@ def plan(
     softcap and s_aux (its shape, or None). Raises fa.NotSupported or fa.InvalidArgument (module docstring)."""
     if dropout > 0:
         unsupported(f"dropout: {dropout}; fa has no dropout (transformers passes attention_dropout while training)")
-    if s_aux is not None:
-        unsupported(f"s_aux: attention sinks {tuple(s_aux)} are not supported by fa yet (issue 42)")
     _qkv(query, key, value)
+    if s_aux is not None:
+        rules.sink_logits(s_aux, query[1], "s_aux", "query")
     keys, padding = _keys(query, key, attention_mask)
     seqlen_q = query[2]
     if is_causal and seqlen_q > keys:
@@ -148,4 +152,5 @@ def plan(
         key_padding=padding,
         softcap=float(softcap or 0.0),
         scale=None if scaling is None else float(scaling),
+        sinks=s_aux is not None,
     )
