@@ -44,8 +44,12 @@ FAMILIES = {
         "gemma2",
         "Gemma2Config",
         "Gemma2ForCausalLM",
-        {"sliding_window": 5, "attn_logit_softcapping": 20.0, "final_logit_softcapping": None,
-         "query_pre_attn_scalar": 48},
+        {
+            "sliding_window": 5,
+            "attn_logit_softcapping": 20.0,
+            "final_logit_softcapping": None,
+            "query_pre_attn_scalar": 48,
+        },
     ),  # fmt: skip
     "gemma3": (
         "gemma3",
