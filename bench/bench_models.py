@@ -49,45 +49,47 @@ FULL = dict(prefill=8192, train_batch=4, train_len=4096, decode_batch=8, decode_
 QUICK = dict(prefill=2048, train_batch=2, train_len=1024, decode_batch=8, decode_ctx=1024, warmup=2, iters=5)
 
 
-def llama3_8b(layers):
-    from transformers import LlamaConfig
+# model -> (transformers config class, its layer shapes); every model: --layers layers, vocabulary VOCAB, no tying
+SHAPES = {
+    "llama3-8b": (
+        "LlamaConfig",
+        dict(
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            rope_theta=500000.0,
+        ),
+    ),
+    "gpt-oss-20b": (
+        "GptOssConfig",
+        dict(
+            hidden_size=2880,
+            intermediate_size=2880,
+            num_attention_heads=64,
+            num_key_value_heads=8,
+            head_dim=64,
+            sliding_window=128,
+            num_local_experts=32,
+            num_experts_per_tok=4,
+        ),
+    ),
+}
+MODELS = tuple(SHAPES)
 
-    return LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=layers,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        max_position_embeddings=131072,
-        rope_theta=500000.0,
-        tie_word_embeddings=False,
+
+def config(name, layers):
+    """The transformers config of model `name` with `layers` layers (gpt-oss: sliding and full layers alternate)."""
+    import transformers
+
+    cls, shape = SHAPES[name]
+    cfg = getattr(transformers, cls)(
+        vocab_size=VOCAB, num_hidden_layers=layers, max_position_embeddings=131072, tie_word_embeddings=False, **shape
     )
-
-
-def gpt_oss_20b(layers):
-    from transformers import GptOssConfig
-
-    cfg = GptOssConfig(
-        vocab_size=VOCAB,
-        hidden_size=2880,
-        intermediate_size=2880,
-        num_hidden_layers=layers,
-        num_attention_heads=64,
-        num_key_value_heads=8,
-        head_dim=64,
-        sliding_window=128,
-        num_local_experts=32,
-        num_experts_per_tok=4,
-        max_position_embeddings=131072,
-        tie_word_embeddings=False,
-    )
-    cfg.layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+    if "sliding_window" in shape:
+        cfg.layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
     return cfg
-
-
-MODELS = {"llama3-8b": llama3_8b, "gpt-oss-20b": gpt_oss_20b}
 
 
 def noop_attention(module, query, key, value, attention_mask, **kwargs):
@@ -177,7 +179,7 @@ def bench_model(name, impls, sizes, layers):
     with torch.device("cuda"):
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_config(MODELS[name](layers), dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(config(name, layers), dtype=torch.bfloat16)
     times, logits = {}, {}
     for impl in list(impls) + ["noop"]:
         t0 = time.time()

@@ -5,9 +5,9 @@ family has them, Gemma 2's softcap) of each decoder family the installed transfo
   - prefill logits in bfloat16 against eager in float32 (the reference), with and without left / right padding: fa's
     max-abs and relative errors at most 1.5 times those of the peer at the same precision (sdpa; eager where the
     family needs softcap or sinks, which sdpa refuses), plus a small slack;
-  - greedy generation with a dynamic cache (float32, bfloat16) and a static one (bfloat16), with and without left
-    padding, token for token as eager at the same precision, on a seed whose eager top-2 margin stays above MARGIN
-    at every step (asserted);
+  - greedy generation (2 sequences, 8 tokens) with a dynamic cache (float32, bfloat16) and a static one
+    (bfloat16), with and without left padding, token for token as eager at the same precision (the LM head in
+    float32), on a seed whose eager top-2 margin stays above MARGIN at every step (asserted);
   - static-cache decode steps under torch.compile(fullgraph=True) (Llama; Gemma 2: sliding layers, softcap), float32:
     no graph break, eager fa's logits;
   - five AdamW steps under bfloat16 autocast, losses within 1 % (+ 0.01) of the peer's at every step.
@@ -37,7 +37,9 @@ if REASON is None:
 
 NAMES = [n for n in FAMILIES if REASON is None and family_classes(n) is not None]
 SHAPE = dict(hidden=256, heads=8, kv_heads=2, head_dim=64, vocab=512, sliding_window=24)
-MARGIN = 0.05  # eager's top-2 logit gap below which greedy decoding is a coin toss at bf16
+# eager's top-2 logit gap below which greedy decoding is a coin toss: float32 runs differ by ~1e-6, bfloat16 ones
+# (their LM head in float32, so that logits are not rounded to bf16's 0.03 steps) by ~1e-2
+MARGIN = {"float32": 1e-3, "bfloat16": 0.05}
 RUNS_SINKS = {"gpt_oss"}
 
 
@@ -51,24 +53,34 @@ def peer(name) -> str:
     return "eager" if name in ("gemma2", "gpt_oss") else "sdpa"
 
 
-def model(name, attn, dtype, seed=0):
+def model(name, attn, dtype, seed=0, float_head=False):
+    """The family's test model (built on the CPU: the same weights for every implementation) on the GPU in `dtype`;
+    float_head: the LM head in float32 (logits not rounded to `dtype`)."""
     extra = dict(SHAPE)
     if name == "gemma2":
         extra["query_pre_attn_scalar"] = 64
     m = tiny_model(name, attn, dtype=torch.float32, seed=seed, **extra)
     with torch.no_grad():  # logits of std ~4: greedy decoding has margins to keep
         m.lm_head.weight.normal_(0.0, 0.25)
-    return m.to(device="cuda", dtype=dtype)
+    m = m.to(device="cuda", dtype=dtype)
+    if float_head:
+        m.lm_head.float().register_forward_pre_hook(lambda _mod, args: (args[0].float(),))
+    return m
+
+
+PADS = {"left": (0, 37, 90), "right": (0, 29, 101)}
 
 
 def batch(pad: str, length: int, b: int = 3, seed: int = 11):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, SHAPE["vocab"], (b, length), generator=g)
     mask = torch.ones(b, length, dtype=torch.long)
-    if pad == "left":
-        mask[1, :37], mask[2, :90] = 0, 0
-    elif pad == "right":
-        mask[1, -29:], mask[2, -101:] = 0, 0
+    for row, n in enumerate(PADS.get(pad, (0,) * b)[:b]):
+        if n:
+            if pad == "left":
+                mask[row, :n] = 0
+            else:
+                mask[row, -n:] = 0
     return ids.masked_fill(mask == 0, 0).cuda(), mask.cuda()
 
 
@@ -96,7 +108,7 @@ def test_prefill_logits_against_eager(name, pad):
     assert fa_rel <= 1.5 * pe_rel + 1e-4, f"relative: fa {fa_rel:.3e} vs {other} {pe_rel:.3e}"
 
 
-GEN = dict(max_new_tokens=12, do_sample=False, output_scores=True, return_dict_in_generate=True, pad_token_id=0)
+GEN = dict(max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True, pad_token_id=0)
 GEN["disable_compile"] = True  # the static cache runs eagerly here; test_compiled_static_decode compiles it
 SEEDS: dict = {}
 
@@ -106,19 +118,20 @@ def min_margin(scores) -> float:
     return (top[..., 0] - top[..., 1]).min().item()
 
 
-def eager_run(name, dt, ids, mask, extra):
-    """(seed, eager's output): the first seed of 8 (kept per family and dtype) whose eager greedy run keeps its top-2
-    margin above MARGIN at every step; the margin of this run is asserted too."""
-    seeds = [SEEDS[(name, dt)]] if (name, dt) in SEEDS else range(8)
+def eager_run(name, dtype, ids, mask, extra):
+    """(seed, eager's output): the first of 16 seeds (the last one found first) whose eager greedy run keeps its
+    top-2 margin above MARGIN[dtype] at every step of every sequence."""
+    found = SEEDS.get((name, dtype))
     best = (-1.0, None)
-    for seed in seeds:
-        out = model(name, "eager", dt, seed).generate(input_ids=ids, attention_mask=mask, **GEN, **extra)
-        m = min_margin(out.scores)
-        if m > MARGIN:
-            SEEDS[(name, dt)] = seed
+    for seed in ([found] if found is not None else []) + [s for s in range(16) if s != found]:
+        m = model(name, "eager", getattr(torch, dtype), seed, float_head=True)
+        out = m.generate(input_ids=ids, attention_mask=mask, **GEN, **extra)
+        margin = min_margin(out.scores)
+        if margin > MARGIN[dtype]:
+            SEEDS[(name, dtype)] = seed
             return seed, out
-        best = max(best, (m, seed))
-    raise AssertionError(f"eager's top-2 margin falls to {best[0]:.3g} (seed {best[1]}), under {MARGIN}")
+        best = max(best, (margin, seed))
+    raise AssertionError(f"eager's top-2 margin falls to {best[0]:.3g} (seed {best[1]}), under {MARGIN[dtype]}")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -127,11 +140,11 @@ def eager_run(name, dt, ids, mask, extra):
 def test_greedy_generation_as_eager(name, pad, case):
     needs(name)
     dtype, cache = case.split("-")
-    dt = getattr(torch, dtype)
-    ids, mask = batch(pad, 120)
+    ids, mask = batch(pad, 120, b=2)
     extra = {"cache_implementation": "static"} if cache == "static" else {}
-    seed, want = eager_run(name, dt, ids, mask, extra)
-    got = model(name, "fa", dt, seed).generate(input_ids=ids, attention_mask=mask, **GEN, **extra)
+    seed, want = eager_run(name, dtype, ids, mask, extra)
+    m = model(name, "fa", getattr(torch, dtype), seed, float_head=True)
+    got = m.generate(input_ids=ids, attention_mask=mask, **GEN, **extra)
     assert torch.equal(got.sequences, want.sequences), f"seed {seed}: fa's tokens differ from eager's"
 
 

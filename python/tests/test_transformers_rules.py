@@ -148,6 +148,11 @@ def test_mask_plan_by_case():
     assert R.mask_plan(3, 16, None, 0, 10, True) == R.MaskPlan("mask", 10)
 
 
+def test_mask_overlays_are_refused():
+    msg = raises(fa.NotSupported, lambda: R.mask_plan(3, 10, 7, 0, 10, False, overlay=True))
+    assert msg.startswith("mask_function: the model adds its own mask") and '"sdpa"' in msg
+
+
 def test_mapping_by_case():
     assert R.plan(Q, K, V) == R.Call(keys=10, causal=True, window=(-1, -1))  # chunked prefill over a cache
     assert R.plan((2, 8, 1, 64), K, V) == R.Call(keys=10)  # decode: one query sees every key

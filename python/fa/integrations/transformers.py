@@ -81,6 +81,7 @@ def padding_mask(
         kv_offset,
         None if attention_mask is None else attention_mask.shape[-1],
         torch.compiler.is_compiling(),
+        overlay=bool(kwargs.get("use_vmap", False)),
     )
     if device is None:
         device = attention_mask.device if attention_mask is not None else getattr(q_offset, "device", "cpu")

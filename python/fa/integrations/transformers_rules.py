@@ -19,6 +19,8 @@ an int, or a device tensor for a static cache) and kv_offset (the position of ke
     (strides 0: no mask_mod needed, the keys are only cut). While torch.compile traces, nothing data-dependent: the
     mask is kept, and a single query (decode) gets it padded with False to kv_length, so that every step of a static
     cache has the same shapes.
+  - a mask function the model extended (or_mask_function / and_mask_function: transformers passes use_vmap=True,
+    e.g. Gemma 3's bidirectional image tokens): fa.NotSupported, rather than a mask that leaves the extension out.
   - no mask: None when every key is used; else (a static cache's capacity beyond the used keys) a broadcast True
     over the used keys, their count known on the host (an int offset, or, outside torch.compile or for more than one
     query, the device offset read once per forward); a single query under torch.compile gets the full-length mask
@@ -107,9 +109,18 @@ def unsupported(message: str):
     raise NotSupported(FA_ERROR_NOT_SUPPORTED, STATUS_NAMES[FA_ERROR_NOT_SUPPORTED], message)
 
 
-def mask_plan(q_length: int, kv_length: int, q_offset, kv_offset: int, mask_length, compiling: bool) -> MaskPlan:
+def mask_plan(
+    q_length: int, kv_length: int, q_offset, kv_offset: int, mask_length, compiling: bool, overlay: bool = False
+) -> MaskPlan:
     """The mask function's MaskPlan (module docstring): q_offset an int, or None when it is a device tensor (a
-    static cache); mask_length the 2-D mask's length, or None without one; compiling: torch.compile is tracing."""
+    static cache); mask_length the 2-D mask's length, or None without one; compiling: torch.compile is tracing;
+    overlay: the model ANDs or ORs its own mask function in (transformers says so with use_vmap), which fa cannot
+    follow: fa.NotSupported."""
+    if overlay:
+        unsupported(
+            "mask_function: the model adds its own mask (or_mask_function / and_mask_function, e.g. bidirectional "
+            'image tokens); fa\'s backend runs causal, sliding-window and padding masks only: use "sdpa" or "eager"'
+        )
     if mask_length is not None:
         length = min(mask_length, kv_length)
         if not compiling:
