@@ -5,7 +5,7 @@ family has them, Gemma 2's softcap) of each decoder family the installed transfo
   - prefill logits in bfloat16 against eager in float32 (the reference), with and without left / right padding: fa's
     max-abs and relative errors at most 1.5 times those of the peer at the same precision (sdpa; eager where the
     family needs softcap or sinks, which sdpa refuses), plus a small slack;
-  - greedy generation (2 sequences, 8 tokens) with a dynamic cache (float32, bfloat16) and a static one
+  - greedy generation (2 sequences, 6 tokens) with a dynamic cache (float32, bfloat16) and a static one
     (bfloat16), with and without left padding, token for token as eager at the same precision (the LM head in
     float32), on a seed whose eager top-2 margin stays above MARGIN at every step (asserted);
   - static-cache decode steps under torch.compile(fullgraph=True) (Llama; Gemma 2: sliding layers, softcap), float32:
@@ -36,10 +36,13 @@ if REASON is None:
     backend.register()
 
 NAMES = [n for n in FAMILIES if REASON is None and family_classes(n) is not None]
-SHAPE = dict(hidden=256, heads=8, kv_heads=2, head_dim=64, vocab=512, sliding_window=24)
+SHAPE = dict(hidden=256, heads=8, kv_heads=2, head_dim=64, vocab=512)
+WINDOW = 24  # the sliding window of the families that have one (a config of another family must not carry one:
+# transformers' static cache would make its layers sliding while the model's masks stay full)
 # eager's top-2 logit gap below which greedy decoding is a coin toss: float32 runs differ by ~1e-6, bfloat16 ones
-# (their LM head in float32, so that logits are not rounded to bf16's 0.03 steps) by ~1e-2
-MARGIN = {"float32": 1e-3, "bfloat16": 0.05}
+# (their LM head in float32, so that logits are not rounded to bf16's 0.03 steps) by up to ~0.09 (sdpa's against
+# eager's as much as fa's); about a fifth of the seeds keep 12 draws above 0.25
+MARGIN = {"float32": 1e-3, "bfloat16": 0.25}
 RUNS_SINKS = {"gpt_oss"}
 
 
@@ -57,6 +60,8 @@ def model(name, attn, dtype, seed=0, float_head=False):
     """The family's test model (built on the CPU: the same weights for every implementation) on the GPU in `dtype`;
     float_head: the LM head in float32 (logits not rounded to `dtype`)."""
     extra = dict(SHAPE)
+    if "sliding_window" in FAMILIES[name][3]:
+        extra["sliding_window"] = WINDOW
     if name == "gemma2":
         extra["query_pre_attn_scalar"] = 64
     m = tiny_model(name, attn, dtype=torch.float32, seed=seed, **extra)
@@ -108,7 +113,7 @@ def test_prefill_logits_against_eager(name, pad):
     assert fa_rel <= 1.5 * pe_rel + 1e-4, f"relative: fa {fa_rel:.3e} vs {other} {pe_rel:.3e}"
 
 
-GEN = dict(max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True, pad_token_id=0)
+GEN = dict(max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True, pad_token_id=0)
 GEN["disable_compile"] = True  # the static cache runs eagerly here; test_compiled_static_decode compiles it
 SEEDS: dict = {}
 
@@ -119,11 +124,11 @@ def min_margin(scores) -> float:
 
 
 def eager_run(name, dtype, ids, mask, extra):
-    """(seed, eager's output): the first of 16 seeds (the last one found first) whose eager greedy run keeps its
+    """(seed, eager's output): the first of 32 seeds (the last one found first) whose eager greedy run keeps its
     top-2 margin above MARGIN[dtype] at every step of every sequence."""
     found = SEEDS.get((name, dtype))
     best = (-1.0, None)
-    for seed in ([found] if found is not None else []) + [s for s in range(16) if s != found]:
+    for seed in ([found] if found is not None else []) + [s for s in range(32) if s != found]:
         m = model(name, "eager", getattr(torch, dtype), seed, float_head=True)
         out = m.generate(input_ids=ids, attention_mask=mask, **GEN, **extra)
         margin = min_margin(out.scores)

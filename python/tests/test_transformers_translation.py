@@ -99,6 +99,9 @@ def test_padding_mask_function():
     used = backend.padding_mask(2, 3, 16, torch.tensor(4), 0)  # a static cache, no mask: the used keys, read once
     assert used.shape == (2, 7) and backend.is_broadcast_true(used)
     assert not backend.is_broadcast_true(m) and not backend.is_broadcast_true(m[:, :1].expand(2, 5))
+    hidden = torch.tensor(False).expand(2, 6)  # a caller's broadcast mask (every key hidden) stays a mask
+    got = backend.padding_mask(2, 6, 6, 0, 0, attention_mask=hidden)
+    assert not backend.is_broadcast_true(got) and not bool(got.any())
     with pytest.raises(fa.NotSupported, match="mask_function: the model adds its own mask"):
         backend.padding_mask(2, 6, 6, 0, 0, attention_mask=m, use_vmap=True)  # an or / and mask function
 

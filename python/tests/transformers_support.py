@@ -6,15 +6,16 @@ transformers has."""
 import importlib
 import importlib.util
 
-import torch
-
-from attention_ref import attention_ref
-
+# torch and transformers only inside the functions: CI collects the tests that import this module without either
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 
 
 def fake_attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None, mods=None, **varlen):
     """fa.attention's result for the arguments the backend passes, in q's precision (bshd, or varlen [T, H, D])."""
+    import torch
+
+    from attention_ref import attention_ref
+
     kw = dict(causal=causal, window=window, softcap=softcap, scale=scale, mods=mods, upcast=False)
     cu_q, cu_k = varlen.get("cu_seqlens_q"), varlen.get("cu_seqlens_k")
     if cu_q is None:
@@ -100,8 +101,12 @@ def tiny_config(name: str, hidden: int = 64, heads: int = 4, kv_heads: int = 2, 
     return cfg
 
 
-def tiny_model(name: str, attn: str, dtype=torch.float64, seed: int = 0, device="cpu", **extra):
-    """The tiny model of family `name` with random weights (seeded), attention implementation `attn`."""
+def tiny_model(name: str, attn: str, dtype=None, seed: int = 0, device="cpu", **extra):
+    """The tiny model of family `name` with random weights (seeded), attention implementation `attn`, in `dtype`
+    (None: float64)."""
+    import torch
+
+    dtype = torch.float64 if dtype is None else dtype
     _, model_cls, _ = family_classes(name)
     torch.manual_seed(seed)
     model = model_cls._from_config(tiny_config(name, **extra), attn_implementation=attn)

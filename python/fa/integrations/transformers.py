@@ -98,7 +98,7 @@ def padding_mask(
         return None if mp.length == kv_length else _broadcast_true(m.shape[0], mp.length, m.device)
     if mp.pad_to is not None:
         m = torch.cat([m, m.new_zeros((m.shape[0], mp.pad_to - mp.length))], dim=1)
-    return m
+    return m.contiguous() if is_broadcast_true(m) else m  # a caller's broadcast mask is no broadcast True of ours
 
 
 _DOCS: dict = {}  # one entry: id(position_ids) -> (weakref, version, document ids or None)
