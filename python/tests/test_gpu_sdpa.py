@@ -2,8 +2,8 @@
 (fa.sdpa_plan says so) against torch's math backend in float64, with FlashAttention's rule (fa's max error at most
 twice that of torch's math backend at the same precision, plus a small slack): causal with L < S, L == S and L > S
 (torch's top-left alignment), boolean / additive / broadcast masks with fully masked rows, GQA, scales, ranks 3 to
-5, float16 and bfloat16. The calls fa leaves to torch (dropout, CPU, float32, is_causal with a mask, heads without
-enable_gqa) return torch's own result or raise torch's own error."""
+5, float16 and bfloat16, and random draws of them together. The calls fa leaves to torch (dropout, CPU, float32,
+is_causal with a mask, heads without enable_gqa) return torch's own result or raise torch's own error."""
 
 import os
 
@@ -169,6 +169,30 @@ def test_strided_views_and_head_dims():
     kb, vb = rand(2, 110, 2, 128, dtype=torch.bfloat16), rand(2, 110, 2, 64, dtype=torch.bfloat16)
     q, k, v = qb.transpose(1, 2), kb.transpose(1, 2), vb.transpose(1, 2)
     compare(q, k, v, is_causal=True, enable_gqa=True)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_combinations(seed):
+    """Masks (none, boolean, additive, broadcast or not), is_causal, GQA and scales drawn together at random lengths
+    (a mask never with is_causal: torch refuses the pair)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def pick(options):
+        return options[int(torch.randint(len(options), (1,), generator=g))]
+
+    hq, hk = pick([(4, 4), (8, 2), (6, 3), (4, 1)])
+    lq, s = int(torch.randint(1, 160, (1,), generator=g)), int(torch.randint(1, 160, (1,), generator=g))
+    dt, d = pick([torch.float16, torch.bfloat16]), pick([64, 128])
+    torch.manual_seed(seed)
+    q, k, v = rand(2, hq, lq, d, dtype=dt), rand(2, hk, s, d, dtype=dt), rand(2, hk, s, d, dtype=dt)
+    kind, shape = pick(["none", "causal", "bool", "additive"]), pick([(2, hq, lq, s), (2, 1, lq, s), (lq, s), (1, s)])
+    mask = None
+    if kind == "bool":
+        mask = random_bool_mask(shape)
+    elif kind == "additive":
+        mask = torch.randn(*shape, device="cuda").masked_fill(torch.rand(*shape, device="cuda") > 0.8, float("-inf"))
+        mask = mask.to(pick([dt, torch.float32]))
+    compare(q, k, v, mask, is_causal=kind == "causal", scale=pick([None, 0.1, 0.5]), enable_gqa=hq != hk)
 
 
 def outcome(fn, *args, **kw):
