@@ -27,12 +27,11 @@ ShapeSignature shape_signature(gen::Role role, const gen::ProblemDesc& d) {
   s.w[4] = pack2(d.head_dim_v, d.mask);
   s.w[5] = pack2(d.total_q, d.total_k);
   s.w[6] = pack2(d.win_left, d.win_right);
-  const uint32_t flags = (d.varlen ? 1u : 0u) | (d.has_bias ? 2u : 0u) | (d.has_alibi ? 4u : 0u) |
-                         (d.has_softcap ? 8u : 0u) | (d.has_lse ? 16u : 0u) | (d.aligned16 ? 32u : 0u) |
-                         (d.tma_ok ? 64u : 0u) | (d.backward ? 128u : 0u) | (d.deterministic ? 256u : 0u) |
-                         (d.seqused ? 512u : 0u) | (d.paged ? 1024u : 0u) |
-                         (static_cast<uint32_t>(d.mask_mod_depends & 3) << 11) | (d.v_in_k ? 8192u : 0u) |
-                         (d.has_sinks ? 16384u : 0u);
+  const uint32_t flags =
+      (d.varlen ? 1u : 0u) | (d.has_bias ? 2u : 0u) | (d.has_alibi ? 4u : 0u) | (d.has_softcap ? 8u : 0u) |
+      (d.has_lse ? 16u : 0u) | (d.aligned16 ? 32u : 0u) | (d.tma_ok ? 64u : 0u) | (d.backward ? 128u : 0u) |
+      (d.deterministic ? 256u : 0u) | (d.seqused ? 512u : 0u) | (d.paged ? 1024u : 0u) |
+      (static_cast<uint32_t>(d.mask_mod_depends & 3) << 11) | (d.v_in_k ? 8192u : 0u) | (d.has_sinks ? 16384u : 0u);
   s.w[7] = pack2(flags, d.sm_count);
   s.w[8] = pack2(d.page_size, d.num_splits);
   s.w[9] = reinterpret_cast<uintptr_t>(d.mods);  // interned: one pointer per distinct user code

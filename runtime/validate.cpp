@@ -627,8 +627,8 @@ Status validate_backward(const fa_bwd_params* in, BwdView* out, gen::ProblemDesc
       if (overlaps(outs[i].p, outs[i].bytes, r.p, r.bytes))
         return invalid(outs[i].n, fmt::format("memory not overlapping {}", r.n), ptr_str(outs[i].p));
   }
-  st = check_dsinks(b, p, d.varlen ? int64_t(p.heads_q) * p.total_q : int64_t(p.batch) * p.heads_q * d.seqlen_q,
-                    outs, ins);
+  st = check_dsinks(b, p, d.varlen ? int64_t(p.heads_q) * p.total_q : int64_t(p.batch) * p.heads_q * d.seqlen_q, outs,
+                    ins);
   if (!st.ok()) return st;
   if (b.deterministic != 0 && b.deterministic != 1) return invalid("deterministic", "0 or 1", b.deterministic);
   if (b.workspace != nullptr && reinterpret_cast<uintptr_t>(b.workspace) % 256)

@@ -471,7 +471,7 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32, 1) fa_kernel(c
       float inv = l > 0.f ? 1.f / l : 0.f;
       const int r = wrow0 + mt * 16 + gq + hh * 8;
       [[maybe_unused]] float lse_sink = 0.f;
-      if constexpr (fa_cfg::kHasSinks) {  // the sink column (common/sinks.cuh)
+      if constexpr (fa_cfg::kHasSinks) {                  // the sink column (common/sinks.cuh)
         const float mul = kFeat ? 1.f : args.scale_log2;  // feature path scores are already in log2 units
         const float mx = row_m[mt][hh];
         const FaRowEnd e = fa_sink_row_end(mx == FA_MMA_NEG_INF ? FA_MMA_NEG_INF : mx * mul, l, args.sinks[h]);

@@ -418,7 +418,8 @@ FA_API fa_status fa_problem_key(fa_context context, const fa_params* params, cha
 /* ---- backward -------------------------------------------------------------------------------------------------- */
 /* The forward params (q, k, v, o, lse, masks, bias, alibi, softcap, scale, varlen, mods, sinks) describe the problem;
  * lse must be the forward's LSE. Bias is an input only: no gradient with respect to bias (or to anything user code
- * reads) is computed; the sinks' gradient is (dsinks). User code (fwd->mods) runs here too: a score_mod needs score_mod_grad (fa_mods above). */
+ * reads) is computed; the sinks' gradient is (dsinks). User code (fwd->mods) runs here too: a score_mod needs
+ * score_mod_grad (fa_mods above). */
 #define FA_BWD_PARAMS_VERSION 2
 typedef struct fa_bwd_params {
   uint32_t struct_size; /* sizeof(fa_bwd_params) */

@@ -5,8 +5,9 @@
 //   M = max(m, z),   L = l exp2(m - M) + exp2(z - M),   O = acc exp2(m - M) / L,   lse = (M + log2 L) ln 2
 // with acc = sum_j exp2(t_j - m) v_j. Every exponent is <= 0: a sink far above the scores neither overflows nor
 // divides by zero; a row whose keys are all hidden gives O = 0 and lse = sink (exactly); z = -inf is no sink (O =
-// acc / l, lse = (m + log2 l) ln 2). Kernels keeping natural units pass m log2(e). Split-KV kernels write their partials without it and
-// the combine step adds it as one more part (lse = sink, O = 0: fa_lse_merge_add), so it counts once per row.
+// acc / l, lse = (m + log2 l) ln 2). Kernels keeping natural units pass m log2(e). Split-KV kernels write their
+// partials without it and the combine step adds it as one more part (lse = sink, O = 0: fa_lse_merge_add), so it counts
+// once per row.
 #ifndef FA_COMMON_SINKS_CUH
 #define FA_COMMON_SINKS_CUH
 
