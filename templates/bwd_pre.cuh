@@ -14,7 +14,7 @@
 // and the int32 deterministic-dQ semaphores (args.dk_accum reinterpreted, element r * heads_q + h) when
 // args.deterministic and present. With attention sinks (kHasSinks) each CTA also writes its partial sum of their
 // gradient, sum over its rows of exp(sink_h - lse_i) * Delta_i (0 where lse is -inf), into args.dsink_part (the
-// bwd_sinks step reduces the partials: fa_args.cuh).
+// bwd_sinks step reduces the partials: fa_args.cuh), reading back the Delta it stored.
 // Reads from the prelude: kDtype, kHeadDim, kHeadDimV, kBlockM, kWarps, kHasSinks.
 #ifndef FA_BWD_PRE_CUH
 #define FA_BWD_PRE_CUH
@@ -35,15 +35,9 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
   const T* o0 = static_cast<const T*>(a.f.o) + ob + seq.base_q * a.f.o_ss + (long long)h * a.f.o_sh;
   const T* d0 = static_cast<const T*>(a.dout) + db + seq.base_q * a.do_ss + (long long)h * a.do_sh;
   const long long lb = (long long)b * a.f.lse_sb + (long long)h * a.f.lse_sh + seq.base_q;
-  // Attention sinks: row i's term of the sinks' gradient, exp(sink_h - lse_i) * Delta_i, in s_sink[i - i0]; warp 0
-  // sums the CTA's rows in row order at the end into its partial sum (bwd_sinks.cuh adds the partials up).
-  __shared__ float s_sink[fa_cfg::kHasSinks ? fa_cfg::kBlockM : 1];
-  const float sink = fa_cfg::kHasSinks ? a.f.sinks[h] : 0.f;
   auto store_delta = [&](int i, float sum) {
     const float lse = a.f.lse[lb + i];
-    const bool none = lse == -__int_as_float(0x7f800000);
-    a.delta[lb + i] = none ? 0.f : sum;
-    if constexpr (fa_cfg::kHasSinks) s_sink[i - i0] = none ? 0.f : expf(sink - lse) * sum;
+    a.delta[lb + i] = lse == -__int_as_float(0x7f800000) ? 0.f : sum;
   };
   // Every row start 16-byte aligned: the base pointers and the row strides (in bytes) are multiples of 16.
   const unsigned long long align = reinterpret_cast<unsigned long long>(o0) | reinterpret_cast<unsigned long long>(d0) |
@@ -118,11 +112,19 @@ extern "C" __global__ void __launch_bounds__(fa_cfg::kWarps * 32) fa_kernel(cons
   if (a.deterministic && a.dk_accum)
     for (int r = tid; r < rows; r += kThreads)
       reinterpret_cast<int*>(a.dk_accum)[(row0 + i0 + r) * a.f.heads_q + h] = 0;
-  if constexpr (fa_cfg::kHasSinks) {  // every CTA writes its part, 0 past the sequence's rows (rows <= 0)
+  // Attention sinks: row i's term of the sinks' gradient is exp(sink_h - lse_i) * Delta_i (0 where lse is -inf).
+  // Warp 0 reads back the Delta the CTA stored (visible to the block after the barrier) and sums its rows into the
+  // CTA's partial (bwd_sinks.cuh adds the partials up); every CTA writes its part, 0 past the sequence's rows
+  // (rows <= 0). Computing the terms here rather than beside each Delta keeps the loads above free of the extra state.
+  if constexpr (fa_cfg::kHasSinks) {
     __syncthreads();
     if (warp == 0) {
+      const float sink = a.f.sinks[h];
       float acc = 0.f;
-      for (int r = lane; r < rows; r += 32) acc += s_sink[r];
+      for (int r = lane; r < rows; r += 32) {
+        const float lse = a.f.lse[lb + i0 + r];
+        acc += lse == -__int_as_float(0x7f800000) ? 0.f : expf(sink - lse) * a.delta[lb + i0 + r];
+      }
       acc = fa_warp_sum(acc);
       if (lane == 0) a.dsink_part[(long long)h * a.dsink_parts + (long long)b * a.dsink_blocks + blockIdx.x] = acc;
     }

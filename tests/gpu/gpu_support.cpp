@@ -63,10 +63,12 @@ Gpu& gpu() {
     x.name = name;
     return x;
   }();
-  if (g.ok()) {  // make the context current on this thread too
+  if (g.ok()) {  // make the context current on this thread too (a new thread has none: nothing to pop there)
     CUcontext cur = nullptr;
-    g.d->cuCtxPopCurrent(&cur);
-    g.d->cuCtxPushCurrent(g.cuctx);
+    if (g.d->cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != g.cuctx) {
+      if (cur != nullptr) g.d->cuCtxPopCurrent(&cur);
+      g.d->cuCtxPushCurrent(g.cuctx);
+    }
   }
   return g;
 }
