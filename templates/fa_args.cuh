@@ -101,6 +101,13 @@ struct FaFwdArgs {
   const float* k_scale;
   const float* v_scale;
   long long k_scale_sh, v_scale_sh;
+  // FP8 inputs (fa_params version 3, fa_cfg::kDtype 4 / 5): q / k / v hold fp8 codes (strides in bytes = elements),
+  // read as code * descale_x[b * descale_x_sb + g * descale_x_sh] (g: the kv head; FlashAttention 3's descale_q /
+  // descale_k / descale_v): float32 device arrays, null: 1. Unused otherwise.
+  const float* descale_q;
+  const float* descale_k;
+  const float* descale_v;
+  long long descale_q_sb, descale_q_sh, descale_k_sb, descale_k_sh, descale_v_sb, descale_v_sh;
 };
 
 struct FaBwdArgs {
