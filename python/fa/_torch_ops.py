@@ -28,9 +28,11 @@ import torch
 from torch import Tensor
 
 from . import _structs as S
+from . import shape_rules as rules
 from ._grad_step import grad_step
+from ._fp8 import attention_fp8
 from ._mods_op import eager_mods, forward_with_mods
-from ._tensor_params import build_bwd_params, build_params, last_dim_contiguous, output_shapes
+from ._tensor_params import FP8_DTYPES, build_bwd_params, build_params, last_dim_contiguous, output_shapes
 from ._torch_common import (
     PARAMS_CACHE,
     cached_forward,
@@ -265,6 +267,10 @@ def attention(
     max_seqlen_k: Optional[int] = None,
     return_lse: bool = False,
     mods=None,
+    descale_q=None,
+    descale_k=None,
+    descale_v=None,
+    out_dtype: Optional[torch.dtype] = None,
 ):
     """FlashAttention forward (differentiable, with user code `mods` (fa.Mods) too: a score_mod then needs its
     score_mod_grad). See python/README.md and include/fa/fa.h for the semantics.
@@ -275,7 +281,18 @@ def attention(
     [B, Hq, Sq, Sk]; alibi_slopes is float32 [Hq]; softcap 0 is off; scale None is 1/sqrt(D). Tensors that
     disagree (batch, keys, heads, head dims, bias, ALiBi, cu_seqlens) raise fa.InvalidArgument naming both.
     Returns o (same layout as q, head dim Dv), and lse (float32 [B, Hq, Sq] or [Hq, total]) when return_lse.
+    FP8 (q, k, v torch.float8_e4m3fn or torch.float8_e5m2; the Hopper fp8 forward, inference only): each read as
+    codes times descale_q / descale_k / descale_v (None: 1; a float, or float32 of shape (), (1,) or [B, Hkv]), o of
+    out_dtype (torch.bfloat16 by default, or torch.float16); no bias or mods (fa._fp8).
     """
+    if q.dtype in FP8_DTYPES:
+        o, lse = attention_fp8(q, k, v, locals())
+        return (o, lse) if return_lse else o
+    for name, given in (("descale_q", descale_q), ("descale_k", descale_k), ("descale_v", descale_v)):
+        if given is not None:
+            rules.fail(f"{name}: given, but q is {q.dtype}; expected None (descales are for fp8 q / k / v)")
+    if out_dtype is not None and out_dtype != q.dtype:
+        rules.fail(f"out_dtype: {out_dtype} with q of {q.dtype}; expected None or q's dtype (it is for fp8 q / k / v)")
     plain = bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None
     eager = not torch.compiler.is_compiling()
     if plain and eager and layout == "bshd":  # a kept entry per signature (the module docstring's table)
