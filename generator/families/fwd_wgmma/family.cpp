@@ -100,7 +100,8 @@ bool fail(std::string* why, const std::string& msg) { return fam::fail(why, "fwd
 // fp8: the largest spill-free block_n for the head dims and consumers (0: none), non-persistent. NVRTC 13
 // `-Xptxas -v` over c 1-3 x block_n 64-256 (step 32) x persistent 0 / 1, 2 stages, at d 64 / 128 / 192-128 / 256,
 // e4m3, with ALiBi + softcap + window + varlen and plain causal (2026-11-29):
-//   max(d, dv) <= 64:  1-2 consumers <= 192 (224: 60-68 bytes); 3: 64 or 128 (96 and 160 spilled 8 bytes)
+//   max(d, dv) <= 64:  1-2 consumers <= 192 (224: 60-68 bytes); 3: 64, or 128 without ALiBi / softcap (96 and 160
+//                      spilled 8 bytes; 128 with ALiBi + softcap 12 bytes, e5m2 causal: the CI sample)
 //   <= 128:            1 consumer <= 128 (160: 4-32 bytes), 2 <= 160 (192: 84), 3 <= 64 (96: 20)
 //   <= 192:            1 consumer <= 128, 2 whatever shared memory holds, 3 <= 64
 //   <= 256:            1 consumer <= 96 (128: 108 bytes), 2 whatever shared memory holds, 3 none (ptxas C7602)
@@ -108,7 +109,8 @@ bool fail(std::string* why, const std::string& msg) { return fam::fail(why, "fwd
 // the tile scheduler live across setmaxnreg into the transposer warps' 32-40 registers): fp8 runs non-persistent.
 int max_block_n_fp8(const Semantic& s, const Tunables& t) {
   const int d = std::max(s.head_dim, s.head_dim_v), c = t[kConsumers];
-  if (c == 3) return d <= 64 && t[kBlockN] == 128 ? 128 : d <= 192 ? 64 : 0;
+  const bool feat = s.has_alibi || s.has_softcap;
+  if (c == 3) return d <= 64 && t[kBlockN] == 128 && !feat ? 128 : d <= 192 ? 64 : 0;
   if (d <= 64) return 192;
   if (d <= 128) return c == 1 ? 128 : 160;
   if (d <= 192) return c == 1 ? 128 : 256;
@@ -203,11 +205,11 @@ bool valid(const KernelConfig& c, std::string* why) {
 }
 
 // fp8: FlashAttention 3's fp8 tiles as the starting point (not yet measured here): 3 consumers x 128 keys at head
-// dims up to 64, 2 x 128 up to 128, 2 x 64 beyond (the V^T ring and 16-bit O staging fill shared memory); 2 stages,
-// ping-pong and intra-warpgroup overlap on, not persistent.
+// dims up to 64 (2 with ALiBi / softcap), 2 x 128 up to 128, 2 x 64 beyond (the V^T ring and 16-bit O staging fill
+// shared memory); 2 stages, ping-pong and intra-warpgroup overlap on, not persistent.
 Tunables defaults_fp8(const Semantic& s) {
   const int d = std::max(s.head_dim, s.head_dim_v);
-  Tunables t = d <= 64    ? Tunables{{3, 128, 2, 1, 1, 0}}
+  Tunables t = d <= 64    ? Tunables{{s.has_alibi || s.has_softcap ? 2 : 3, 128, 2, 1, 1, 0}}
                : d <= 128 ? Tunables{{2, 128, 2, 1, 1, 0}}
                           : Tunables{{2, 64, 2, 1, 1, 0}};
   if (!valid(KernelConfig{s, t}, nullptr)) t = Tunables{{1, 64, 2, 0, 1, 0}};
