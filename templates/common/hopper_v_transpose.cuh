@@ -59,7 +59,9 @@ struct FaWgVTranspose {
 
   static constexpr int kGroups = K::kBN / 16;  // 16-key groups
   static constexpr int kUnits = kGroups * (K::kDVt / 32);
-  static_assert(K::kBN % 32 == 0 && K::kDVt % 32 == 0, "FaWgVTranspose: 32-key steps and 32-column groups");
+  // (a kernel without transposer warps, kTw 0, may still name the type in a discarded branch: nothing to check)
+  static_assert(K::kTw == 0 || (K::kBN % 32 == 0 && K::kDVt % 32 == 0),
+                "FaWgVTranspose: 32-key steps and 32-column groups");
 
   // Unit u (key group g, column group h) of V stage `vs` into V^T stage `ts`.
   FA_DEVICE void unit(int u, unsigned vbase, unsigned tbase, unsigned sel_a, unsigned sel_b) const {
