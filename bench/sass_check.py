@@ -4,9 +4,10 @@
     python3 bench/sass_check.py CACHE.sqlite [KEY_SUBSTRING ...]
 
 For every cubin whose compile key contains one of the substrings (all when none are given) it runs
-`cuobjdump -sass` and prints: HGMMA instructions (the wgmma tensor-core path), LDL/STL (local memory: spills or
-stack arrays), BAR/SYNCS counts, and the key. The last line counts kernels without HGMMA among those whose key
-names a Hopper family, and kernels with local-memory traffic. Needs cuobjdump on PATH (the CUDA toolkit).
+`cuobjdump -sass` and prints: GMMA instructions (the wgmma tensor-core path: HGMMA for 16-bit operands, QGMMA for
+fp8), LDL/STL (local memory: spills or stack arrays), BAR/SYNCS counts, and the key. The last line counts kernels
+without GMMA among those whose key names a Hopper family, and kernels with local-memory traffic. Needs cuobjdump on
+PATH (the CUDA toolkit).
 """
 
 import os
@@ -31,14 +32,14 @@ def main(db, subs):
             with open(path, "wb") as f:
                 f.write(blob)
             sass = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True).stdout
-            hg = len(re.findall(r"\bHGMMA\b", sass))
+            hg = len(re.findall(r"\b[HQ]GMMA\b", sass))
             ld = len(re.findall(r"\b(LDL|STL)\b", sass))
             syncs = len(re.findall(r"\bSYNCS\b", sass))
             n += 1
             no_hgmma += hg == 0 and key.startswith(HOPPER_FAMILIES)
             local += ld > 0
-            print(f"HGMMA {hg:4d}  LDL/STL {ld:3d}  SYNCS {syncs:3d}  {key}")
-    print(f"SASS SUMMARY: {n} kernels, {no_hgmma} Hopper-family kernels without HGMMA, {local} with local memory")
+            print(f"GMMA {hg:4d}  LDL/STL {ld:3d}  SYNCS {syncs:3d}  {key}")
+    print(f"SASS SUMMARY: {n} kernels, {no_hgmma} Hopper-family kernels without GMMA, {local} with local memory")
 
 
 if __name__ == "__main__":

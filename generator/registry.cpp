@@ -136,7 +136,15 @@ bool is_valid(const KernelConfig& c, const DeviceLimits& lim, std::string* why) 
                                  f.arch_max == INT_MAX ? 999 : f.arch_max, s.arch));
   if (s.arch != lim.arch)
     return fail(why, fmt::format("arch: config is sm_{} but device limits are sm_{}", s.arch, lim.arch));
-  if (s.dtype < kFp16 || s.dtype > kFp32) return fail(why, fmt::format("dtype: expected 1..3, got {}", s.dtype));
+  if (is_fp8(s.dtype)) {  // fp8 q / k / v: a family that reads them (Family::fp8_inputs), a 16-bit o
+    if (!f.fp8_inputs)
+      return fail(why, fmt::format("dtype: family {} takes no fp8 q / k / v, got {}", f.name, s.dtype));
+    if (s.o_dtype != kFp16 && s.o_dtype != kBf16)
+      return fail(why, fmt::format("o_dtype: expected 1 or 2 under fp8 inputs, got {}", s.o_dtype));
+    if (s.arch < 89) return fail(why, fmt::format("dtype: fp8 needs sm_89 or newer, got sm_{}", s.arch));
+  } else if (s.dtype < kFp16 || s.dtype > kFp32) {
+    return fail(why, fmt::format("dtype: expected 1..5, got {}", s.dtype));
+  }
   if (!head_dim_ok(s.head_dim))
     return fail(why, fmt::format("head_dim: expected a multiple of 8 in [8, {}], got {}", kMaxHeadDim, s.head_dim));
   if (!head_dim_ok(s.head_dim_v, kMaxHeadDimV))

@@ -78,6 +78,15 @@ FaFwdArgs make_fwd_args(const fa_params& p, const gen::ProblemDesc& d) {
   a.k_scale_sh = p.k_scale_stride_head;
   a.v_scale_sh = p.v_scale_stride_head;
   a.sinks = p.sinks;
+  a.descale_q = p.descale_q;
+  a.descale_k = p.descale_k;
+  a.descale_v = p.descale_v;
+  a.descale_q_sb = p.descale_q_stride_batch;
+  a.descale_q_sh = p.descale_q_stride_head;
+  a.descale_k_sb = p.descale_k_stride_batch;
+  a.descale_k_sh = p.descale_k_stride_head;
+  a.descale_v_sb = p.descale_v_stride_batch;
+  a.descale_v_sh = p.descale_v_stride_head;
   if (d.paged) {
     a.block_table = p.block_table;
     a.bt_stride = p.block_table_stride;
@@ -243,9 +252,12 @@ bool encode_tensor_map(void* ctx, const gen::TensorMapDesc& t, void* out128, std
       return true;
     }
   const Driver& drv = *static_cast<const Driver*>(ctx);
+  // fp8 codes travel as bytes (the copy engine never converts them)
   const CUtensorMapDataType type = t.dtype == FA_DTYPE_FP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                    : t.dtype == FA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+                                   : t.dtype == FA_DTYPE_E4M3 || t.dtype == FA_DTYPE_E5M2
+                                       ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUtensorMapSwizzle sw = t.swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
                                 : t.swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                 : t.swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B

@@ -465,16 +465,18 @@ Status validate_forward(const fa_params* in, fa_params* out, gen::ProblemDesc* d
     d.aligned16 = d.aligned16 && aligned16(p.bias) && p.bias_stride_k == 1 && s16o(p.bias_stride_batch) &&
                   s16o(p.bias_stride_head) && s16o(p.bias_stride_q);
   // TMA boxes of q, k, v and, fixed length, o (the Hopper forward's epilogue stores through a map of o) (tma_stride;
-  // varlen: the packed sequence, batch 1).
+  // varlen: the packed sequence, batch 1). o has its own dtype only under fp8 inputs (the Hopper fp8 forward).
   const int64_t tma_b = varlen ? 1 : p.batch, tma_q = varlen ? d.total_q : p.seqlen_q,
                 tma_k = varlen ? d.total_k : p.seqlen_k;
-  d.tma_ok = d.aligned16 && !paged && d.kv_dtype == 0 && d.o_dtype == 0 && tma_stride(p.q_stride_seq, tma_q, es) &&
-             tma_stride(p.q_stride_head, p.heads_q, es) && tma_stride(p.q_stride_batch, tma_b, es) &&
-             tma_stride(p.k_stride_seq, tma_k, es) && tma_stride(p.k_stride_head, p.heads_kv, es) &&
-             tma_stride(p.k_stride_batch, tma_b, es) && tma_stride(p.v_stride_seq, tma_k, es) &&
-             tma_stride(p.v_stride_head, p.heads_kv, es) && tma_stride(p.v_stride_batch, tma_b, es) &&
-             (varlen || (tma_stride(p.o_stride_seq, p.seqlen_q, es) && tma_stride(p.o_stride_head, p.heads_q, es) &&
-                         tma_stride(p.o_stride_batch, p.batch, es)));
+  const bool fp8_in = gen::is_fp8(p.dtype);
+  d.tma_ok = d.aligned16 && !paged && d.kv_dtype == 0 && (d.o_dtype == 0 || fp8_in) &&
+             tma_stride(p.q_stride_seq, tma_q, es) && tma_stride(p.q_stride_head, p.heads_q, es) &&
+             tma_stride(p.q_stride_batch, tma_b, es) && tma_stride(p.k_stride_seq, tma_k, es) &&
+             tma_stride(p.k_stride_head, p.heads_kv, es) && tma_stride(p.k_stride_batch, tma_b, es) &&
+             tma_stride(p.v_stride_seq, tma_k, es) && tma_stride(p.v_stride_head, p.heads_kv, es) &&
+             tma_stride(p.v_stride_batch, tma_b, es) &&
+             (varlen || (tma_stride(p.o_stride_seq, p.seqlen_q, es_o) && tma_stride(p.o_stride_head, p.heads_q, es_o) &&
+                         tma_stride(p.o_stride_batch, p.batch, es_o)));
   d.v_in_k = p.v == p.k && p.head_dim_v <= p.head_dim && p.v_stride_batch == p.k_stride_batch &&
              p.v_stride_seq == p.k_stride_seq && p.v_stride_head == p.k_stride_head;
   *out = p;

@@ -104,6 +104,13 @@ struct FaFwdArgs {
   // Attention sinks (fa_params.sinks, fa_cfg::kHasSinks): float32 [heads_q] logits in natural units, the extra column
   // of every row's softmax (common/sinks.cuh); null without.
   const float* sinks;
+  // FP8 inputs (fa_params version 3, fa_cfg::kDtype 4 / 5): q / k / v hold fp8 codes (strides in bytes = elements),
+  // read as code * descale_x[b * descale_x_sb + g * descale_x_sh] (g: the kv head; FlashAttention 3's descale_q /
+  // descale_k / descale_v): float32 device arrays, null: 1. Unused otherwise.
+  const float* descale_q;
+  const float* descale_k;
+  const float* descale_v;
+  long long descale_q_sb, descale_q_sh, descale_k_sb, descale_k_sh, descale_v_sb, descale_v_sh;
 };
 
 struct FaBwdArgs {

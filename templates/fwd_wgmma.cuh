@@ -1,4 +1,5 @@
-// fwd_wgmma.cuh -- Hopper (sm_90a) FlashAttention forward: TMA + wgmma + warp specialization (fp16 / bf16).
+// fwd_wgmma.cuh -- Hopper (sm_90a) FlashAttention forward: TMA + wgmma + warp specialization (fp16 / bf16, and fp8
+// q / k / v with a 16-bit o).
 //
 // A CTA computes tiles of kBlockM = 64 * kConsumers query rows of one (query head, batch). Warpgroup 0 is the
 // producer: after setmaxnreg.dec one thread issues TMA copies of the Q tile and of the K / V blocks into a
@@ -48,39 +49,54 @@
 // their order: plain, persistent, pairs), common/hopper_kv_ring.cuh (the mbarriers, ring positions and the producer
 // warp), common/hopper_softmax.cuh (the score policy and the online softmax), common/hopper_epilogue.cuh (O and LSE
 // out); this file holds the layout, the consumer's GEMMs and its per-block schedule (Consumer), and the kernel.
-// Reads fa_cfg: kDtype (1 fp16, 2 bf16), kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi, kHasSoftcap, kHasMaskMod,
-// kHasScoreMod, kVarlen, kEvenK (seqlen_k % kBlockN == 0, fixed length only), kHasLse, kHasSinks (the epilogue
-// piece), and the tunables kBlockM
-// (= 64 * kConsumers), kBlockN (16..256, multiple of 16), kStages (2..4), kConsumers (1..3), kPingPong,
-// kIntraOverlap, kPersistent.
-// Parameters: (FaFwdArgs, FaUser with user code (FA_USER_PARAM), FaFwdTma).
-// Launch (host): block = 128 * (kConsumers + 1) threads; grid = (ceil(seqlen_q / kBlockM), heads_q, batch), or
-// (min(ceil(seqlen_q / kBlockM) * heads_q * batch, SM count), 1, 1) when kPersistent; dynamic shared memory =
-// fa_wg::kSmemBytes = nQ * R0 + kStages * (kBlockN * (Dp + DVp) * 2 + M) + 8 * (4 + 4 * kStages) + 1024 with
-// R0 = kBlockM * max(Dp, DVp) * 2, Dp = ceil64(head_dim), DVp = ceil64(head_dim_v), M = kBlockM * 32 + 16 with a
-// mask_mod (else 0), nQ = 2 if kPersistent and the total with nQ = 2 is <= 232448, else 1 (the kernel traps if
-// launched with less).
+// FP8 (kDtype 4 e4m3 / 5 e5m2: q, k, v hold fp8 codes, o has kODtype, bf16 or fp16): shared-memory rows stay 128
+// bytes (128 fp8 columns, head dims padded to 128 by TMA zero fill); S = Q K^T is wgmma m64nNk32 over the fp8 codes
+// (common/sm90_fp8.cuh); fp8 wgmma reads both operands K-major, so warps 1-3 of the producer warpgroup transpose each
+// V block into a V^T ring (common/hopper_v_transpose.cuh: ldmatrix.trans / prmt / stmatrix; its own full and empty
+// barriers) and O += P V^T takes P in e4m3 from registers (common/hopper_p_fp8.cuh: the accumulator values packed as
+// they lie, the reduction's key order permuted alike in V^T). The descales (FlashAttention 3's, per (batch, kv head))
+// fold in: descale_q * descale_k into the softmax scale (mul; on the feature path S is multiplied by it first, so
+// softcap sees the dequantized score), descale_v into O before its normalisation. No bias, no user code (covers()).
+// Reads fa_cfg: kDtype (1 fp16, 2 bf16, 4 e4m3, 5 e5m2), kODtype, kHeadDim, kHeadDimV, kMask, kHasBias, kHasAlibi,
+// kHasSoftcap, kHasMaskMod, kHasScoreMod, kVarlen, kEvenK (seqlen_k % kBlockN == 0, fixed length only), kHasLse,
+// kHasSinks (the epilogue piece), and the tunables kBlockM (= 64 * kConsumers), kBlockN (16..256, multiple of 16; of 32
+// for fp8), kStages (2..4), kConsumers (1..3), kPingPong, kIntraOverlap, kPersistent. Parameters: (FaFwdArgs, FaUser
+// with user code (FA_USER_PARAM), FaFwdTma). Launch (host): block = 128 * (kConsumers + 1) threads; grid =
+// (ceil(seqlen_q / kBlockM), heads_q, batch), or (min(ceil(seqlen_q / kBlockM) * heads_q * batch, SM count), 1, 1) when
+// kPersistent; dynamic shared memory = fa_wg::kSmemBytes = nQ * R0 + kStages * (kBlockN * (Dp + DVp) * E + Vt + M) + 8
+// * (4 + 4 * kStages) + B + 1024 with E = 2 bytes (fp8: 1), R0 = kBlockM * max(Dp * E, OVp * 2), Dp = head_dim and DVp
+// = head_dim_v rounded up to 128 / E columns, OVp = ceil64(head_dim_v), M = kBlockM * 32 + 16 with a mask_mod (else 0),
+// fp8 only: Vt = ceil(kBlockN / 128) * ceil32(head_dim_v) * 128 (V^T) and B = 16 * kStages (its barriers), else 0; nQ =
+// 2 if kPersistent and the total with nQ = 2 is <= 232448, else 1 (the kernel traps if launched with less).
 #ifndef FA_FWD_WGMMA_CUH
 #define FA_FWD_WGMMA_CUH
 
 #include "fa_tma_args.cuh"
 #include "common/sm80.cuh"
 #include "common/sm90.cuh"
+#include "common/sm90_fp8.cuh"
 #include "common/fwd_score.cuh"
 #include "common/blk_visit.cuh"
 #include "common/hopper_tile_sched.cuh"
 #include "common/hopper_kv_ring.cuh"
 #include "common/hopper_softmax.cuh"
 #include "common/hopper_epilogue.cuh"
+#include "common/hopper_p_fp8.cuh"
+#include "common/hopper_v_transpose.cuh"
 
 namespace fa_wg {
 
+constexpr bool kFp8 = fa_cfg::kDtype == 4 || fa_cfg::kDtype == 5;  // fp8 q / k / v, o of fa_cfg::kODtype
+constexpr int kEs = kFp8 ? 1 : 2;                                  // bytes of a q / k / v element
+constexpr int kAtom = 128 / kEs;                                   // columns of a 128-byte swizzled row
+constexpr int kKStep = kFp8 ? 32 : 16;                             // k of one wgmma
 constexpr int kD = fa_cfg::kHeadDim;
 constexpr int kDV = fa_cfg::kHeadDimV;
-constexpr int kDp = (kD + 63) / 64 * 64;  // shared-memory columns: whole 128-byte swizzle atoms (TMA zero fill)
-constexpr int kDVp = (kDV + 63) / 64 * 64;
-constexpr int kDk = (kD + 15) / 16 * 16;   // reduction extent of Q K^T (k16 steps)
-constexpr int kNV = (kDV + 15) / 16 * 16;  // O columns computed (wgmma N)
+constexpr int kDp = (kD + kAtom - 1) / kAtom * kAtom;  // shared-memory columns: whole 128-byte swizzle atoms (TMA zero
+constexpr int kDVp = (kDV + kAtom - 1) / kAtom * kAtom;   // fill)
+constexpr int kOVp = (kDV + 63) / 64 * 64;                // O's staged columns (16-bit)
+constexpr int kDk = (kD + kKStep - 1) / kKStep * kKStep;  // reduction extent of Q K^T (k16 / k32 steps)
+constexpr int kNV = (kDV + 15) / 16 * 16;                 // O columns computed (wgmma N)
 constexpr int kBM = fa_cfg::kBlockM;
 constexpr int kBN = fa_cfg::kBlockN;
 constexpr int kStages = fa_cfg::kStages;
@@ -91,29 +107,38 @@ constexpr bool kPersist = fa_cfg::kPersistent != 0;
 // kPersistent 2, masked problems: pairs of tiles (common/hopper_tile_sched.cuh)
 constexpr bool kHeadOrder = fa_cfg::kPersistent == 2;
 constexpr int kThreads = 128 * (kC + 1);
-// setmaxnreg split: producer + consumers <= 64K registers (launch allocation 65536 / kThreads per thread).
-constexpr int kRegP = kC == 3 ? 32 : (kC == 2 ? 24 : 56);
-constexpr int kRegC = kC == 3 ? 160 : 240;
-constexpr int kQBytes = kBM * kDp * 2;
-constexpr int kOBytes = kBM * kDVp * 2;
+// setmaxnreg split: producer + consumers <= 64K registers (launch allocation 65536 / kThreads per thread); fp8 with 2
+// consumers gives 16 registers a thread to the transposer warps.
+constexpr int kRegP = kC == 3 ? 32 : (kC == 2 ? (kFp8 ? 40 : 24) : 56);
+constexpr int kRegC = kC == 3 ? 160 : (kC == 2 && kFp8 ? 232 : 240);
+constexpr int kQBytes = kBM * kDp * kEs;
+constexpr int kOBytes = kBM * kOVp * 2;
 constexpr int kR0 = kQBytes > kOBytes ? kQBytes : kOBytes;  // Q tile, then the O staging tile
-constexpr int kKBytes = kBN * kDp * 2;
-constexpr int kVBytes = kBN * kDVp * 2;
+constexpr int kKBytes = kBN * kDp * kEs;
+constexpr int kVBytes = kBN * kDVp * kEs;
+// fp8: per stage a V^T tile (common/hopper_v_transpose.cuh) of kDVt rows (V's columns, whole 32-column groups) by
+// 128-key chunks, written by kTw transposer warps (warps 1-3 of the producer warpgroup)
+constexpr int kDVt = kFp8 ? (kDV + 31) / 32 * 32 : 0;
+constexpr int kVtRows = kDVt;
+constexpr int kVtBytes = kFp8 ? (kBN + 127) / 128 * kVtRows * 128 : 0;
+constexpr int kTw = kFp8 ? 3 : 0;
+constexpr int kPK = kBN / kKStep;  // k steps of O += P V: P's A fragments
 // kSparse: per K stage, the partial block's slot of hidden pairs (mask_blocks' blk_bits, kBM * 32 bytes) and its
 // record (kC code words, the slot; 16 bytes), both staged by the producer with the block's K
 constexpr int kBitsBytes = fa_cfg::kHasMaskMod ? kBM * 32 : 0;
 constexpr int kRecBytes = fa_cfg::kHasMaskMod ? 16 : 0;
-constexpr int kRing = kStages * (kKBytes + kVBytes + kBitsBytes + kRecBytes);
-constexpr int kBarBytes = 8 * (4 + 4 * kStages);
+constexpr int kRing = kStages * (kKBytes + kVBytes + kVtBytes + kBitsBytes + kRecBytes);
+constexpr int kBarBytes = 8 * (4 + 4 * kStages) + (kFp8 ? FaVtBars<kStages>::kBytes : 0);
 // Persistent: two Q/O buffers when they fit (the next tile's Q lands while this one computes; O is staged in the
 // tile's own buffer), else one (then O goes straight from the accumulators to global memory).
 constexpr int kQBuf = (kPersist && 2 * kR0 + kRing + kBarBytes + 1024 <= 232448) ? 2 : 1;
 constexpr bool kStaged = !kPersist || kQBuf == 2;  // O staged through shared memory
 constexpr int kOffK = kQBuf * kR0;
 constexpr int kOffV = kOffK + kStages * kKBytes;
-constexpr int kOffBits = kOffV + kStages * kVBytes;
+constexpr int kOffVt = kOffV + kStages * kVBytes;
+constexpr int kOffBits = kOffVt + kStages * kVtBytes;
 constexpr int kOffRec = kOffBits + kStages * kBitsBytes;
-constexpr int kOffBar = kOffRec + kStages * kRecBytes;
+constexpr int kOffBar = kOffRec + kStages * kRecBytes;  // FaWgBars, then (fp8) FaVtBars
 constexpr int kSmemBytes = kOffBar + kBarBytes + 1024;  // + slack to align the base to 1024
 constexpr bool kFeat = fa_cfg::kHasBias || fa_cfg::kHasAlibi || fa_cfg::kHasSoftcap || fa_cfg::kHasScoreMod;
 constexpr bool kSparse = fa_cfg::kHasMaskMod;  // visit the key blocks mask_blocks classified (block skipping)
@@ -127,7 +152,9 @@ constexpr bool kEarlyQ = kSparse && !kPersist;  // the producer issues Q before 
 // wgmma of N = kBlockN / 2, made ptxas serialize the wgmma pipeline in every form tried: a branch between the two
 // GEMMs, a guard predicate on the upper half's, a separate accumulator array.)
 constexpr bool kTrim = !kSparse && kBM > kBN;
-static_assert(fa_cfg::kDtype == 1 || fa_cfg::kDtype == 2, "fwd_wgmma: fp16 or bf16 only");
+static_assert(fa_cfg::kDtype == 1 || fa_cfg::kDtype == 2 || kFp8, "fwd_wgmma: fp16, bf16, e4m3 or e5m2");
+static_assert(!kFp8 || (kBN % 32 == 0 && !fa_cfg::kHasBias && !kSparse && !fa_cfg::kHasScoreMod),
+              "fwd_wgmma fp8: block_n a multiple of 32; no bias, no user code");
 static_assert(kC >= 1 && kC <= 3 && kBM == 64 * kC, "fwd_wgmma: block_m = 64 * consumers, 1..3 consumers");
 static_assert(kBN % 16 == 0 && kBN >= 16 && kBN <= 256, "fwd_wgmma: block_n multiple of 16 in [16, 256]");
 static_assert(kStages >= 2 && kStages <= 4, "fwd_wgmma: 2..4 stages");
@@ -137,7 +164,9 @@ static_assert(kSmemBytes <= 232448, "fwd_wgmma: shared memory above 227 KB");
 // The constexpr config the shared Hopper pieces (common/hopper_*.cuh) are instantiated with.
 struct Cfg {
   static constexpr int kBM = fa_wg::kBM, kBN = fa_wg::kBN, kStages = fa_wg::kStages, kC = fa_wg::kC;
-  static constexpr int kDp = fa_wg::kDp, kDVp = fa_wg::kDVp, kDV = fa_wg::kDV, kNV = fa_wg::kNV;
+  static constexpr int kAtom = fa_wg::kAtom, kDp = fa_wg::kDp, kDVp = fa_wg::kDVp, kOVp = fa_wg::kOVp;
+  static constexpr int kDV = fa_wg::kDV, kNV = fa_wg::kNV, kDVt = fa_wg::kDVt, kVtRows = fa_wg::kVtRows;
+  static constexpr int kVtBytes = fa_wg::kVtBytes, kTw = fa_wg::kTw;
   static constexpr int kR0 = fa_wg::kR0, kQBytes = fa_wg::kQBytes, kKBytes = fa_wg::kKBytes, kVBytes = fa_wg::kVBytes;
   static constexpr int kBitsBytes = fa_wg::kBitsBytes, kRecBytes = fa_wg::kRecBytes, kQBuf = fa_wg::kQBuf;
   static constexpr bool kPersist = fa_wg::kPersist, kHeadOrder = fa_wg::kHeadOrder, kMasked = fa_wg::kMasked;
@@ -153,15 +182,34 @@ struct Consumer {
   const FaUser& u;
   const FaTileSched<Cfg>& sch;
   FaWgBars<kStages> bar;
+  FaVtBars<kStages> vtb;  // fp8: the V^T ring's barriers (the consumers walk it with v)
   FaWgSmem sm;
   FaWgThread th;
-  float mul;                          // scale_log2 on the plain path; feature-path scores are already in log2 units
+  float mul;  // scale_log2 on the plain path (fp8: times the tile's q / k descales); 1 on the feature path
+  float qk_descale, v_descale;        // fp8: the tile's descale_q * descale_k and descale_v (else 1)
   unsigned long long dq00, dk0, dv0;  // wgmma descriptors: this consumer's Q rows of buffer 0, K stage 0, V stage 0
+                                      // (fp8: V^T stage 0)
   FaRingPos<kStages> k, v;            // K / V ring positions, continued across tiles
   int qn;                             // tiles with a Q load, as counted by the producer
   FaWgEpilogue<Cfg> epi;
 
   FA_DEVICE void release(unsigned b) const { epi.release(b); }
+  // The V operand of the next visit: its V stage, or (fp8) its V^T stage, waited for / released.
+  FA_DEVICE void wait_v() const { fa_mbar_wait(kFp8 ? vtb.full(v.stage) : bar.v_full(v.stage), v.phase); }
+  FA_DEVICE void release_v() const { release(kFp8 ? vtb.empty(v.stage) : bar.v_empty(v.stage)); }
+  // fp8: the descales of tile T's (batch, kv head) (FlashAttention 3's; a null pointer reads 1): mul, qk_descale and
+  // v_descale for its visits and epilogue.
+  FA_DEVICE void descale(const FaTile& T) {
+    if constexpr (kFp8) {
+      auto at = [&](const float* f, long long sb, long long sh) {
+        return f != nullptr ? f[(long long)T.b * sb + (long long)T.g * sh] : 1.f;
+      };
+      qk_descale = at(args.descale_q, args.descale_q_sb, args.descale_q_sh) *
+                   at(args.descale_k, args.descale_k_sb, args.descale_k_sh);
+      v_descale = at(args.descale_v, args.descale_v_sb, args.descale_v_sh);
+      mul = kFeat ? 1.f : args.scale_log2 * qk_descale;
+    }
+  }
   // Ping-pong: consumer cw issues its GEMMs after bar.sync(4 + cw) and hands the turn to the next one; the hand-overs
   // continue across tiles (every consumer issues the same GEMM sequence).
   FA_DEVICE void pp_sync() const {
@@ -180,22 +228,36 @@ struct Consumer {
   FA_DEVICE void gemm_s(float (&s)[kBN / 2], int slot, unsigned long long dq0) const {
     fa_wg_fence();
 #pragma unroll
-    for (int ks = 0; ks < kDk / 16; ++ks) {
+    for (int ks = 0; ks < kDk / kKStep; ++ks) {  // a k step is 32 bytes of the 128-byte rows in either dtype
       const unsigned qo = (unsigned)((ks >> 2) * kBM * 128 + (ks & 3) * 32);
       const unsigned ko = (unsigned)(slot * kKBytes + (ks >> 2) * kBN * 128 + (ks & 3) * 32);
-      FaWg<kBN>::ss<fa_cfg::kDtype>(s, dq0 + (qo >> 4), dk0 + (ko >> 4), ks > 0 ? 1 : 0);
+      if constexpr (kFp8) FaWg8<kBN>::ss<fa_cfg::kDtype, fa_cfg::kDtype>(s, dq0 + (qo >> 4), dk0 + (ko >> 4), ks > 0);
+      else FaWg<kBN>::ss<fa_cfg::kDtype>(s, dq0 + (qo >> 4), dk0 + (ko >> 4), ks > 0 ? 1 : 0);
     }
     fa_wg_commit();
   }
-  // O += P V of the V block in `slot` (issued and committed, not waited).
-  FA_DEVICE void gemm_o(float (&o)[kNV / 2], const unsigned (&p)[kBN / 16][4], int slot) const {
+  // O += P V of the V block in `slot` (issued and committed, not waited); fp8: P in e4m3 times V^T of the slot
+  // (32-key steps: 128-key chunks of kVtRows rows, 32 bytes a step).
+  FA_DEVICE void gemm_o(float (&o)[kNV / 2], const unsigned (&p)[kPK][4], int slot) const {
     fa_wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      const unsigned vo = (unsigned)(slot * kVBytes + kk * 16 * 128);
-      FaWg<kNV>::rs<fa_cfg::kDtype>(o, p[kk], dv0 + (vo >> 4), 1);
+    for (int kk = 0; kk < kPK; ++kk) {
+      if constexpr (kFp8) {
+        const unsigned vo = (unsigned)(slot * kVtBytes + (kk >> 2) * kVtRows * 128 + (kk & 3) * 32);
+        FaWg8<kNV>::rs<4, fa_cfg::kDtype>(o, p[kk], dv0 + (vo >> 4), 1);
+      } else {
+        const unsigned vo = (unsigned)(slot * kVBytes + kk * 16 * 128);
+        FaWg<kNV>::rs<fa_cfg::kDtype>(o, p[kk], dv0 + (vo >> 4), 1);
+      }
     }
     fa_wg_commit();
+  }
+  // P (the probabilities in s) -> the A fragments of O += P V: 16-bit pairs, or (fp8) e4m3 quadruples. (A template,
+  // so that the other dtype's call is never instantiated.)
+  template <int kK>
+  FA_DEVICE static void pack_p(unsigned (&p)[kK][4], const float (&s)[kBN / 2]) {
+    if constexpr (kFp8) fa_wg_pack_p8<kBN>(p, s);
+    else fa_wg_pack_p<kBN>(p, s);
   }
   // kSparse: what the softmax masks a partial block with, read from the block's K stage (where the producer staged
   // the record and the slot's hidden pairs) before that stage is released: this warp's 8 code bits and, when the
@@ -232,14 +294,14 @@ struct Consumer {
     return mw;
   }
   // One block's O += P V on its own (its ping-pong turn, waited for), its V stage released.
-  FA_DEVICE void pv_step(float (&o)[kNV / 2], const unsigned (&p)[kBN / 16][4]) {
-    fa_mbar_wait(bar.v_full(v.stage), v.phase);
+  FA_DEVICE void pv_step(float (&o)[kNV / 2], const unsigned (&p)[kPK][4]) {
+    wait_v();
     pp_sync();
     gemm_o(o, p, v.stage);
     pp_arrive();
     fa_wg_wait<0>();
     fa_wg_fence_regs(o);
-    release(bar.v_empty(v.stage));
+    release_v();
     v.advance();
   }
   // kTrim: the blocks at the top of tile T's band that none of this consumer's rows sees (its rows see keys below
@@ -290,12 +352,16 @@ FA_DEVICE void Consumer::mainloop(const FaTile& T, int qb, unsigned qph, float (
   const FaWgScore<Cfg> score{args, bias_g, slope, T.b, T.h, T.m0, T.sq, T.sk, T.diag0, th.rbase, th.tq};
   const unsigned long long dq0 = dq00 + (unsigned)((qb * kR0) >> 4);
   auto softmax = [&](float(&s)[kBN / 2], int entry, const FaWgMaskWords& mw, float(&corr)[2]) {
+    if constexpr (kFp8 && kFeat) {  // the feature path sees the dequantized score
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) s[i] *= qk_descale;
+    }
     score.apply(s, entry, mw, u);
     smx.update(s, mul, corr);
   };
 
   float s[kBN / 2];
-  unsigned p[kBN / 16][4];
+  unsigned p[kPK][4];
   float corr[2];
   auto release_q = [&]() {  // single Q buffer, persistent: Q is free after the last S = Q K^T
     if constexpr (kPersist && !kStaged) release(bar.q_empty(qb));
@@ -313,8 +379,8 @@ FA_DEVICE void Consumer::mainloop(const FaTile& T, int qb, unsigned qph, float (
     }
     release(bar.k_empty(k.stage));
     k.advance();
-    fa_mbar_wait(bar.v_full(v.stage), v.phase);
-    release(bar.v_empty(v.stage));
+    wait_v();
+    release_v();
     v.advance();
   }
   if (kTrim && n_blocks == 0) {  // nothing visible to these rows: O = 0, lse = -inf
@@ -329,13 +395,13 @@ FA_DEVICE void Consumer::mainloop(const FaTile& T, int qb, unsigned qph, float (
     const FaWgMaskWords mw0 = s_step(s, entry0, dq0);  // the last tile's O store reads under this GEMM
     if (n_blocks == 1) release_q();
     softmax(s, entry0, mw0, corr);
-    fa_wg_pack_p<kBN>(p, s);
+    pack_p(p, s);
     for (int it = 1; it < n_blocks; ++it) {
       const int entry = entry_of(it);
       fa_mbar_wait(bar.k_full(k.stage), k.phase);
       pp_sync();
       gemm_s(s, k.stage, dq0);
-      fa_mbar_wait(bar.v_full(v.stage), v.phase);
+      wait_v();
       gemm_o(o, p, v.stage);
       pp_arrive();
       fa_wg_wait<1>();
@@ -351,10 +417,10 @@ FA_DEVICE void Consumer::mainloop(const FaTile& T, int qb, unsigned qph, float (
       if (it + 1 < n_blocks) fa_mbar_wait(bar.k_full(k.stage), k.phase);
       fa_wg_wait<0>();
       fa_wg_fence_regs(o);
-      release(bar.v_empty(v.stage));
+      release_v();
       v.advance();
       fa_wg_rescale_o<kNV>(o, corr);  // O (through block it-1) to the new row maxima; no wgmma in flight here
-      fa_wg_pack_p<kBN>(p, s);
+      pack_p(p, s);
     }
     pv_step(o, p);
   } else {
@@ -364,7 +430,7 @@ FA_DEVICE void Consumer::mainloop(const FaTile& T, int qb, unsigned qph, float (
       if (it == n_blocks - 1) release_q();
       softmax(s, entry, mw, corr);
       fa_wg_rescale_o<kNV>(o, corr);
-      fa_wg_pack_p<kBN>(p, s);
+      pack_p(p, s);
       pv_step(o, p);
     }
   }
@@ -387,7 +453,12 @@ FA_DEVICE void Consumer::tile(int t) {
 #pragma unroll
   for (int i = 0; i < kNV / 2; ++i) o[i] = 0.f;
   FaWgSoftmax<kBN> smx{{FA_WG_NEG_INF, FA_WG_NEG_INF}, {0.f, 0.f}};
+  descale(T);
   if (T.n_blocks > 0) mainloop(T, qb, qph, o, smx);
+  if constexpr (kFp8) {  // O = P (V's codes) descale_v
+    const float vd[2] = {v_descale, v_descale};
+    fa_wg_rescale_o<kNV>(o, vd);
+  }
   epi.store(T, o, smx, mul, sQt, qb);
 }
 
@@ -431,7 +502,12 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
   const unsigned sbase = (fa_sm90_smem(fa_smem_raw) + 1023u) & ~1023u;
   const FaWgSmem sm{sbase, sbase + kOffK, sbase + kOffV, sbase + kOffBits, sbase + kOffRec};
   const FaWgBars<kStages> bar{sbase + kOffBar};
-  if (tid == 0) bar.init(4 * kC);  // one release per consumer warp
+  const FaVtBars<kStages> vtb{sbase + kOffBar + 8 * (4 + 4 * kStages)};
+  if (tid == 0) {
+    // one release per consumer warp (fp8: V stages by each transposer warp, V^T stages by each consumer warp)
+    if constexpr (kFp8) vtb.init(kTw, 4 * kC);
+    bar.init(4 * kC, kFp8 ? kTw : 4 * kC);  // its fence covers vtb's inits too
+  }
   __syncthreads();
 
   const int wg = tid >> 7;
@@ -441,6 +517,13 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
     if (kSparse ? tid < 32 : tid == 0) {
       FaWgProducer<Cfg> prod{args, tma, sch, bar, sm, tid, !kSparse || tid == 0, {0, 0u}, {0, 0u}};
       prod.run();
+    } else if constexpr (kFp8) {
+      // fp8: warps 1 .. kTw transpose each V block into the V^T ring (common/hopper_v_transpose.cuh), walking the
+      // tiles with a scheduler of their own (the kernel's, live across setmaxnreg.dec, was spilled under the budget)
+      if (tid >= 32 && tid < 32 * (1 + kTw)) {
+        const FaTileSched<Cfg> tsch(args);
+        FaWgVTranspose<Cfg>{tsch, bar, vtb, sm.v, sbase + kOffVt, (tid >> 5) - 1, tid & 31, {0, 0u}, {0, 0u}}.run();
+      }
     }
   } else {
     // consumer warpgroups
@@ -449,17 +532,21 @@ extern "C" __global__ void __launch_bounds__(fa_wg::kThreads, 1)
     const int ltid = tid & 127, warp = ltid >> 5, lane = tid & 31;
     const int gq = lane >> 2, tq = lane & 3;
     const FaWgThread th{cw, ltid, warp, lane, gq, tq, cw * 64 + warp * 16 + gq};
+    const FaTileSched<Cfg> csch(args);  // fp8: the consumers' own scheduler too (unused otherwise)
     Consumer c{args,
                tma,
                u,
-               sch,
+               kFp8 ? csch : sch,
                bar,
+               vtb,
                sm,
                th,
                kFeat ? 1.f : args.scale_log2,
+               1.f,
+               1.f,
                fa_wg_desc_sw128(sm.q + (unsigned)(cw * 64 * 128), 16, 1024),
                fa_wg_desc_sw128(sm.k, 16, 1024),
-               fa_wg_desc_sw128(sm.v, kBN * 128, 1024),
+               kFp8 ? fa_wg_desc_sw128(sbase + kOffVt, 16, 1024) : fa_wg_desc_sw128(sm.v, kBN * 128, 1024),
                {0, 0u},
                {0, 0u},
                0,

@@ -125,8 +125,9 @@ inline size_t dq_accum_region(const ProblemDesc& p, size_t off, Plan* plan) {
 }
 
 // One 4D tensor map (head_dim, seq, heads, batch) of a q/k/v/dO-like tensor for the Hopper kernels' TMA loads
-// (templates/fa_tma_args.cuh): strides in elements, box (64, rows, 1, 1), 128-byte swizzle, zero fill past the
-// tensor; a dimension of extent 1 may carry any stride (TMA wants a positive multiple of 16 bytes: 16 stands in).
+// (templates/fa_tma_args.cuh): strides in elements, box (one 128-byte row: 64 16-bit or 128 fp8 elements, rows, 1, 1),
+// 128-byte swizzle, zero fill past the tensor; a dimension of extent 1 may carry any stride (TMA wants a positive
+// multiple of 16 bytes: 16 stands in).
 inline TensorMapDesc tma_map_4d(int dtype, const void* base, int dim, long long seq, long long heads, long long batch,
                                 long long s_seq, long long s_head, long long s_batch, int rows) {
   TensorMapDesc m;
@@ -136,8 +137,9 @@ inline TensorMapDesc tma_map_4d(int dtype, const void* base, int dim, long long 
   const long long ext[4] = {dim, std::max(1LL, seq), std::max(1LL, heads), std::max(1LL, batch)};
   const long long str[3] = {s_seq, s_head, s_batch};
   for (int i = 0; i < 4; ++i) m.dims[i] = static_cast<uint64_t>(ext[i]);
-  for (int i = 0; i < 3; ++i) m.strides[i] = ext[i + 1] > 1 ? static_cast<uint64_t>(str[i] * 2) : 16u;
-  m.box[0] = 64;
+  const long long es = is_fp8(dtype) ? 1 : 2;
+  for (int i = 0; i < 3; ++i) m.strides[i] = ext[i + 1] > 1 ? static_cast<uint64_t>(str[i] * es) : 16u;
+  m.box[0] = static_cast<uint32_t>(128 / es);
   m.box[1] = static_cast<uint32_t>(rows);
   m.box[2] = m.box[3] = 1;
   m.swizzle = 128;

@@ -354,8 +354,11 @@ typedef struct fa_params {
    *   kv head of query head h (FlashAttention 3's descale_q / descale_k / descale_v, shape [batch, heads_kv]); k and
    *   v likewise with descale_k / descale_v. Strides 0 / 0 give one factor per tensor; a NULL descale is 1. o_dtype
    *   must be FA_DTYPE_BF16 or FA_DTYPE_FP16 (o is never fp8), bias has that dtype too; all arithmetic in float32
-   *   as in the 16-bit forward. No kernel computes this yet (the Hopper fp8 forward, issue 41): every such call
-   *   fails with FA_ERROR_NOT_SUPPORTED "no fp8 forward kernel yet for ...", after the fields are validated.
+   *   as in the 16-bit forward, except P (the softmax's probabilities), rounded to e4m3 before P V (the row sums
+   *   stay float32). The Hopper forward computes it (sm_90; masks, windows, GQA, varlen, ALiBi, softcap, LSE, head
+   *   dims up to 256, q / k / v describable as TMA tensors: 16-byte aligned rows); a bias, user code, another arch
+   *   or layout fails with FA_ERROR_NOT_SUPPORTED "no fp8 forward kernel yet for ...", after the fields are
+   *   validated.
    * FP8 KV cache (dtype FA_DTYPE_FP16 or FA_DTYPE_BF16, kv_dtype FA_DTYPE_E4M3 or FA_DTYPE_E5M2): k and v (their
    *   pools when paged) hold fp8 codes, read as k[..., g, :] * k_scale[g * k_scale_stride_head] and v likewise with
    *   v_scale (vLLM's k_scale / v_scale; stride 0: one factor for every kv head; a NULL scale is 1). q, o and bias

@@ -21,12 +21,11 @@ import torch
 from torch import Tensor
 
 from . import shape_rules as rules
-from ._tensor_params import build_params, check_devices, check_int32, last_dim_contiguous, shape_of
+from ._tensor_params import FP8_DTYPES, build_params, check_devices, check_int32, last_dim_contiguous, shape_of
 from ._torch_common import device_index, mask_args, stream
 from .context import default_context
 
-# FA_DTYPE_E4M3 / FA_DTYPE_E5M2 (a torch without float8 dtypes has no fp8 cache to pass)
-FP8_CACHE_DTYPES = {getattr(torch, n): c for n, c in (("float8_e4m3fn", 4), ("float8_e5m2", 5)) if hasattr(torch, n)}
+FP8_CACHE_DTYPES = FP8_DTYPES  # the cache dtypes read with k_scale / v_scale
 
 
 def check(

@@ -16,13 +16,22 @@ from . import _structs as S
 from . import shape_rules as rules
 
 _DTYPES = {torch.float16: S.FA_DTYPE_FP16, torch.bfloat16: S.FA_DTYPE_BF16, torch.float32: S.FA_DTYPE_FP32}
+# FA_DTYPE_E4M3 / FA_DTYPE_E5M2 (a torch without float8 dtypes has none to pass): fp8 q / k / v (fa.attention with
+# descales) and fp8 KV caches (fa.attention_with_kvcache)
+FP8_DTYPES = {
+    getattr(torch, n): c
+    for n, c in (("float8_e4m3fn", S.FA_DTYPE_E4M3), ("float8_e5m2", S.FA_DTYPE_E5M2))
+    if hasattr(torch, n)
+}
 
 
-def dtype_code(dtype: torch.dtype) -> int:
-    try:
-        return _DTYPES[dtype]
-    except KeyError:
-        raise TypeError(f"fa: q/k/v dtype must be float16, bfloat16 or float32, got {dtype}") from None
+def dtype_code(dtype: torch.dtype, fp8: bool = False) -> int:
+    """The fa_dtype of q / k / v's dtype; fp8 ones only where the caller takes them (`fp8`)."""
+    code = _DTYPES.get(dtype) or (FP8_DTYPES.get(dtype) if fp8 else None)
+    if code is None:
+        allowed = "float16, bfloat16, float32, float8_e4m3fn or float8_e5m2" if fp8 else "float16, bfloat16 or float32"
+        raise TypeError(f"fa: q/k/v dtype must be {allowed}, got {dtype}")
+    return code
 
 
 def last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -52,9 +61,10 @@ def shape_of(t):
     return None if t is None else t.shape
 
 
-def check_devices(q, named) -> None:
-    """q is on a CUDA device with a dtype fa takes, and every (name, tensor or None) of `named` on q's device."""
-    dtype_code(q.dtype)
+def check_devices(q, named, fp8: bool = False) -> None:
+    """q is on a CUDA device with a dtype fa takes (fp8 ones with `fp8`), and every (name, tensor or None) of `named`
+    on q's device."""
+    dtype_code(q.dtype, fp8)
     if q.device.type != "cuda":
         rules.fail(f"q: device {q.device}; expected a CUDA device")
     for name, t in named:
@@ -69,10 +79,11 @@ def check_int32(named) -> None:
             rules.fail(f"{name}: dtype {t.dtype}; expected torch.int32")
 
 
-def check_forward(q, k, v, rest) -> None:
+def check_forward(q, k, v, rest, fp8: bool = False) -> None:
     """Every check of a forward's op-level views and the op's other arguments `rest` (bias, alibi_slopes,
     cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...; in varlen mode the maxima may still be None), made
-    before anything is allocated: the shape rules (fa.shape_rules.attention), dtypes and devices."""
+    before anything is allocated: the shape rules (fa.shape_rules.attention), dtypes (fp8 ones with `fp8`) and
+    devices."""
     bias, alibi_slopes, cu_q, cu_k, max_q, max_k = rest[:6]
     varlen = cu_q is not None or cu_k is not None
     rules.attention(
@@ -97,6 +108,7 @@ def check_forward(q, k, v, rest) -> None:
             ("cu_seqlens_q", cu_q),
             ("cu_seqlens_k", cu_k),
         ),
+        fp8,
     )
     check_int32((("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)))
 
@@ -166,7 +178,7 @@ def build_params(
     batch, sq, sk, hq, hkv, d, dv = problem_dims(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
     p = _lib.new_params()
     keep = [q, k, v, o, lse]
-    p.dtype = dtype_code(q.dtype)
+    p.dtype = dtype_code(q.dtype, fp8=True)  # (checked before: fp8 only where the caller takes it)
     p.batch, p.seqlen_q, p.seqlen_k = int(batch), int(sq), int(sk)
     p.heads_q, p.heads_kv = int(hq), int(hkv)
     p.head_dim, p.head_dim_v = int(d), int(dv)

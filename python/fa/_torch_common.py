@@ -277,8 +277,10 @@ def op_args(
     cu_seqlens_k,
     max_seqlen_q,
     max_seqlen_k,
+    fp8=False,
 ):
-    """(op-level q, k, v, the remaining op arguments, bhsd) of fa.attention's arguments, every check made."""
+    """(op-level q, k, v, the remaining op arguments, bhsd) of fa.attention's arguments, every check made (fp8
+    q / k / v taken with `fp8`)."""
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f'fa: layout must be "bshd" or "bhsd", got {layout!r}')
     bhsd = layout == "bhsd"
@@ -290,14 +292,14 @@ def op_args(
             rules.rank(name, t.shape, ("batch", "heads", "seqlen", "head dim"))
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     given = (bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    check_forward(q, k, v, given)
+    check_forward(q, k, v, given, fp8)
     if varlen:
         if max_seqlen_q is None:
             max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max().item())
         if max_seqlen_k is None:
             max_seqlen_k = int((cu_seqlens_k[1:] - cu_seqlens_k[:-1]).max().item())
         if bias is not None and None in given[4:]:  # the bias against the maxima now known
-            check_forward(q, k, v, given[:4] + (max_seqlen_q, max_seqlen_k))
+            check_forward(q, k, v, given[:4] + (max_seqlen_q, max_seqlen_k), fp8)
     else:
         max_seqlen_q, max_seqlen_k = 0, 0
     mask, wl, wr = mask_args(causal, window)

@@ -30,10 +30,12 @@ import torch
 from torch import Tensor
 
 from . import _structs as S
+from . import shape_rules as rules
 from ._grad_step import grad_step
+from ._fp8 import attention_fp8
 from ._mods_op import eager_mods, forward_with_mods
 from ._sinks_op import check_sinks, forward_with_sinks
-from ._tensor_params import build_bwd_params, build_params, last_dim_contiguous, output_shapes
+from ._tensor_params import FP8_DTYPES, build_bwd_params, build_params, last_dim_contiguous, output_shapes
 from ._torch_common import (
     PARAMS_CACHE,
     cached_forward,
@@ -269,6 +271,10 @@ def attention(
     return_lse: bool = False,
     mods=None,
     sinks: Optional[Tensor] = None,
+    descale_q=None,
+    descale_k=None,
+    descale_v=None,
+    out_dtype: Optional[torch.dtype] = None,
 ):
     """FlashAttention forward (differentiable, with user code `mods` (fa.Mods) too: a score_mod then needs its
     score_mod_grad). See python/README.md and include/fa/fa.h for the semantics.
@@ -282,7 +288,20 @@ def attention(
     column of every row's softmax without a value, in the units of the scaled scores; differentiable (its gradient
     in its own dtype). Returns o (same layout as q, head dim Dv), and lse (float32 [B, Hq, Sq] or [Hq, total]; with
     sinks it includes them) when return_lse.
+    FP8 (q, k, v torch.float8_e4m3fn or torch.float8_e5m2; the Hopper fp8 forward, inference only): each read as
+    codes times descale_q / descale_k / descale_v (None: 1; a float, or float32 of shape (), (1,) or [B, Hkv]), o of
+    out_dtype (torch.bfloat16 by default, or torch.float16); no bias, mods or sinks (fa._fp8).
     """
+    if q.dtype in FP8_DTYPES:
+        if sinks is not None:
+            rules.fail(f"sinks: given with fp8 q ({q.dtype}); expected None (the fp8 forward has no sinks yet)")
+        o, lse = attention_fp8(q, k, v, locals())
+        return (o, lse) if return_lse else o
+    for name, given in (("descale_q", descale_q), ("descale_k", descale_k), ("descale_v", descale_v)):
+        if given is not None:
+            rules.fail(f"{name}: given, but q is {q.dtype}; expected None (descales are for fp8 q / k / v)")
+    if out_dtype is not None and out_dtype != q.dtype:
+        rules.fail(f"out_dtype: {out_dtype} with q of {q.dtype}; expected None or q's dtype (it is for fp8 q / k / v)")
     plain = bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None
     eager = not torch.compiler.is_compiling()
     if plain and eager and layout == "bshd" and sinks is None:  # a kept entry per signature (the docstring's table)

@@ -205,6 +205,21 @@ def kv_scales(k_scale, v_scale, heads_kv: int) -> None:
             fail(f"{name}: {shape[0]} factors do not match k_cache's heads {heads_kv} (expected 1 or {heads_kv})")
 
 
+def descales(descale_q, descale_k, descale_v, batch: int, heads_kv: int) -> None:
+    """fa.attention's descale_q / descale_k / descale_v (fp8 q / k / v: FlashAttention 3's factors): each None (1),
+    one factor (shape () or (1,): per tensor) or one per (batch, KV head) (shape (B, Hkv))."""
+    for name, shape in (("descale_q", descale_q), ("descale_k", descale_k), ("descale_v", descale_v)):
+        if shape is None or len(shape) == 0 or tuple(shape) == (1,):
+            continue
+        if len(shape) != 2:
+            fail(
+                f"{name}: expected shape (), (1,) or ({batch}, {heads_kv}) (per tensor or per (batch, KV head)), "
+                f"got {tuple(shape)}"
+            )
+        match(name, "batch", shape[0], "q", "batch", batch)
+        match(name, "heads", shape[1], "k", "heads", heads_kv)
+
+
 def merge(outs, lses) -> None:
     """fa.merge_attention: n outputs [B, S, H, D] and n LSEs [B, H, S] of the same queries."""
     if len(outs) < 1:

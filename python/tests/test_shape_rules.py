@@ -396,6 +396,20 @@ def test_kv_scales(heads_kv):
     assert m.startswith("v_scale:"), m
 
 
+@pytest.mark.parametrize("batch,heads_kv", [(1, 1), (3, 2), (8, 8)])
+def test_descales(batch, heads_kv):
+    """fp8 inputs' descale_q / k / v: None, one factor, or one per (batch, KV head); anything else names the
+    descale and the dim it breaks."""
+    for shape in (None, (), (1,), (batch, heads_kv)):
+        R.descales(shape, shape, shape, batch, heads_kv)
+    m = raises(lambda: R.descales((batch + 1, heads_kv), None, None, batch, heads_kv)).message
+    assert m == f"descale_q: batch {batch + 1} does not match q's batch {batch}", m
+    m = raises(lambda: R.descales(None, (batch, heads_kv + 2), None, batch, heads_kv)).message
+    assert m == f"descale_k: heads {heads_kv + 2} does not match k's heads {heads_kv}", m
+    m = raises(lambda: R.descales(None, None, (heads_kv,) if heads_kv > 1 else (2,), batch, heads_kv)).message
+    assert m.startswith("descale_v: expected shape (), (1,) or") and "got (" in m, m
+
+
 # ---- merge and ring ------------------------------------------------------------------------------------------------
 def merge_case(rng):
     n = rng.randint(2, 5)

@@ -3,7 +3,8 @@
 //   t = log2e * (softcap * tanh(acc * scale / softcap) + bias(i, j)) - slope * |i + sk - sq - j|     (log2 units)
 //   t = log2e * score_mod(t * ln 2, b, h, i, j)        for in-range (i, j) only (the user sees natural units)
 // bias_g points at (b, h)'s bias plane (null without a bias); slope is ALiBi's slope times log2e.
-// Reads fa_cfg: kDtype, kHasSoftcap, kHasBias, kHasAlibi, kHasScoreMod, kHasMaskMod.
+// The bias has o's dtype (fa_cfg::kODtype). Reads fa_cfg: kODtype, kHasSoftcap, kHasBias, kHasAlibi, kHasScoreMod,
+// kHasMaskMod.
 #ifndef FA_COMMON_FWD_SCORE_CUH
 #define FA_COMMON_FWD_SCORE_CUH
 
@@ -13,7 +14,7 @@ FA_DEVICE float fa_feature_score(float acc, const FaFwdArgs& a, const unsigned s
   if constexpr (fa_cfg::kHasSoftcap) x = a.softcap * fa_tanh(x * a.inv_softcap);
   if constexpr (fa_cfg::kHasBias) {
     if (i < sq && j < sk)
-      x += FaElem<fa_cfg::kDtype>::to_float(bias_g[(long long)i * a.bias_sq + (long long)j * a.bias_sk]);
+      x += FaElem<fa_cfg::kODtype>::to_float(bias_g[(long long)i * a.bias_sq + (long long)j * a.bias_sk]);
   }
   x *= 1.4426950408889634f;
   if constexpr (fa_cfg::kHasAlibi) x -= slope * fabsf((float)(i + sk - sq - j));

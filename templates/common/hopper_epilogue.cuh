@@ -8,7 +8,8 @@
 // (they own no Q buffer): O goes straight from the accumulators with 4-byte stores. Rows past seqlen_q are never
 // written; lse (kHasLse, args.lse set) by the quad's first lane of each row. With attention sinks (kHasSinks) the
 // row's sink column joins O's factor and the LSE here (common/sinks.cuh).
-// K (the kernel's constexpr config) provides: kBM, kBN, kStages, kDV, kDVp, kNV, kPersist, kStaged. Reads fa_cfg:
+// K (the kernel's constexpr config) provides: kBM, kBN, kStages, kDV, kOVp (O's columns staged: head_dim_v padded to
+// 64, 16-bit), kNV, kPersist, kStaged. O has fa_cfg::kODtype (fa_sm80::pack2). Reads fa_cfg:
 // kVarlen, kHasLse, kHasSinks. Needs common/sm90.cuh, common/sm80.cuh (pack2), common/hopper_kv_ring.cuh (FaWgBars),
 // common/hopper_softmax.cuh, fa_tma_args.cuh.
 #ifndef FA_COMMON_HOPPER_EPILOGUE_CUH
@@ -107,7 +108,7 @@ struct FaWgEpilogue {
     fa_bar_sync(1 + th.cw, 128);
     if (th.ltid == 0) {
 #pragma unroll
-      for (int c = 0; c < K::kDVp / 64; ++c)
+      for (int c = 0; c < K::kOVp / 64; ++c)
         fa_tma_store_4d(&tma.o, sQt + (unsigned)(c * K::kBM * 128 + th.cw * 64 * 128), c * 64, T.m0 + th.cw * 64, T.h,
                         T.bt);
       fa_tma_store_commit();

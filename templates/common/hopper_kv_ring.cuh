@@ -11,8 +11,10 @@
 // lane 0 issues; a partial block's sub-tile record (lane l <= kC: word l) and a bulk copy of its slot of hidden pairs
 // are staged in the block's K stage, on K's full barrier, whose arrival comes last. Non-persistent kSparse
 // (K::kEarlyQ): Q goes out before the class walk, whose round trip runs under Q's copy.
-// K (the kernel's constexpr config) provides: kStages, kC, kBM, kBN, kDp, kDVp, kR0, kQBytes, kKBytes, kVBytes,
-// kBitsBytes, kRecBytes, kQBuf, kPersist, kSparse, kEarlyQ (and what FaTileSched reads). Needs common/sm90.cuh,
+// Every tile row is 128 bytes wide (one swizzle atom: K::kAtom elements, 64 16-bit or 128 fp8), one TMA box per atom.
+// K (the kernel's constexpr config) provides: kStages, kC, kBM, kBN, kAtom, kDp, kDVp (Q/K and V columns in shared
+// memory: multiples of kAtom), kR0, kQBytes, kKBytes, kVBytes, kBitsBytes, kRecBytes, kQBuf, kPersist, kSparse,
+// kEarlyQ (and what FaTileSched reads). Needs common/sm90.cuh,
 // common/blk_visit.cuh, common/hopper_tile_sched.cuh, fa_tma_args.cuh.
 #ifndef FA_COMMON_HOPPER_KV_RING_CUH
 #define FA_COMMON_HOPPER_KV_RING_CUH
@@ -41,8 +43,10 @@ struct FaWgBars {
   FA_DEVICE unsigned v_full(int s) const { return base + 8u * (4 + kStages + s); }
   FA_DEVICE unsigned k_empty(int s) const { return base + 8u * (4 + 2 * kStages + s); }
   FA_DEVICE unsigned v_empty(int s) const { return base + 8u * (4 + 3 * kStages + s); }
-  // One thread: full barriers take the producer's arrival, empty ones `releases` (one per consumer warp).
-  FA_DEVICE void init(unsigned releases) const {
+  // One thread: full barriers take the producer's arrival, empty ones `releases` (one per consumer warp), V's empty
+  // ones `v_releases` (the fp8 forward: its transposer warps, common/hopper_v_transpose.cuh).
+  FA_DEVICE void init(unsigned releases) const { init(releases, releases); }
+  FA_DEVICE void init(unsigned releases, unsigned v_releases) const {
     for (int i = 0; i < 2; ++i) {
       fa_mbar_init(q_full(i), 1);
       fa_mbar_init(q_empty(i), releases);
@@ -51,7 +55,7 @@ struct FaWgBars {
       fa_mbar_init(k_full(s), 1);
       fa_mbar_init(v_full(s), 1);
       fa_mbar_init(k_empty(s), releases);
-      fa_mbar_init(v_empty(s), releases);
+      fa_mbar_init(v_empty(s), v_releases);
     }
     fa_mbar_init_fence();
   }
@@ -79,9 +83,9 @@ struct FaWgProducer {
   FA_DEVICE void load_q(const FaTile& T, int qb) const {
     fa_mbar_arrive_expect_tx(bar.q_full(qb), (unsigned)K::kQBytes);
 #pragma unroll
-    for (int c = 0; c < K::kDp / 64; ++c)
-      fa_tma_load_4d(sm.q + (unsigned)(qb * K::kR0 + c * K::kBM * 128), &tma.q, bar.q_full(qb), c * 64, T.base_q + T.m0,
-                     T.h, T.bt);
+    for (int c = 0; c < K::kDp / K::kAtom; ++c)
+      fa_tma_load_4d(sm.q + (unsigned)(qb * K::kR0 + c * K::kBM * 128), &tma.q, bar.q_full(qb), c * K::kAtom,
+                     T.base_q + T.m0, T.h, T.bt);
   }
   // K of the visit `entry` ((n_block << 1) | full) into the next K stage. K's copy goes out first; a partial block's
   // record (recw: lane l <= kC word l, whose load may still be in flight) and slot follow (kSparse), and the arrival
@@ -95,9 +99,9 @@ struct FaWgProducer {
       if (staged) fa_mbar_expect_tx(bar.k_full(ks), (unsigned)K::kKBytes);
       else fa_mbar_arrive_expect_tx(bar.k_full(ks), (unsigned)K::kKBytes);
 #pragma unroll
-      for (int c = 0; c < K::kDp / 64; ++c)
-        fa_tma_load_4d(sm.k + (unsigned)(ks * K::kKBytes + c * K::kBN * 128), &tma.k, bar.k_full(ks), c * 64, kn, T.g,
-                       T.bt);
+      for (int c = 0; c < K::kDp / K::kAtom; ++c)
+        fa_tma_load_4d(sm.k + (unsigned)(ks * K::kKBytes + c * K::kBN * 128), &tma.k, bar.k_full(ks), c * K::kAtom, kn,
+                       T.g, T.bt);
     }
     if constexpr (K::kSparse) {
       if (staged) {
@@ -124,9 +128,9 @@ struct FaWgProducer {
     if (lead) {
       fa_mbar_arrive_expect_tx(bar.v_full(vs), (unsigned)K::kVBytes);
 #pragma unroll
-      for (int c = 0; c < K::kDVp / 64; ++c)
-        fa_tma_load_4d(sm.v + (unsigned)(vs * K::kVBytes + c * K::kBN * 128), &tma.v, bar.v_full(vs), c * 64, kn, T.g,
-                       T.bt);
+      for (int c = 0; c < K::kDVp / K::kAtom; ++c)
+        fa_tma_load_4d(sm.v + (unsigned)(vs * K::kVBytes + c * K::kBN * 128), &tma.v, bar.v_full(vs), c * K::kAtom, kn,
+                       T.g, T.bt);
     }
     v.advance();
   }

@@ -76,11 +76,12 @@ FA_DEVICE void mma16816_first(float* c, const unsigned* a, unsigned b0, unsigned
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(z));
   }
 }
-// Two floats -> one 32-bit register of two 16-bit values of the config's dtype, lo in the low half (the lower
-// column index): the A / B fragment element order.
+// Two floats -> one 32-bit register of two 16-bit values of the output's dtype (fa_cfg::kODtype: the config's dtype,
+// but bf16 / fp16 under fp8 inputs, which pack only O), lo in the low half (the lower column index): the A / B
+// fragment element order.
 FA_DEVICE unsigned pack2(float lo, float hi) {
   unsigned r;
-  if constexpr (fa_cfg::kDtype == 2) {
+  if constexpr (fa_cfg::kODtype == 2) {
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   } else {
     asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));

@@ -1,8 +1,9 @@
 // test_fp8_params.cpp -- the fp8 fields of fa_params version 3 (dtype / kv_dtype e4m3 and e5m2, o_dtype, descale_q /
 // k / v, k_scale / v_scale): each rule with a case that breaks it and a message naming the field, version-2 structs
-// still validate, an arch without fp8 tensor cores and a problem no fp8 kernel reads fail with FA_ERROR_NOT_SUPPORTED
-// (never a 16-bit kernel over fp8 bytes), the backward refuses fp8, and the new dtypes enter the kernel key and the
-// plan signature (no GPU needed: validation and selection).
+// still validate, fp8 inputs select the Hopper forward (fwd_wgmma) on sm_90, an arch without fp8 tensor cores (or,
+// for fp8 inputs, without wgmma) and a problem no fp8 kernel reads fail with FA_ERROR_NOT_SUPPORTED (never a 16-bit
+// kernel over fp8 bytes), the backward refuses fp8, and the new dtypes enter the kernel key and the plan signature
+// (no GPU needed: validation and selection).
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -218,17 +219,60 @@ TEST_F(Fp8, DescaleRules) {
   expect_rejected(FA_ERROR_INVALID_ARGUMENT, {"descale_v_stride_head", "0 when descale_v is NULL"});
 }
 
-TEST_F(Fp8, Fp8InputsValidateThenHaveNoKernelYet) {
+TEST_F(Fp8, Fp8InputsRunTheHopperForward) {
   make_fp8_inputs();
   const fa::gen::ProblemDesc d = desc();
   EXPECT_EQ(d.dtype, FA_DTYPE_E4M3);
   EXPECT_EQ(d.o_dtype, FA_DTYPE_BF16);
   EXPECT_EQ(d.kv_dtype, 0);
-  expect_rejected(FA_ERROR_NOT_SUPPORTED, {"no fp8 forward kernel yet", "e4m3", "sm_90"});
-  p.dtype = FA_DTYPE_E5M2;
-  expect_rejected(FA_ERROR_NOT_SUPPORTED, {"no fp8 forward kernel yet", "e5m2"});
-  // No family, so nothing can launch over fp8 bytes even past the API's check.
+  EXPECT_TRUE(d.tma_ok) << "fp8 rows of 64 bytes and a bf16 o are TMA tensors";
+  for (int dt : {FA_DTYPE_E4M3, FA_DTYPE_E5M2})
+    for (int od : {FA_DTYPE_BF16, FA_DTYPE_FP16}) {
+      p.dtype = dt;
+      p.o_dtype = od;
+      EXPECT_EQ(fa_is_supported(ctx, &p), 1) << fa_last_error();
+      char key[256];
+      ASSERT_EQ(fa_problem_key(ctx, &p, key, sizeof key), FA_OK) << fa_last_error();
+      const std::string k = key;
+      EXPECT_EQ(k.rfind(dt == FA_DTYPE_E4M3 ? "fwd_wgmma.sm90.e4m3.d64.dv64" : "fwd_wgmma.sm90.e5m2.d64.dv64", 0), 0u)
+          << k;
+      EXPECT_NE(k.find(od == FA_DTYPE_BF16 ? ".o_bf16" : ".o_fp16"), std::string::npos) << k;
+      // the default point is valid, a multiple of 32 keys (k32 steps)
+      const fa::gen::Semantic s = fa::gen::select_forward(desc(), 90);
+      ASSERT_NE(s.family, nullptr);
+      const fa::gen::Tunables t = s.family->defaults(s);
+      std::string why;
+      EXPECT_TRUE(fa::gen::is_valid(fa::gen::KernelConfig{s, t}, fa::gen::limits_for_arch(90), &why)) << why;
+      EXPECT_EQ(t[1] % 32, 0) << fa::gen::tunables_key(s, t);
+    }
+  // A bias or a layout TMA cannot describe: no fp8 kernel (no fallback to a 16-bit one).
+  p.dtype = FA_DTYPE_E4M3;
+  p.o_dtype = FA_DTYPE_BF16;
+  p.bias = fake_addr(0x80000000);
+  p.bias_stride_k = 1;
+  expect_rejected(FA_ERROR_NOT_SUPPORTED, {"no fp8 forward kernel yet", "e4m3", "a bias"});
+  p.bias = nullptr;
+  p.bias_stride_k = 0;
+  p.q_stride_head = 72;  // 72 fp8 bytes: not a multiple of 16
+  p.q_stride_seq = 8 * 72;
+  p.q_stride_batch = 64 * 8 * 72;
   EXPECT_EQ(fa::gen::select_forward(desc(), 90).family, nullptr);
+  expect_rejected(FA_ERROR_NOT_SUPPORTED, {"no fp8 forward kernel yet", "e4m3", "sm_90"});
+}
+
+TEST_F(Fp8, Fp8InputsNeedHopper) {
+  make_fp8_inputs();
+  // sm_89 has fp8 mma but no wgmma: the fp8 forward (fwd_wgmma) is Hopper's; the message names the dtype and the arch.
+  fa::test::ScopedEnv arch("FA_ARCH", "89");
+  fa_context ada = fa::test::make_context(":memory:", -1);
+  ASSERT_NE(ada, nullptr);
+  std::swap(ctx, ada);
+  expect_rejected(FA_ERROR_NOT_SUPPORTED, {"no fp8 forward kernel yet", "e4m3", "sm_89"});
+  p.dtype = FA_DTYPE_E5M2;
+  expect_rejected(FA_ERROR_NOT_SUPPORTED, {"e5m2", "sm_89"});
+  std::swap(ctx, ada);
+  fa_context_destroy(ada);
+  EXPECT_EQ(fa::gen::select_forward(desc(), 89).family, nullptr);
 }
 
 TEST_F(Fp8, BiasOfFp8InputsHasTheOutputDtype) {

@@ -80,8 +80,9 @@ bool reads_pages(const Family& f, const Semantic& s) {
 struct SampleCaps {
   size_t all = 96, mods = 32;
   int default_step = 1;  // the heuristic defaults of every 1st (2nd) of the six mask / feature variants
+  size_t fp8 = 3;        // fp8 inputs: points per semantic besides the defaults
 };
-constexpr SampleCaps kSampleCaps{}, kLiteCaps{6, 1, 2};
+constexpr SampleCaps kSampleCaps{}, kLiteCaps{6, 1, 2, 1};
 
 // The backward families that run user code (bwd_ref's second kernel, bwd_ref_dkdv, is a step of its plan).
 bool backward_user_code(const Family& f) {
@@ -173,6 +174,57 @@ void add_fp8_cache_semantics(const Family& f, int arch, bool full, Push push) {
           const bool every = full || (d == 128 && dt == kBf16 && kv == kE4m3 && paged);
           for (size_t i = 0; i < (every ? points.size() : 1); ++i)
             push(KernelConfig{s, every ? points[i] : f.defaults(s)});
+        }
+}
+
+// FP8 inputs (the families that take them, Family::fp8_inputs, on sm_89+): e4m3 and e5m2 q / k / v under bf16 and
+// fp16 o at head dims 64, 80 (rows padded past the dim: the copy's zero fill), 128, 192 / 128 and 256, masks and
+// features (ALiBi, softcap, varlen, LSE) rotating, at the family's defaults (both shape classes) and at a few points
+// spread over the valid space (caps.fp8 per semantic; the tuner's whole space at d 128, e4m3 under bf16, for
+// --sample); every valid point of 24 variants under --full.
+template <class Push>
+void add_fp8_input_semantics(const Family& f, int arch, bool full, const SampleCaps& caps, Push push) {
+  if (!f.fp8_inputs || arch < 89) return;
+  const DeviceLimits lim = limits_for_arch(arch);
+  int rot = 0;
+  for (int dt : {kE4m3, kE5m2})
+    for (int od : {kBf16, kFp16})
+      for (const auto& [d, dv] :
+           {std::pair{64, 64}, std::pair{80, 80}, std::pair{128, 128}, std::pair{192, 128}, std::pair{256, 256}})
+        for (int variant = 0; variant < (full ? 24 : 1); ++variant) {
+          const int v = full ? variant : rot++;
+          Semantic s;
+          s.family = &f;
+          s.arch = arch;
+          s.dtype = dt;
+          s.o_dtype = od;
+          s.head_dim = d;
+          s.head_dim_v = dv;
+          s.mask = v % 3;
+          s.has_alibi = (v / 3) % 2;
+          s.has_softcap = (v / 6) % 2;
+          s.varlen = (v / 12) % 2;
+          s.has_lse = v % 5 != 2;
+          const std::vector<Tunables> points = all_valid_points(s, lim);
+          if (points.empty()) continue;
+          // --sample at d 128, e4m3 under bf16: the tuner's whole space (valid_space)
+          const bool every = !full && d == 128 && dv == d && dt == kE4m3 && od == kBf16;
+          const bool ek_too = !s.varlen && f.finalize != nullptr;
+          for (const Tunables& t : full ? points : every ? valid_space(s, lim) : spread(points, caps.fp8)) {
+            KernelConfig c{s, t};
+            c.s.even_k = ek_too && (full || t[0] % 2 == 0);  // (--sample: by the first knob's parity)
+            push(c);
+            if (full && ek_too) {
+              c.s.even_k = false;
+              push(c);
+            }
+          }
+          for (bool ek : {false, true}) {
+            if (ek && !ek_too) continue;
+            KernelConfig c{s, f.defaults(s)};
+            c.s.even_k = ek;
+            push(c);
+          }
         }
 }
 
@@ -323,6 +375,7 @@ void add_semantics(const Family& f, int arch, bool full, const SampleCaps& caps,
         }
   }
   add_fp8_cache_semantics(f, arch, full, [&](const KernelConfig& c) { push_sinks(c, c.s.has_lse); });
+  add_fp8_input_semantics(f, arch, full, caps, push);
 }
 
 // Writes r's cubin as dir/<key>.cubin ('|' -> '+'); false (with a message) when the file cannot be written.

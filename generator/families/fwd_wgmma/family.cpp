@@ -1,4 +1,5 @@
-// fwd_wgmma -- host side of the Hopper forward (templates/fwd_wgmma.cuh), sm_90a, fp16/bf16: TMA loads of Q, K, V
+// fwd_wgmma -- host side of the Hopper forward (templates/fwd_wgmma.cuh), sm_90a, fp16/bf16 and fp8 (e4m3 / e5m2 q,
+// k, v with descales, o bf16 / fp16; fp8 rules: valid_fp8, defaults_fp8, space_fp8 below): TMA loads of Q, K, V
 // into 128-byte-swizzled shared memory (a producer warp), wgmma GEMMs and the online softmax in 1-3 consumer
 // warpgroups (ping-pong, intra-warpgroup overlap), optional persistent tile loop. Chosen before fwd_mma on sm_90
 // wherever q, k and v can be described as TMA tensors (ProblemDesc::tma_ok), with or without user code (fa_mods);
@@ -65,15 +66,22 @@ bool bias_alibi_fits(int head_dim, int head_dim_v, bool has_bias, bool has_alibi
   return !(has_bias && has_alibi && wide(head_dim, head_dim_v));
 }
 
-// The template's shared-memory formula (fwd_wgmma.cuh): Q (or O staging) tiles, the K/V ring, the barriers, 1 KB of
-// alignment slack; two Q tiles when persistent and they fit.
+int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+// The template's shared-memory formula (fwd_wgmma.cuh): Q (or O staging) tiles, the K/V ring (fp8: and the V^T ring
+// with its barriers), the barriers, 1 KB of alignment slack; two Q tiles when persistent and they fit. Rows are 128
+// bytes: 64 16-bit or 128 fp8 columns (head dims padded by TMA zero fill); O is staged 16-bit.
 unsigned smem_bytes(const KernelConfig& c) {
-  const int dp = pad64(c.s.head_dim), dvp = pad64(c.s.head_dim_v);
-  const int bm = 64 * c.t[kConsumers];
-  const int r0 = bm * std::max(dp, dvp) * 2;
+  const bool fp8 = is_fp8(c.s.dtype);
+  const int es = fp8 ? 1 : 2;
+  const int dp = round_up(c.s.head_dim, 128 / es), dvp = round_up(c.s.head_dim_v, 128 / es);
+  const int bm = 64 * c.t[kConsumers], bn = c.t[kBlockN], stages = c.t[kStages];
+  const int r0 = std::max(bm * dp * es, bm * pad64(c.s.head_dim_v) * 2);
   // with a mask_mod, each stage also holds a partial block's hidden pairs (bm * 32 bytes) and record (16 bytes)
   const int masks = has_mask_mod(c.s.mods) ? bm * 32 + 16 : 0;
-  const int rest = c.t[kStages] * (c.t[kBlockN] * (dp + dvp) * 2 + masks) + 8 * (4 + 4 * c.t[kStages]) + 1024;
+  // fp8: a V^T tile per stage (128-key chunks of head_dim_v rounded up to 32 rows) and its two barriers
+  const int vt = fp8 ? round_up(bn, 128) * round_up(c.s.head_dim_v, 32) : 0;
+  const int rest = stages * (bn * (dp + dvp) * es + vt + masks) + 8 * (4 + 4 * stages) + (fp8 ? 16 * stages : 0) + 1024;
   const int nq = c.t[kPersistent] != 0 && 2 * r0 + rest <= kSmemLimit ? 2 : 1;
   return static_cast<unsigned>(nq * r0 + rest);
 }
@@ -89,10 +97,52 @@ int max_block_n(int dp, int consumers, int stages) {
 
 bool fail(std::string* why, const std::string& msg) { return fam::fail(why, "fwd_wgmma", msg); }
 
+// fp8: the largest spill-free block_n for the head dims and consumers (0: none), non-persistent. NVRTC 13
+// `-Xptxas -v` over c 1-3 x block_n 64-256 (step 32) x persistent 0 / 1, 2 stages, at d 64 / 128 / 192-128 / 256,
+// e4m3, with ALiBi + softcap + window + varlen and plain causal (2026-11-29):
+//   max(d, dv) <= 64:  1-2 consumers <= 192 (224: 60-68 bytes); 3: 64, or 128 without ALiBi / softcap (96 and 160
+//                      spilled 8 bytes; 128 with ALiBi + softcap 12 bytes, e5m2 causal: the CI sample)
+//   <= 128:            1 consumer <= 128 (160: 4-32 bytes), 2 <= 160 (192: 84), 3 <= 64 (96: 20)
+//   <= 192:            1 consumer <= 128, 2 whatever shared memory holds, 3 <= 64
+//   <= 256:            1 consumer <= 96 (128: 108 bytes), 2 whatever shared memory holds, 3 none (ptxas C7602)
+// The persistent loop spilled 4-36 bytes at almost every point with 2 or 3 consumers, features or not (values of
+// the tile scheduler live across setmaxnreg into the transposer warps' 32-40 registers): fp8 runs non-persistent.
+int max_block_n_fp8(const Semantic& s, const Tunables& t) {
+  const int d = std::max(s.head_dim, s.head_dim_v), c = t[kConsumers];
+  const bool feat = s.has_alibi || s.has_softcap;
+  if (c == 3) return d <= 64 && t[kBlockN] == 128 && !feat ? 128 : d <= 192 ? 64 : 0;
+  if (d <= 64) return 192;
+  if (d <= 128) return c == 1 ? 128 : 160;
+  if (d <= 192) return c == 1 ? 128 : 256;
+  return c == 1 ? 96 : 256;
+}
+
+// fp8 q / k / v (templates/fwd_wgmma.cuh, "FP8"): 32-key steps, no bias or user code, and the spill-free points.
+bool valid_fp8(const KernelConfig& c, std::string* why) {
+  const Semantic& s = c.s;
+  const Tunables& t = c.t;
+  if (s.o_dtype != kBf16 && s.o_dtype != kFp16) return fail(why, "fp8 inputs need o_dtype bf16 or fp16");
+  if (s.has_bias || s.mods != nullptr) return fail(why, "fp8: no bias and no user code");
+  if (s.has_sinks) return fail(why, "fp8: no attention sinks (not yet built and tested together)");
+  if (s.head_dim > kMaxHeadDimFast || s.head_dim_v > kMaxHeadDimFast)
+    return fail(why, "head dims up to " + std::to_string(kMaxHeadDimFast));
+  if (t[kBlockN] % 32 != 0)
+    return fail(why, fmt::format("fp8: block_n a multiple of 32 (k32 steps), got {}", t[kBlockN]));
+  if (t[kPingPong] != 0 && t[kConsumers] < 2) return fail(why, "ping_pong needs 2 or 3 consumers");
+  if (t[kPersistent] != 0) return fail(why, "fp8: persistent tile loops spill (ptxas; see max_block_n_fp8)");
+  const int limit = max_block_n_fp8(s, t);
+  if (t[kBlockN] > limit)
+    return fail(why, fmt::format("fp8 registers: block_n {} with {} consumers at head dims {} / {} spills (ptxas); "
+                                 "expected <= {}",
+                                 t[kBlockN], t[kConsumers], s.head_dim, s.head_dim_v, limit));
+  return true;
+}
+
 bool valid(const KernelConfig& c, std::string* why) {
   const Semantic& s = c.s;
   const Tunables& t = c.t;
-  if (s.dtype != kFp16 && s.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
+  if (is_fp8(s.dtype)) return valid_fp8(c, why);
+  if (s.dtype != kFp16 && s.dtype != kBf16) return fail(why, "dtype must be fp16, bf16, e4m3 or e5m2");
   if (s.head_dim > kMaxHeadDimFast || s.head_dim_v > kMaxHeadDimFast)
     return fail(why, "head dims up to " + std::to_string(kMaxHeadDimFast));
   if (t[kPingPong] != 0 && t[kConsumers] < 2) return fail(why, "ping_pong needs 2 or 3 consumers");
@@ -155,6 +205,18 @@ bool valid(const KernelConfig& c, std::string* why) {
   return true;
 }
 
+// fp8: FlashAttention 3's fp8 tiles as the starting point (not yet measured here): 3 consumers x 128 keys at head
+// dims up to 64 (2 with ALiBi / softcap), 2 x 128 up to 128, 2 x 64 beyond (the V^T ring and 16-bit O staging fill
+// shared memory); 2 stages, ping-pong and intra-warpgroup overlap on, not persistent.
+Tunables defaults_fp8(const Semantic& s) {
+  const int d = std::max(s.head_dim, s.head_dim_v);
+  Tunables t = d <= 64    ? Tunables{{s.has_alibi || s.has_softcap ? 2 : 3, 128, 2, 1, 1, 0}}
+               : d <= 128 ? Tunables{{2, 128, 2, 1, 1, 0}}
+                          : Tunables{{2, 64, 2, 1, 1, 0}};
+  if (!valid(KernelConfig{s, t}, nullptr)) t = Tunables{{1, 64, 2, 0, 1, 0}};
+  return t;
+}
+
 // Measured best per head dim on an H200 (bf16, 16k tokens, hidden 2048, 2k-16k; the tuner refines per length):
 // d 64: 3 consumers x 128 keys; d 128: 2 x 128 (2 x 176 from 8k); d 256: 2 x 80; always 2 stages, ping-pong and
 // intra-warpgroup overlap on, not persistent (persistent wins only non-causal <= 4k at d 64 / 128). Built-in masks
@@ -163,6 +225,7 @@ bool valid(const KernelConfig& c, std::string* why) {
 // causal on an H200 against the points above: d 64 1.01-1.23x over 512-16k; d 128 1.03-1.17x over 512-8k, 0.97x at
 // 16k. Score features and a mask_mod keep the points above.
 Tunables defaults(const Semantic& s) {
+  if (is_fp8(s.dtype)) return defaults_fp8(s);
   const int dp = std::max(pad64(s.head_dim), pad64(s.head_dim_v));
   Tunables t{{2, 128, 2, 1, 1, 0}};
   if (dp <= 64 && !features(s)) t = Tunables{{3, 128, 2, 1, 1, 0}};
@@ -178,12 +241,27 @@ Tunables defaults(const Semantic& s) {
   return t;
 }
 
+// fp8: block_n in 32-key steps, 2-3 stages, every consumer count, ping-pong with 2+ consumers and without,
+// intra-warpgroup overlap on, not persistent (valid_fp8).
+std::vector<Tunables> space_fp8(const Semantic&) {
+  std::vector<Tunables> out;
+  for (int c : {1, 2, 3})
+    for (int bn : {64, 96, 128, 160, 192, 224, 256})
+      for (int st : {2, 3})
+        for (int pp : {1, 0}) {
+          if (pp == 1 && c < 2) continue;
+          out.push_back(Tunables{{c, bn, st, pp, 1, 0}});
+        }
+  return out;
+}
+
 // The tuner's space: the knob values that won or came close in the H200 measurements (the tunables tests and the
 // compile sweep cover every valid point of the knobs' product: gen::all_valid_points). Masked problems also try
 // the persistent points of 2-3 consumers without ping-pong: at causal d 64, 512-4k tokens, 2 x 128 x 3 stages
 // persistent ran 1.3-2.8% faster without it (docs/design_notes.md, issue 20, session 15). Built-in masks with 2-3
 // consumers also try the paired, (batch, head)-major masked order (persistent 2: K / V stay in L2).
 std::vector<Tunables> space(const Semantic& s) {
+  if (is_fp8(s.dtype)) return space_fp8(s);
   std::vector<Tunables> out;
   for (int c : {1, 2, 3})
     for (int bn : {64, 80, 96, 112, 128, 144, 160, 176, 192})
@@ -209,7 +287,13 @@ Launch launch(const KernelConfig& c, const LaunchShape& sh) {
 }
 
 bool covers(const ProblemDesc& p, int, std::string* why) {
-  if (p.dtype != kFp16 && p.dtype != kBf16) return fail(why, "dtype must be fp16 or bf16");
+  if (is_fp8(p.dtype) && (p.has_bias || p.mods != nullptr || p.has_sinks))
+    return fail(why, fmt::format("{} q / k / v with {} (the fp8 forward takes none of them)", dtype_name(p.dtype),
+                                 p.has_bias    ? "a bias"
+                                 : p.has_sinks ? "attention sinks"
+                                               : "user code (fa_mods)"));
+  if (p.dtype != kFp16 && p.dtype != kBf16 && !is_fp8(p.dtype))
+    return fail(why, "dtype must be fp16, bf16, e4m3 or e5m2");
   if (!p.tma_ok)
     return fail(why, "q/k/v/o are not TMA tensors (16-byte aligned pointers and strides, positive strides)");
   if (!user_code_fits(p.head_dim, p.head_dim_v, p.mods != nullptr, has_mask_mod(p.mods) && p.has_bias))
@@ -258,8 +342,9 @@ bool bind(const KernelConfig& c, const BindInput& in, KernelParams* out, std::st
   // Fixed length: O through TMA stores, 64 rows a box (a consumer's rows; the map's seq extent clips rows past
   // seqlen_q; ProblemDesc::tma_ok covers o's strides). Varlen kernels store O with 16-byte stores.
   if (!varlen) {
+    const int o_dtype = c.s.o_dtype != 0 ? c.s.o_dtype : c.s.dtype;  // 16-bit (fp8 inputs: o_dtype)
     const TensorMapDesc om =
-        fam::tma_map_4d(c.s.dtype, a.o, c.s.head_dim_v, a.seqlen_q, a.heads_q, a.batch, a.o_ss, a.o_sh, a.o_sb, 64);
+        fam::tma_map_4d(o_dtype, a.o, c.s.head_dim_v, a.seqlen_q, a.heads_q, a.batch, a.o_ss, a.o_sh, a.o_sb, 64);
     void* const odst[1] = {&tma.o};
     if (!fam::encode_tensor_maps(in, &om, odst, 1, "fwd_wgmma", why)) return false;
   }
@@ -278,6 +363,7 @@ const Family kFamily{.name = "fwd_wgmma",
                      .arch_min = 90,
                      .arch_max = 90,
                      .priority = 20,
+                     .fp8_inputs = true,
                      .sinks = true,
                      .knobs = {Knob{"consumers", "c", "kConsumers", {1, 2, 3}},
                                fam::block_n({64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256}),
