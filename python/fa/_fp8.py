@@ -5,7 +5,8 @@ Each of q, k, v is read as its codes times its descale (FlashAttention 3's desca
 (1), a float, a float32 tensor of one factor (() or (1,)), or one factor per (batch, KV head) ((B, Hkv)); the KV head
 of a query head is its GQA group's. The output has out_dtype (torch.bfloat16 by default, or torch.float16), the LSE
 is float32. Inference only (no autograd), no bias or user code; fixed length (bshd / bhsd) or varlen as
-fa.attention. The op fa::attention_fp8 has a fake (meta) implementation, so torch.compile traces it.
+fa.attention. The op fa::attention_fp8 has a fake (meta) implementation, so torch.compile traces it. fa.prepare,
+fa.is_supported and fa.problem_key take the same arguments (fp8_problem: the call's fa_params, checked alike).
 """
 
 # No `from __future__ import annotations` here: torch.library.custom_op reads the annotations as types.
@@ -45,6 +46,25 @@ def _set_descale(p, name, d, keep):
     keep.append(d)
 
 
+def _outputs(q, k, v, cu_seqlens_q, out_dtype):
+    """(o of fa_dtype out_dtype, float32 lse) for op-level q, k, v."""
+    o_shape, lse_shape = output_shapes(q, k, v, cu_seqlens_q)
+    dtype = torch.bfloat16 if out_dtype == S.FA_DTYPE_BF16 else torch.float16
+    return (
+        torch.empty(o_shape, dtype=dtype, device=q.device),
+        torch.empty(lse_shape, dtype=torch.float32, device=q.device),
+    )
+
+
+def _fp8_params(q, k, v, o, lse, alibi_slopes, cu_q, cu_k, max_q, max_k, mask, wl, wr, softcap, scale, dq, dk, dv, out):
+    """(fa_params, kept tensors) of the op's checked arguments over the outputs o, lse."""
+    p, keep = build_params(q, k, v, o, lse, None, alibi_slopes, cu_q, cu_k, max_q, max_k, mask, wl, wr, softcap, scale)
+    p.o_dtype = int(out)
+    for name, d in (("descale_q", dq), ("descale_k", dk), ("descale_v", dv)):
+        _set_descale(p, name, d, keep)
+    return p, keep
+
+
 def _fp8_impl(
     q: Tensor,
     k: Tensor,
@@ -66,20 +86,16 @@ def _fp8_impl(
 ) -> Tuple[Tensor, Tensor]:
     """fa::attention_fp8: (o, lse) of checked op-level views (bshd or varlen), o of fa_dtype out_dtype."""
     q, k, v = last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v)
-    o_shape, lse_shape = output_shapes(q, k, v, cu_seqlens_q)
-    dtype = torch.bfloat16 if out_dtype == S.FA_DTYPE_BF16 else torch.float16
-    o = torch.empty(o_shape, dtype=dtype, device=q.device)
-    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    o, lse = _outputs(q, k, v, cu_seqlens_q, out_dtype)
     if o.numel() == 0:
         lse.fill_(float("-inf"))
         return o, lse
-    p, keep = build_params(
+    p, keep = _fp8_params(
         q,
         k,
         v,
         o,
         lse,
-        None,
         alibi_slopes,
         cu_seqlens_q,
         cu_seqlens_k,
@@ -90,10 +106,11 @@ def _fp8_impl(
         window_right,
         softcap,
         scale,
+        descale_q,
+        descale_k,
+        descale_v,
+        out_dtype,
     )
-    p.o_dtype = int(out_dtype)
-    for name, d in (("descale_q", descale_q), ("descale_k", descale_k), ("descale_v", descale_v)):
-        _set_descale(p, name, d, keep)
     with torch.cuda.device(q.device):
         default_context(device_index(q.device)).run(p, stream(q.device))
     del keep
@@ -128,9 +145,11 @@ def _attention_fp8_fake(
     return q.new_empty(o_shape, dtype=dtype), q.new_empty(lse_shape, dtype=torch.float32)
 
 
-def attention_fp8(q, k, v, args: dict):
-    """fa.attention's fp8 path: `args` holds fa.attention's keyword arguments. Returns o (q's layout, head dim Dv) and
-    the LSE, every check made first."""
+def checked_call(q, k, v, args: dict):
+    """(the op's arguments, bhsd) of fa.attention's fp8 call: `args` holds fa.attention's keyword arguments; every
+    check made (fa.attention, fa.prepare, fa.is_supported and fa.problem_key share it)."""
+    if args["sinks"] is not None:
+        rules.fail(f"sinks: given with fp8 q ({q.dtype}); expected None (the fp8 forward has no sinks yet)")
     if args["bias"] is not None or args["mods"] is not None:
         rules.fail("q: fp8 (" + str(q.dtype) + ") takes no bias and no mods; expected bias=None, mods=None")
     if q.requires_grad or k.requires_grad or v.requires_grad:
@@ -163,6 +182,23 @@ def attention_fp8(q, k, v, args: dict):
     batch = int(rest[2].shape[0]) - 1 if varlen else int(q2.shape[0])
     rules.descales(*(shape_of(d) for d in ds), batch, int(k2.shape[-2]))
     check_devices(q2, tuple(zip(names, ds)), fp8=True)
-    call = (q2, k2, v2, *rest[1:], *ds, _OUT_DTYPES[out_dtype])
+    return (q2, k2, v2, *rest[1:], *ds, _OUT_DTYPES[out_dtype]), bhsd
+
+
+def attention_fp8(q, k, v, args: dict):
+    """fa.attention's fp8 path: `args` holds fa.attention's keyword arguments. Returns o (q's layout, head dim Dv) and
+    the LSE, every check made first."""
+    call, bhsd = checked_call(q, k, v, args)
     o, lse = torch.ops.fa.attention_fp8(*call) if torch.compiler.is_compiling() else _fp8_impl(*call)
     return (o.transpose(1, 2) if bhsd else o), lse
+
+
+def fp8_problem(q, k, v, args: dict):
+    """(fa_params, kept tensors, op-level q) of fa.attention(q, k, v, **args) over fp8 q / k / v, as the call would
+    fill them (outputs allocated, not run): for fa.prepare, fa.is_supported and fa.problem_key."""
+    call, _ = checked_call(q, k, v, args)
+    q2, k2, v2 = (last_dim_contiguous(t) for t in call[:3])
+    o, lse = _outputs(q2, k2, v2, call[4], call[-1])
+    p, keep = _fp8_params(q2, k2, v2, o, lse, *call[3:])
+    keep += [o, lse]
+    return p, keep, q2

@@ -376,32 +376,57 @@ def attention_with_kvcache(
     return (o, lse) if return_lse else o
 
 
-def prepare_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kwargs) -> None:
-    """Compile (and, by policy, tune) what attention_with_kvcache(q, k_cache, v_cache, **kwargs) will run, so that
-    it can be captured in a CUDA graph; use the largest batch and cache the graph will see."""
-    kwargs.pop("return_lse", None)
+_KVCACHE_KWARGS = (
+    "cache_seqlens",
+    "block_table",
+    "causal",
+    "window",
+    "softcap",
+    "alibi_slopes",
+    "scale",
+    "num_splits",
+    "return_lse",
+    "k_scale",
+    "v_scale",
+    "sinks",
+)
+
+
+def cache_problem(q: Tensor, k_cache: Tensor, v_cache: Tensor, kwargs: dict):
+    """(fa_params, kept tensors, q) of attention_with_kvcache(q, k_cache, v_cache, **kwargs) as the call would fill
+    them (outputs allocated, not run), every check made: for fa.prepare_kvcache, and for fa.prepare, fa.is_supported
+    and fa.problem_key over an fp8 cache (k_scale / v_scale)."""
+    unknown = sorted(set(kwargs) - set(_KVCACHE_KWARGS))
+    if unknown:
+        raise TypeError(f"fa: unexpected keyword arguments {unknown} (expected those of attention_with_kvcache)")
     args = _op_args(
         q,
         k_cache,
         v_cache,
-        kwargs.pop("cache_seqlens", None),
-        kwargs.pop("block_table", None),
-        kwargs.pop("causal", False),
-        kwargs.pop("window", (-1, -1)),
-        kwargs.pop("softcap", 0.0),
-        kwargs.pop("alibi_slopes", None),
-        kwargs.pop("scale", None),
-        kwargs.pop("num_splits", 0),
-        kwargs.pop("k_scale", None),
-        kwargs.pop("v_scale", None),
-        kwargs.pop("sinks", None),
+        kwargs.get("cache_seqlens"),
+        kwargs.get("block_table"),
+        kwargs.get("causal", False),
+        kwargs.get("window", (-1, -1)),
+        kwargs.get("softcap", 0.0),
+        kwargs.get("alibi_slopes"),
+        kwargs.get("scale"),
+        kwargs.get("num_splits", 0),
+        kwargs.get("k_scale"),
+        kwargs.get("v_scale"),
+        kwargs.get("sinks"),
     )
-    if kwargs:
-        raise TypeError(f"fa: unexpected keyword arguments {sorted(kwargs)}")
     q2, k2, v2 = last_dim_contiguous(args[0]), last_dim_contiguous(args[1]), last_dim_contiguous(args[2])
     o = torch.empty(q2.shape[:3] + (v2.shape[3],), dtype=q2.dtype, device=q2.device)
     lse = torch.empty((q2.shape[0], q2.shape[2], q2.shape[1]), dtype=torch.float32, device=q2.device)
     p, keep = _params(q2, k2, v2, o, lse, *args[3:])
+    keep += [o, lse]
+    return p, keep, q2
+
+
+def prepare_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kwargs) -> None:
+    """Compile (and, by policy, tune) what attention_with_kvcache(q, k_cache, v_cache, **kwargs) will run, so that
+    it can be captured in a CUDA graph; use the largest batch and cache the graph will see."""
+    p, keep, q2 = cache_problem(q, k_cache, v_cache, kwargs)
     with torch.cuda.device(q2.device):
         default_context(device_index(q2.device)).prepare(p)
     del keep

@@ -20,10 +20,15 @@ How fa.attention sends a call (attention() below is the one dispatch):
   _mods_op.forward_with_mods (user code).
   sinks (attention sinks, with or without user code): no kept entry; the op's arguments as above, then
   _sinks_op.forward_with_sinks (the sinks get their gradient too).
+  fp8 q / k / v: _fp8.attention_fp8 (descale_q / k / v, out_dtype).
+fa.prepare / fa.is_supported / fa.problem_key build the fa_params of the call their arguments describe: _problem
+(16-bit), _fp8.fp8_problem (fp8 q / k / v, fa.attention's keywords with descales and out_dtype), or
+_kvcache.cache_problem (a 16-bit q over fp8 k / v, or k_scale / v_scale given: attention_with_kvcache's keywords).
 """
 
 # No `from __future__ import annotations` here: torch.library.custom_op reads the annotations as types.
 import ctypes
+import inspect
 from typing import Optional, Tuple
 
 import torch
@@ -32,7 +37,8 @@ from torch import Tensor
 from . import _structs as S
 from . import shape_rules as rules
 from ._grad_step import grad_step
-from ._fp8 import attention_fp8
+from ._fp8 import attention_fp8, fp8_problem
+from ._kvcache import cache_problem
 from ._mods_op import eager_mods, forward_with_mods
 from ._sinks_op import check_sinks, forward_with_sinks
 from ._tensor_params import FP8_DTYPES, build_bwd_params, build_params, last_dim_contiguous, output_shapes
@@ -297,11 +303,7 @@ def attention(
             rules.fail(f"sinks: given with fp8 q ({q.dtype}); expected None (the fp8 forward has no sinks yet)")
         o, lse = attention_fp8(q, k, v, locals())
         return (o, lse) if return_lse else o
-    for name, given in (("descale_q", descale_q), ("descale_k", descale_k), ("descale_v", descale_v)):
-        if given is not None:
-            rules.fail(f"{name}: given, but q is {q.dtype}; expected None (descales are for fp8 q / k / v)")
-    if out_dtype is not None and out_dtype != q.dtype:
-        rules.fail(f"out_dtype: {out_dtype} with q of {q.dtype}; expected None or q's dtype (it is for fp8 q / k / v)")
+    _no_fp8_arguments(q, descale_q, descale_k, descale_v, out_dtype)
     plain = bias is None and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None
     eager = not torch.compiler.is_compiling()
     if plain and eager and layout == "bshd" and sinks is None:  # a kept entry per signature (the docstring's table)
@@ -342,6 +344,15 @@ def attention(
     return (o, lse) if return_lse else o
 
 
+def _no_fp8_arguments(q, descale_q, descale_k, descale_v, out_dtype):
+    """A 16-bit q takes no descales and no out_dtype other than its own."""
+    for name, given in (("descale_q", descale_q), ("descale_k", descale_k), ("descale_v", descale_v)):
+        if given is not None:
+            rules.fail(f"{name}: given, but q is {q.dtype}; expected None (descales are for fp8 q / k / v)")
+    if out_dtype is not None and out_dtype != q.dtype:
+        rules.fail(f"out_dtype: {out_dtype} with q of {q.dtype}; expected None or q's dtype (it is for fp8 q / k / v)")
+
+
 def eager_plain(q, k, v, mods, causal, window, softcap, scale, want_lse):
     """(o, lse or None) of fa.attention's eager, gradient-free call without bias, ALiBi, varlen or user code
     (inference loops; `mods` is None), or None: take the generic path. Keyed by the raw arguments (signature, mask,
@@ -362,6 +373,7 @@ def eager_plain(q, k, v, mods, causal, window, softcap, scale, want_lse):
 
 
 def _problem(q, k, v, kwargs):
+    _no_fp8_arguments(q, *(kwargs.pop(n, None) for n in ("descale_q", "descale_k", "descale_v", "out_dtype")))
     q2, k2, v2, rest, _ = op_args(
         q,
         k,
@@ -401,10 +413,64 @@ def _problem(q, k, v, kwargs):
     return p, keep, (q2, k2, v2, o, rest)
 
 
+def _fp8_kind(q, k, kwargs) -> Optional[str]:
+    """The kind of fp8 call: 'inputs' (fp8 q / k / v), 'cache' (a 16-bit q over fp8 k / v, or k_scale / v_scale
+    given) or None (16-bit)."""
+    if q.dtype in FP8_DTYPES:
+        return "inputs"
+    if k.dtype in FP8_DTYPES or kwargs.get("k_scale") is not None or kwargs.get("v_scale") is not None:
+        return "cache"
+    return None
+
+
+def _attention_kwargs(kwargs: dict) -> dict:
+    """fa.attention's keyword arguments: its defaults, overridden by `kwargs` (an unknown name: TypeError)."""
+    params = inspect.signature(attention).parameters
+    defaults = {n: p.default for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    unknown = sorted(set(kwargs) - set(defaults))
+    if unknown:
+        raise TypeError(f"fa: unexpected keyword arguments {unknown}")
+    return {**defaults, **kwargs}
+
+
+def _any_problem(q, k, v, kwargs: dict):
+    """(fa_params, kept tensors, op-level q) of the call fa.attention(q, k, v, **kwargs) describes, or, over an fp8
+    cache, attention_with_kvcache(q, k, v, **kwargs): every check made, outputs allocated, nothing run."""
+    kind = _fp8_kind(q, k, kwargs)
+    if kind == "inputs":
+        rest = dict(kwargs)
+        for name in ("k_scale", "v_scale"):
+            if rest.pop(name, None) is not None:
+                rules.fail(
+                    f"{name}: given with fp8 q ({q.dtype}); expected None (scales are for an fp8 cache under a"
+                    " 16-bit q; fp8 q / k / v take descale_q / descale_k / descale_v)"
+                )
+        return fp8_problem(q, k, v, _attention_kwargs(rest))
+    if kind == "cache":
+        rest = dict(kwargs)
+        _no_fp8_arguments(q, *(rest.pop(n, None) for n in ("descale_q", "descale_k", "descale_v", "out_dtype")))
+        return cache_problem(q, k, v, rest)
+    p, keep, (q2, *_rest) = _problem(q, k, v, dict(kwargs))
+    return p, keep, q2
+
+
 def prepare(q: Tensor, k: Tensor, v: Tensor, *, backward: Optional[bool] = None, **kwargs) -> None:
     """Compile (and, by policy, tune) the kernels fa.attention(q, k, v, **kwargs) will use, so that it can be
     captured in a CUDA graph. Also prepares the backward when `backward` is True, or when it is None and grad mode
-    is on and q, k, v (or sinks) requires grad. Same keyword arguments as fa.attention."""
+    is on and q, k, v (or sinks) requires grad. Same keyword arguments as fa.attention (fp8 q / k / v with
+    descale_q / descale_k / descale_v and out_dtype); over an fp8 cache (k, v fp8 under a 16-bit q) those of
+    fa.attention_with_kvcache (k_scale, v_scale, cache_seqlens, block_table, ...). fp8 has no backward."""
+    if _fp8_kind(q, k, kwargs) is not None:
+        if backward:
+            rules.fail(
+                f"backward: True with q {q.dtype}, k {k.dtype}; expected None or False (fp8 attention is"
+                " inference only)"
+            )
+        p, keep, q2 = _any_problem(q, k, v, kwargs)
+        with torch.cuda.device(q2.device):
+            default_context(device_index(q2.device)).prepare(p)
+        del keep
+        return
     sinks_in = kwargs.get("sinks")
     p, keep, (q2, k2, v2, o, rest) = _problem(q, k, v, dict(kwargs))
     ctx = default_context(device_index(q2.device))
@@ -435,9 +501,10 @@ def prepare(q: Tensor, k: Tensor, v: Tensor, *, backward: Optional[bool] = None,
 
 def is_supported(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Support:
     """A fa.Support: truthy when fa.attention(q, k, v, **kwargs) would run, else falsy with the reason in .reason
-    (tensors that disagree, as fa.attention would raise it: fa.shape_rules)."""
+    (tensors that disagree, as fa.attention would raise it: fa.shape_rules). Takes fa.prepare's arguments (fp8 q /
+    k / v with their descales and out_dtype, an fp8 cache with k_scale / v_scale)."""
     try:
-        p, keep, (q2, *_rest) = _problem(q, k, v, dict(kwargs))
+        p, keep, q2 = _any_problem(q, k, v, kwargs)
     except InvalidArgument as exc:
         return Support(False, str(exc))
     answer = default_context(device_index(q2.device)).is_supported(p)
@@ -446,8 +513,8 @@ def is_supported(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Support:
 
 
 def problem_key(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> str:
-    """The canonical kernel key of the problem (no sequence lengths or batch)."""
-    p, keep, (q2, *_rest) = _problem(q, k, v, dict(kwargs))
+    """The canonical kernel key of the problem (no sequence lengths or batch); fa.prepare's arguments."""
+    p, keep, q2 = _any_problem(q, k, v, kwargs)
     key = default_context(device_index(q2.device)).problem_key(p)
     del keep
     return key

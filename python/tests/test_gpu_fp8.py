@@ -116,3 +116,25 @@ def test_fp8_rules():
         fa.attention(x8, x8, x8, descale_k=torch.ones(3, 2, device="cuda"))
     with pytest.raises(fa.InvalidArgument, match="dtype"):
         fa.attention(x8, x8.to(torch.float8_e5m2), x8)
+
+
+@needs_hopper
+def test_fp8_prepare_is_supported_and_key():
+    """fa.prepare / fa.is_supported / fa.problem_key take fa.attention's fp8 arguments (descales, out_dtype): the key
+    names the fp8 dtype and the output dtype, a prepared call gives the unprepared call's result, bad descales are
+    refused naming the argument."""
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = [torch.randn(2, 256, 4, 128, device="cuda", generator=g) for _ in range(3)]
+    (q8, dq), (k8, dk), (v8, dv) = (quantize(t, "e4m3", True) for t in x)
+    kw = dict(causal=True, descale_q=dq, descale_k=dk, descale_v=dv, out_dtype=torch.float16)
+    key = fa.problem_key(q8, k8, v8, **kw)
+    assert "fwd_wgmma" in key and "e4m3" in key and "o_fp16" in key, key
+    assert "e5m2" in fa.problem_key(*(t.to(torch.float8_e5m2) for t in (q8, k8, v8)), causal=True)
+    assert fa.is_supported(q8, k8, v8, **kw)
+    no = fa.is_supported(q8, k8, v8, descale_k=torch.ones(3, 4, device="cuda"))
+    assert not no and "descale_k: batch 3 does not match q's batch 2" in no.reason
+    want = fa.attention(q8, k8, v8, **kw)
+    fa.prepare(q8, k8, v8, **kw)
+    assert torch.equal(fa.attention(q8, k8, v8, **kw), want)
+    with pytest.raises(fa.InvalidArgument, match="backward: True"):
+        fa.prepare(q8, k8, v8, backward=True, **kw)

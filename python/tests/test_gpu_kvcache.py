@@ -232,3 +232,30 @@ def test_fp8_cache_argument_rules():
     if not fp8_capable():
         with pytest.raises(fa.NotSupported, match="sm_"):
             fa.attention_with_kvcache(q, k8, k8)
+
+
+def test_fp8_cache_prepare_is_supported_and_key():
+    """fa.prepare / fa.is_supported / fa.problem_key take the fp8 cache's arguments (k_scale / v_scale, used lengths,
+    a block table): the key names the fp8 cache, and a prepared call then gives the unprepared call's result."""
+    if not fp8_capable():
+        pytest.skip("fp8 needs sm_89 or newer")
+    torch.manual_seed(5)
+    B, Hq, Hkv, D, cap = 2, 16, 4, 128, 512
+    q = torch.randn(B, 1, Hq, D, device="cuda", dtype=torch.bfloat16)
+    k_scale = torch.rand(Hkv, device="cuda") * 0.1 + 0.01
+    k8, _ = quantize(torch.randn(B, cap, Hkv, D, device="cuda"), torch.float8_e4m3fn, k_scale)
+    v8, _ = quantize(torch.randn(B, cap, Hkv, D, device="cuda"), torch.float8_e4m3fn, 0.05)
+    seqlens = torch.tensor([100, 500], dtype=torch.int32, device="cuda")
+    kw = dict(cache_seqlens=seqlens, k_scale=k_scale, v_scale=0.05)
+    key = fa.problem_key(q, k8, v8, **kw)
+    assert "kv_e4m3" in key and key != fa.problem_key(q, q, q), key
+    assert fa.is_supported(q, k8, v8, **kw)
+    no = fa.is_supported(q, k8, v8, cache_seqlens=seqlens, v_scale=torch.ones(3, device="cuda"))
+    assert not no and "v_scale: 3 factors do not match k_cache's heads 4" in no.reason
+    want = fa.attention_with_kvcache(q, k8, v8, **kw)
+    fa.prepare(q, k8, v8, **kw)
+    assert torch.equal(fa.attention_with_kvcache(q, k8, v8, **kw), want)
+    pk, table = fp8_pages(k8, 64, torch.Generator().manual_seed(3))
+    paged = fa.problem_key(q, pk, pk, block_table=table, **kw)
+    assert "kv_e4m3" in paged, paged
+    fa.prepare(q, pk, pk, block_table=table, **kw)
