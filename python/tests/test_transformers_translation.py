@@ -136,7 +136,7 @@ def test_errors_before_anything_runs(monkeypatch):
     q, k = torch.zeros(2, 4, 3, 8), torch.zeros(2, 2, 5, 8)
     with pytest.raises(fa.NotSupported, match="dropout: 0.1"):
         backend.attention_forward(Module(), q, k, k, None, dropout=0.1)
-    with pytest.raises(fa.NotSupported, match="s_aux: attention sinks"):
-        backend.attention_forward(Module(), q, k, k, None, s_aux=torch.zeros(4))
+    with pytest.raises(fa.InvalidArgument, match=r"s_aux: shape \(3,\) does not match query's heads \(4,\)"):
+        backend.attention_forward(Module(), q, k, k, None, s_aux=torch.zeros(3))
     with pytest.raises(fa.NotSupported, match="a 4-D mask"):
         backend.attention_forward(Module(), q, k, k, torch.ones(2, 1, 3, 5, dtype=torch.bool))

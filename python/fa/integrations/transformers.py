@@ -11,7 +11,8 @@ the mask function; their docstring holds the rules); this module only does what 
 transformers (imported here, never by `import fa`).
 
 Attention sinks (gpt-oss's s_aux): SINKS says whether fa.attention takes `sinks` (a float32 [heads_q] of sink
-logits, issue 42's C++ sinks); until it does, a call with s_aux raises fa.NotSupported (transformers_rules.plan).
+logits); it does since the sinks landed, and s_aux runs as fa's sinks. An fa without them raises fa.NotSupported
+for a call with s_aux (transformers_rules.plan).
 """
 
 import inspect
